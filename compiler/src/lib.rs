@@ -1,0 +1,1 @@
+//! mcpolicy compiler

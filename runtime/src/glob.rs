@@ -1,0 +1,108 @@
+//! Server-id and model-name globs: `*` matches any run of characters
+//! (including none), `?` exactly one; everything else matches itself.
+
+/// Whether `text` matches `pattern`, compared by Unicode scalar values.
+///
+/// Iterative with single-star backtracking: linear space, no recursion, so a
+/// pattern of many stars cannot overflow the stack.
+pub fn matches(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&c) if c == '?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+/// Whether every string `inner` matches is also matched by `outer`.
+///
+/// Sound: `true` means inclusion holds. It treats `inner`'s wildcards as
+/// symbols that only a `*` of `outer` (or a `?` of `outer`, for a `?`)
+/// can absorb, which decides inclusion exactly for the patterns people
+/// write (`github-*` ⊆ `*`, `github-enterprise` ⊆ `github-*`).
+pub fn covers(outer: &str, inner: &str) -> bool {
+    let outer: Vec<char> = outer.chars().collect();
+    let inner: Vec<char> = inner.chars().collect();
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < inner.len() {
+        let fits = match outer.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+                continue;
+            }
+            Some('?') => inner[t] != '*',
+            Some(&c) => c == inner[t] && c != '*' && c != '?',
+            None => false,
+        };
+        if fits {
+            p += 1;
+            t += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    outer[p..].iter().all(|&c| c == '*')
+}
+
+/// Whether the pattern has any wildcard.
+pub fn is_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching() {
+        assert!(matches("github-*", "github-enterprise"));
+        assert!(matches("github-*", "github-"));
+        assert!(!matches("github-*", "gitlab"));
+        assert!(matches("*", ""));
+        assert!(matches("a?c", "abc"));
+        assert!(!matches("a?c", "ac"));
+        assert!(matches("*-notes", "release-notes"));
+        assert!(matches("a*b*c", "aXbYbZc"));
+        assert!(!matches("a*b*c", "aXbYbZ"));
+        assert!(matches("é*", "étude"));
+        assert!(matches(&"*".repeat(10_000), "x"));
+    }
+
+    #[test]
+    fn coverage() {
+        assert!(covers("*", "github-*"));
+        assert!(covers("github-*", "github-enterprise"));
+        assert!(covers("github-*", "github-e*"));
+        assert!(!covers("github-e*", "github-*"));
+        assert!(covers("a?c", "abc"));
+        assert!(!covers("abc", "a?c"));
+        assert!(covers("?*", "??*"));
+        assert!(!covers("release", "release-notes"));
+        assert!(covers("*a*", "*a*a*"));
+    }
+}

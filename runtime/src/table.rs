@@ -1,0 +1,615 @@
+//! The compiled decision table, format `mcpolicy-table/1`.
+//!
+//! The compiler lowers a checked policy into a [`Table`]; the runtime loads it
+//! with no compiler in its dependency tree. The JSON form is deterministic:
+//! maps are `BTreeMap`s, lists keep source order, and [`Table::to_json`] writes
+//! the same bytes for the same value. Each server entry carries the sha256
+//! digest of its effective block together with the reasons that block can
+//! produce, so that an edit to one block invalidates that server's stored
+//! decisions and nothing else.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::glob;
+use crate::identity;
+
+/// The only format version this runtime reads.
+pub const TABLE_FORMAT: &str = "mcpolicy-table/1";
+
+/// Why a table was refused. The runtime fails closed on every one of these.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    /// The bytes are not a JSON table of the expected shape.
+    #[error("the table is not valid mcpolicy-table JSON: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The `format` field names a version this runtime cannot execute.
+    #[error("unknown table format `{found}`; this runtime reads `{TABLE_FORMAT}`")]
+    UnknownFormat {
+        /// The format the table declared.
+        found: String,
+    },
+    /// A server entry's digest does not match its contents.
+    #[error(
+        "digest mismatch for server pattern `{pattern}`: table says {declared}, contents hash to {actual}"
+    )]
+    DigestMismatch {
+        /// The pattern of the entry whose digest is wrong.
+        pattern: String,
+        /// The digest written in the table.
+        declared: String,
+        /// The digest of the entry's contents.
+        actual: String,
+    },
+    /// A block references a reason the table does not define.
+    #[error("server pattern `{pattern}` references undefined reason `{reason}`")]
+    UndefinedReason {
+        /// The pattern of the offending entry.
+        pattern: String,
+        /// The reason it names.
+        reason: String,
+    },
+}
+
+/// The MCP revision the client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ProtocolRevision {
+    /// MCP 2025-06-18.
+    #[serde(rename = "2025-06-18")]
+    V2025_06_18,
+    /// MCP 2025-11-25, the default.
+    #[serde(rename = "2025-11-25")]
+    V2025_11_25,
+    /// MCP 2026-07-28: sampling arrives inside `InputRequiredResult.inputRequests`.
+    #[serde(rename = "2026-07-28")]
+    V2026_07_28,
+}
+
+impl ProtocolRevision {
+    /// Every revision this version of mcpolicy knows, oldest first.
+    pub const ALL: [ProtocolRevision; 3] =
+        [Self::V2025_06_18, Self::V2025_11_25, Self::V2026_07_28];
+
+    /// The revision's date string, as written in policies and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V2025_06_18 => "2025-06-18",
+            Self::V2025_11_25 => "2025-11-25",
+            Self::V2026_07_28 => "2026-07-28",
+        }
+    }
+
+    /// Parses a revision date string.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
+impl Default for ProtocolRevision {
+    fn default() -> Self {
+        Self::V2025_11_25
+    }
+}
+
+/// How long a decision for a reason is remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ttl {
+    /// A fixed time in milliseconds.
+    AfterMs(u64),
+    /// Until the budget window that produced the denial resets.
+    UntilReset,
+    /// Until the server's effective block changes.
+    Forever,
+    /// Not stored: every request is evaluated afresh.
+    None,
+}
+
+/// A reason as the runtime executes it: built-in defaults merged with the
+/// policy's declaration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonSpec {
+    /// Whether a server may usefully retry later. Unknown is `false`.
+    pub retryable: bool,
+    /// How long a decision with this reason is stored.
+    pub ttl: Ttl,
+    /// The JSON-RPC error code of the denial frame.
+    pub code: i64,
+    /// The prose message template; placeholders in braces, e.g. `{server}`.
+    pub message: String,
+}
+
+/// The widest `includeContext` a server may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ContextScope {
+    /// No context beyond the request's own messages.
+    #[serde(rename = "none")]
+    None,
+    /// Context from the requesting server's session only.
+    #[serde(rename = "thisServer")]
+    ThisServer,
+    /// Context from every connected server.
+    #[serde(rename = "allServers")]
+    AllServers,
+}
+
+impl ContextScope {
+    /// Every scope, narrowest first.
+    pub const ALL: [ContextScope; 3] = [Self::None, Self::ThisServer, Self::AllServers];
+
+    /// The wire spelling (`none`, `thisServer`, `allServers`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::ThisServer => "thisServer",
+            Self::AllServers => "allServers",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// When the user is asked before a request runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Consent {
+    /// Ask for every request, even one already approved.
+    Always,
+    /// Ask once per request identity; the answer is stored.
+    First,
+    /// Never ask.
+    Never,
+}
+
+/// A statement that is either on or off, with the reason its denial carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Switch {
+    /// Whether the capability is allowed.
+    pub enabled: bool,
+    /// The reason a denial carries when it is off.
+    pub reason: String,
+}
+
+/// A numeric limit and the reason its denial carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    /// The largest allowed value (bytes for `max_input`, a count otherwise).
+    pub max: u64,
+    /// The reason a denial carries.
+    pub reason: String,
+}
+
+/// At most `count` admitted requests in any rolling window of `window_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    /// Requests admitted per window.
+    pub count: u64,
+    /// The rolling window in milliseconds.
+    pub window_ms: u64,
+    /// The reason a denial carries.
+    pub reason: String,
+}
+
+/// What a budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetMetric {
+    /// Admitted requests.
+    Requests,
+    /// Tokens: `maxTokens` reserved at admission, settled with real usage.
+    Tokens,
+}
+
+/// A UTC calendar unit; a window resets at the start of the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CalendarUnit {
+    /// From the top of each UTC hour.
+    Hour,
+    /// From each UTC midnight.
+    Day,
+    /// From each Monday 00:00 UTC (ISO weeks).
+    Week,
+    /// From the first day of each UTC month.
+    Month,
+}
+
+/// The window a budget counts over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    /// A calendar unit in UTC.
+    Calendar(CalendarUnit),
+    /// A rolling window of this many milliseconds.
+    RollingMs(u64),
+}
+
+/// A budget: at most `limit` of `metric` per `window`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// What is counted.
+    pub metric: BudgetMetric,
+    /// The most that may be spent in one window.
+    pub limit: u64,
+    /// The window.
+    pub window: Window,
+    /// The reason a denial carries.
+    pub reason: String,
+}
+
+/// A deadline the client enforces; a reported miss becomes `reason`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deadline {
+    /// Milliseconds the completion may take.
+    pub ms: u64,
+    /// The reason a reported miss carries.
+    pub reason: String,
+}
+
+/// The rules that apply to one server: its own statements with `defaults`
+/// merged in, statement by statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectiveBlock {
+    /// `sampling on|off`.
+    pub sampling: Switch,
+    /// `tools on|off`: whether a request may carry `tools`/`toolChoice`.
+    pub tools: Switch,
+    /// The widest `includeContext`; wider requests are trimmed.
+    pub max_context: ContextScope,
+    /// Canonical bytes of `systemPrompt` + `messages`.
+    pub max_input: Option<Limit>,
+    /// Number of entries in `messages`.
+    pub max_messages: Option<Limit>,
+    /// Larger `maxTokens` is clamped (a trim).
+    pub max_tokens: Option<u64>,
+    /// Rolling request rate.
+    pub rate: Option<Rate>,
+    /// Budgets, in source order.
+    pub budgets: Vec<Budget>,
+    /// The deadline the client must enforce.
+    pub deadline: Option<Deadline>,
+    /// When the user is asked.
+    pub consent: Consent,
+    /// Model-name globs the request may run on; `None` allows any.
+    pub models: Option<Vec<String>>,
+}
+
+impl EffectiveBlock {
+    /// Every reason name this block can produce, without duplicates, sorted.
+    pub fn reason_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = vec![
+            self.sampling.reason.as_str(),
+            self.tools.reason.as_str(),
+            builtin::MAX_SCOPE,
+            builtin::MAX_TOKENS,
+            builtin::MODEL,
+            builtin::USER_DENIED,
+            builtin::USER_APPROVED,
+        ];
+        names.extend(self.max_input.iter().map(|l| l.reason.as_str()));
+        names.extend(self.max_messages.iter().map(|l| l.reason.as_str()));
+        names.extend(self.rate.iter().map(|r| r.reason.as_str()));
+        names.extend(self.budgets.iter().map(|b| b.reason.as_str()));
+        names.extend(self.deadline.iter().map(|d| d.reason.as_str()));
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// One `server` block (or the defaults), lowered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    /// The server id or glob (`*` any run, `?` one character).
+    pub pattern: String,
+    /// `sha256:` + hex of the canonical `{block, reasons}` this entry executes.
+    pub digest: String,
+    /// The effective rules.
+    pub block: EffectiveBlock,
+}
+
+/// A compiled policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Table {
+    /// Always [`TABLE_FORMAT`].
+    pub format: String,
+    /// The MCP revision the client speaks.
+    pub protocol: ProtocolRevision,
+    /// The default JSON-RPC error code of denial frames.
+    pub error_code: i64,
+    /// The request fields that make up a request's identity, in policy order.
+    pub identity: Vec<String>,
+    /// Every reason, built-in and declared, with effective values.
+    pub reasons: BTreeMap<String, ReasonSpec>,
+    /// Server blocks in source order; the first whose pattern matches wins.
+    pub servers: Vec<ServerEntry>,
+    /// What applies to a server no block matches (the `defaults` block alone).
+    pub fallback: ServerEntry,
+}
+
+impl Table {
+    /// Parses and verifies a table: format version, every digest, every
+    /// reason reference. Fails closed on anything unexpected.
+    pub fn from_json(bytes: &[u8]) -> Result<Table, TableError> {
+        let table: Table = serde_json::from_slice(bytes)?;
+        if table.format != TABLE_FORMAT {
+            return Err(TableError::UnknownFormat {
+                found: table.format,
+            });
+        }
+        table.verify()?;
+        Ok(table)
+    }
+
+    /// Checks that every entry's digest matches its contents and that every
+    /// reason it names is defined.
+    pub fn verify(&self) -> Result<(), TableError> {
+        for entry in self.servers.iter().chain(std::iter::once(&self.fallback)) {
+            if let Some(reason) = entry
+                .block
+                .reason_names()
+                .into_iter()
+                .find(|name| !self.reasons.contains_key(*name))
+            {
+                return Err(TableError::UndefinedReason {
+                    pattern: entry.pattern.clone(),
+                    reason: reason.to_owned(),
+                });
+            }
+            let actual = block_digest(&entry.block, &self.reasons);
+            if actual != entry.digest {
+                return Err(TableError::DigestMismatch {
+                    pattern: entry.pattern.clone(),
+                    declared: entry.digest.clone(),
+                    actual,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The deterministic JSON form: pretty-printed, keys in declaration
+    /// order for structs and sorted order for maps, with a final newline.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self)
+            .unwrap_or_else(|e| unreachable!("a Table always serialises: {e}"));
+        text.push('\n');
+        text
+    }
+
+    /// The entry that governs `server_id`: the first matching block, or the fallback.
+    pub fn entry_for(&self, server_id: &str) -> &ServerEntry {
+        self.servers
+            .iter()
+            .find(|entry| glob::matches(&entry.pattern, server_id))
+            .unwrap_or(&self.fallback)
+    }
+}
+
+/// `sha256:` + hex over the RFC 8785 canonical JSON of
+/// `{"block": block, "reasons": {name: spec for each reason the block can produce}}`.
+///
+/// Including the reasons means that redeclaring a reason (its ttl, code or
+/// retryability) invalidates the decisions of exactly the servers that can
+/// produce it.
+pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpec>) -> String {
+    let used: BTreeMap<&str, Option<&ReasonSpec>> = block
+        .reason_names()
+        .into_iter()
+        .map(|name| (name, reasons.get(name)))
+        .collect();
+    let value = serde_json::json!({ "block": block, "reasons": used });
+    let mut hasher = Sha256::new();
+    identity::write_canonical(&value, &mut hasher);
+    let digest = hasher.finalize();
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for byte in digest {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// The built-in reasons and their defaults (DESIGN, "Built-in reasons").
+pub mod builtin {
+    use super::{ReasonSpec, Ttl};
+
+    /// `sampling off`.
+    pub const SAMPLING_DISABLED: &str = "policy.sampling_disabled";
+    /// `tools off` and the request carries tools.
+    pub const TOOLS_DISABLED: &str = "policy.tools_disabled";
+    /// `max_input` or `max_messages` exceeded.
+    pub const INPUT_TOO_LARGE: &str = "policy.input_too_large";
+    /// `includeContext` trimmed to `max_context`.
+    pub const MAX_SCOPE: &str = "policy.max_scope";
+    /// `maxTokens` clamped to `max_tokens`.
+    pub const MAX_TOKENS: &str = "policy.max_tokens";
+    /// Model hints restricted to `models`.
+    pub const MODEL: &str = "policy.model";
+    /// `rate` exceeded.
+    pub const RATE_LIMIT: &str = "policy.rate_limit";
+    /// A `budget` exhausted.
+    pub const BUDGET_EXHAUSTED: &str = "policy.budget_exhausted";
+    /// A reported deadline miss.
+    pub const DEADLINE: &str = "policy.deadline";
+    /// The user refused consent.
+    pub const USER_DENIED: &str = "user.denied";
+    /// The user gave consent.
+    pub const USER_APPROVED: &str = "user.approved";
+
+    /// The JSON-RPC code MCP asks a client to use when the user refuses sampling.
+    pub const USER_REFUSAL_CODE: i64 = -1;
+
+    /// What a built-in reason does.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Outcome {
+        /// The request is refused with a frame.
+        Deny,
+        /// The request goes on, narrowed; the result carries `_meta`.
+        Trim,
+        /// The request goes on.
+        Allow,
+    }
+
+    /// One row of the built-in reason table.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Builtin {
+        /// The reason name.
+        pub name: &'static str,
+        /// Deny, trim or allow.
+        pub outcome: Outcome,
+        /// Default retryability.
+        pub retryable: bool,
+        /// Default ttl.
+        pub ttl: Ttl,
+        /// `Some(code)` for a fixed code; `None` uses the table's `error_code`.
+        pub code: Option<i64>,
+        /// Default message template.
+        pub message: &'static str,
+        /// One line for hover texts and `mcpc explain`.
+        pub summary: &'static str,
+    }
+
+    /// Every built-in reason.
+    pub const ALL: &[Builtin] = &[
+        Builtin {
+            name: SAMPLING_DISABLED,
+            outcome: Outcome::Deny,
+            retryable: false,
+            ttl: Ttl::Forever,
+            code: None,
+            message: "Sampling denied: sampling is disabled for server '{server}'",
+            summary: "the server's block says `sampling off`",
+        },
+        Builtin {
+            name: TOOLS_DISABLED,
+            outcome: Outcome::Deny,
+            retryable: false,
+            ttl: Ttl::Forever,
+            code: None,
+            message: "Sampling denied: server '{server}' may not offer tools to the model",
+            summary: "the request carries `tools` or `toolChoice` and the block says `tools off`",
+        },
+        Builtin {
+            name: INPUT_TOO_LARGE,
+            outcome: Outcome::Deny,
+            retryable: false,
+            ttl: Ttl::Forever,
+            code: None,
+            message: "Sampling denied: the request from server '{server}' exceeds {limit}",
+            summary: "the request is over `max_input` or `max_messages`",
+        },
+        Builtin {
+            name: MAX_SCOPE,
+            outcome: Outcome::Trim,
+            retryable: false,
+            ttl: Ttl::None,
+            code: None,
+            message: "includeContext lowered to the server's max_context",
+            summary: "`includeContext` was wider than `max_context` and was lowered",
+        },
+        Builtin {
+            name: MAX_TOKENS,
+            outcome: Outcome::Trim,
+            retryable: false,
+            ttl: Ttl::None,
+            code: None,
+            message: "maxTokens clamped to the server's max_tokens",
+            summary: "`maxTokens` was above `max_tokens` and was clamped",
+        },
+        Builtin {
+            name: MODEL,
+            outcome: Outcome::Trim,
+            retryable: false,
+            ttl: Ttl::None,
+            code: None,
+            message: "model hints restricted to the server's models",
+            summary: "model hints outside `models` were dropped",
+        },
+        Builtin {
+            name: RATE_LIMIT,
+            outcome: Outcome::Deny,
+            retryable: true,
+            ttl: Ttl::AfterMs(60_000),
+            code: None,
+            message: "Sampling denied: rate limit for server '{server}' reached; retry after {retryAfter}s",
+            summary: "the server sent more requests than `rate` allows",
+        },
+        Builtin {
+            name: BUDGET_EXHAUSTED,
+            outcome: Outcome::Deny,
+            retryable: false,
+            ttl: Ttl::UntilReset,
+            code: None,
+            message: "Sampling denied: {window} budget for server '{server}' exhausted",
+            summary: "a `budget` of the server is spent until its window resets",
+        },
+        Builtin {
+            name: DEADLINE,
+            outcome: Outcome::Deny,
+            retryable: true,
+            ttl: Ttl::AfterMs(30_000),
+            code: None,
+            message: "Sampling denied: the completion for server '{server}' missed its {deadline} deadline",
+            summary: "the client reported that the completion missed `deadline`",
+        },
+        Builtin {
+            name: USER_DENIED,
+            outcome: Outcome::Deny,
+            retryable: false,
+            ttl: Ttl::Forever,
+            code: Some(USER_REFUSAL_CODE),
+            message: "Sampling denied: the user declined the request from server '{server}'",
+            summary: "the user refused consent",
+        },
+        Builtin {
+            name: USER_APPROVED,
+            outcome: Outcome::Allow,
+            retryable: false,
+            ttl: Ttl::Forever,
+            code: None,
+            message: "Sampling approved by the user",
+            summary: "the user gave consent; the approval is stored",
+        },
+    ];
+
+    /// The built-in reason of that name.
+    pub fn get(name: &str) -> Option<&'static Builtin> {
+        ALL.iter().find(|b| b.name == name)
+    }
+
+    /// The built-in reason's defaults as a spec, given the table's `error_code`.
+    pub fn spec(builtin: &Builtin, error_code: i64) -> ReasonSpec {
+        ReasonSpec {
+            retryable: builtin.retryable,
+            ttl: builtin.ttl,
+            code: builtin.code.unwrap_or(error_code),
+            message: builtin.message.to_owned(),
+        }
+    }
+
+    /// Placeholders a message template may use.
+    pub const PLACEHOLDERS: &[&str] = &[
+        "server",
+        "reason",
+        "limit",
+        "window",
+        "resetsAt",
+        "retryAfter",
+        "deadline",
+    ];
+}
