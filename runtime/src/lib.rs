@@ -6,4 +6,5 @@
 
 pub mod glob;
 pub mod identity;
+pub mod store;
 pub mod table;

@@ -1,0 +1,338 @@
+//! The decision store: what is remembered between requests.
+//!
+//! One trait, [`DecisionStore`], with two implementations: [`MemoryStore`]
+//! (one process, gone on exit) and, behind the `sqlite` feature (on by
+//! default), [`SqliteStore`], one file that survives restarts and `kill -9`.
+//!
+//! The store holds two kinds of state, both keyed by server:
+//! - stored decisions, keyed by (server_id, identity): a verdict, a reason, an
+//!   expiry, the effective-block digest that produced it and a `represented`
+//!   counter — never a completion;
+//! - spend against rate and budget limits, recorded atomically at admission
+//!   and settled afterwards with real token usage.
+//!
+//! Every operation is atomic at the level the engine needs — never a
+//! read-modify-write split across calls — so a networked store for a fleet of
+//! gateway replicas (Redis, PostgreSQL) can implement each in one round trip.
+//! See `runtime/STORE.md` for the design and measured figures.
+
+mod memory;
+
+pub use memory::MemoryStore;
+
+use std::path::PathBuf;
+
+/// Unix epoch milliseconds, UTC.
+pub type Millis = i64;
+
+/// Where a stored decision lives: one request identity of one server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DecisionKey {
+    /// The server the request came from, as the client names it.
+    pub server_id: String,
+    /// The request identity (`server_id:` + 32 hex), see [`crate::identity`].
+    pub identity: String,
+}
+
+impl DecisionKey {
+    /// A key from its two parts.
+    pub fn new(server_id: impl Into<String>, identity: impl Into<String>) -> Self {
+        DecisionKey {
+            server_id: server_id.into(),
+            identity: identity.into(),
+        }
+    }
+}
+
+/// The outcome a stored decision replays. Trims are never stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The request may run (consent was given).
+    Allow,
+    /// The request is refused with the stored reason and `data`.
+    Deny,
+}
+
+impl Verdict {
+    /// The stable text form, `allow` or `deny`, as stored on disk.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+        }
+    }
+
+    /// Parses [`Verdict::as_str`]'s output.
+    pub fn parse(text: &str) -> Option<Verdict> {
+        match text {
+            "allow" => Some(Verdict::Allow),
+            "deny" => Some(Verdict::Deny),
+            _ => None,
+        }
+    }
+}
+
+/// What is remembered about one request identity: a verdict and a reason, never a completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDecision {
+    /// Allow or deny.
+    pub verdict: Verdict,
+    /// The reason name, e.g. `policy.budget_exhausted` or `user.approved`.
+    pub reason: String,
+    /// The effective-block digest that produced it; a lookup with another digest misses.
+    pub digest: String,
+    /// None = no expiry (until the block changes).
+    pub expires_at: Option<Millis>,
+    /// The exact `error.data` JSON text sent with a denial (so a replay is byte-identical); None for allow.
+    pub data: Option<String>,
+    /// How many times this identity was re-presented and answered from the store.
+    pub represented: u64,
+    /// When the decision was made.
+    pub decided_at: Millis,
+}
+
+impl StoredDecision {
+    /// Whether the decision has expired at `now` (expiry is exclusive: at
+    /// `expires_at` it is already gone, so a denial expires exactly at `resetsAt`).
+    pub fn is_expired(&self, now: Millis) -> bool {
+        self.expires_at.is_some_and(|at| now >= at)
+    }
+}
+
+/// One limit the engine asks the store to enforce atomically at admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitCheck {
+    /// Stable key of the counter within the server, e.g. "rate", "budget:requests:day", "budget:tokens:rolling:86400000".
+    pub counter: String,
+    /// How much this request spends (1 for requests and rate; reserved maxTokens for token budgets).
+    pub amount: u64,
+    /// The most that may be spent in the window.
+    pub limit: u64,
+    /// The window the limit counts over.
+    pub window: LimitWindow,
+}
+
+/// The window a [`LimitCheck`] counts over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitWindow {
+    /// Spend with timestamps in (now - ms, now] counts.
+    Rolling {
+        /// The window's length in milliseconds.
+        ms: u64,
+    },
+    /// A calendar window [start, end) computed by the engine; spend recorded in it counts; resets at `end`.
+    Fixed {
+        /// The window's first millisecond.
+        start: Millis,
+        /// The first millisecond after the window: its reset.
+        end: Millis,
+    },
+}
+
+/// The answer to [`DecisionStore::admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Every check fitted; all were recorded atomically. `reservation` identifies the spend rows for settle().
+    Admitted {
+        /// Handle for [`DecisionStore::settle`]; unique within the store.
+        reservation: u64,
+    },
+    /// The first check (in the given order) that did not fit; nothing was recorded.
+    Refused {
+        /// Index of the refusing check in the slice given to `admit`.
+        index: usize,
+        /// Its counter name.
+        counter: String,
+        /// When enough spend leaves a rolling window for `amount` to fit, or the fixed window's end.
+        available_at: Millis,
+    },
+}
+
+/// Why a store operation failed. The engine fails closed on every one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The file exists but is not a readable mcpolicy store (garbage bytes,
+    /// truncated, a directory, a damaged page).
+    #[error("decision store {} is corrupt or not a decision store: {detail}", path.display())]
+    Corrupt {
+        /// The store file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The file was written by a newer mcpolicy (schema version above ours).
+    #[error(
+        "decision store {} has schema version {found}, newer than the {supported} this runtime understands; upgrade mcpolicy or use another file",
+        path.display()
+    )]
+    SchemaTooNew {
+        /// The store file.
+        path: PathBuf,
+        /// The version found in the file.
+        found: i64,
+        /// The newest version this runtime reads.
+        supported: i64,
+    },
+    /// The file is a valid SQLite database that some other program owns.
+    #[error(
+        "{} is an SQLite database but not an mcpolicy decision store ({detail}); refusing to touch it",
+        path.display()
+    )]
+    ForeignSchema {
+        /// The file.
+        path: PathBuf,
+        /// What gave it away.
+        detail: String,
+    },
+    /// The file could not be opened, created or accessed.
+    #[error("cannot access decision store {}: {source}", path.display())]
+    Io {
+        /// The store file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process held the store's write lock for longer than the busy timeout.
+    #[error("decision store {} is busy: another process held its lock past the timeout", path.display())]
+    Busy {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// An SQLite error not covered above.
+    #[cfg(feature = "sqlite")]
+    #[error("decision store {}: {source}", path.display())]
+    Sqlite {
+        /// The store file.
+        path: PathBuf,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A stored row does not decode (e.g. an unknown verdict).
+    #[error("decision store {}: unreadable row: {detail}", path.display())]
+    BadRow {
+        /// The store file (or `<memory>`).
+        path: PathBuf,
+        /// What did not decode.
+        detail: String,
+    },
+    /// `settle` named a reservation or counter the store does not hold (already
+    /// pruned, or never admitted).
+    #[error("no reservation {reservation} for counter `{counter}`")]
+    UnknownReservation {
+        /// The reservation handle.
+        reservation: u64,
+        /// The counter name.
+        counter: String,
+    },
+    /// A thread panicked while holding the store's lock.
+    #[error("decision store lock poisoned by a panicked thread")]
+    Poisoned,
+}
+
+/// Atomic operations at the level the engine needs — never a read-modify-write split across
+/// calls — so a networked store (Redis, PostgreSQL) can implement each in one round trip.
+pub trait DecisionStore: Send + Sync {
+    /// If a decision for `key` exists with this `digest` and has not expired at `now`, increment its
+    /// `represented` and return it (with the incremented count). Otherwise None.
+    fn replay(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+    ) -> Result<Option<StoredDecision>, StoreError>;
+    /// Check every limit against its window and, only if all fit, record all spends at `now`. Atomic with
+    /// respect to every other call on the same store (also across processes for SQLite).
+    fn admit(
+        &self,
+        server_id: &str,
+        checks: &[LimitCheck],
+        now: Millis,
+    ) -> Result<Admission, StoreError>;
+    /// Replace the reserved amount of `counter` in `reservation` with the real spend (token settlement).
+    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError>;
+    /// Store (insert or replace) the decision for `key` (represented starts at 0).
+    fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError>;
+    /// The stored decision as it is, without counting a replay (for tests and `mcpc eval`).
+    fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError>;
+    /// Delete decisions of `server_id` whose digest differs from `digest`, and expired ones; returns how many.
+    fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError>;
+}
+
+impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
+    fn replay(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+    ) -> Result<Option<StoredDecision>, StoreError> {
+        (**self).replay(key, digest, now)
+    }
+    fn admit(
+        &self,
+        server_id: &str,
+        checks: &[LimitCheck],
+        now: Millis,
+    ) -> Result<Admission, StoreError> {
+        (**self).admit(server_id, checks, now)
+    }
+    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
+        (**self).settle(reservation, counter, actual)
+    }
+    fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
+        (**self).record(key, decision)
+    }
+    fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError> {
+        (**self).get(key)
+    }
+    fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
+        (**self).purge_stale(server_id, digest, now)
+    }
+}
+
+/// How much of `amount` cannot fit: the spend that must leave a rolling
+/// window before `amount` fits under `limit`, given `spent` so far.
+fn must_free(spent: u64, amount: u64, limit: u64) -> u64 {
+    spent.saturating_add(amount).saturating_sub(limit)
+}
+
+/// When a rolling-window refusal clears: walk spend rows oldest first
+/// (`(at, amount)`, sorted by `at`) until `need` has been freed; that row
+/// leaves the window `ms` after it was recorded. If `amount > limit` nothing
+/// will ever fit, and `Millis::MAX` is returned.
+fn rolling_available_at(
+    rows: impl IntoIterator<Item = (Millis, u64)>,
+    need: u64,
+    amount: u64,
+    limit: u64,
+    ms: u64,
+    now: Millis,
+) -> Millis {
+    if amount > limit {
+        return Millis::MAX;
+    }
+    let mut freed: u64 = 0;
+    for (at, spent) in rows {
+        freed = freed.saturating_add(spent);
+        if freed >= need {
+            // A row recorded at `at` counts while at > now - ms, i.e. until now = at + ms.
+            return at.saturating_add(ms_as_millis(ms));
+        }
+    }
+    now
+}
+
+/// A window length as [`Millis`], saturating (a window longer than the epoch
+/// range behaves as "forever").
+fn ms_as_millis(ms: u64) -> Millis {
+    Millis::try_from(ms).unwrap_or(Millis::MAX)
+}
+
+/// The first timestamp that still counts in a rolling window of `ms` at `now`:
+/// rows with `at >= rolling_floor(now, ms)` are inside `(now - ms, now]`.
+fn rolling_floor(now: Millis, ms: u64) -> Millis {
+    now.saturating_sub(ms_as_millis(ms)).saturating_add(1)
+}
