@@ -1,1 +1,9 @@
-//! mcpolicy compiler
+//! The mcpolicy compiler: parses `.mcpolicy` text into a typed syntax tree,
+//! checks it, lowers it into the runtime's decision table and formats it.
+//! All of it runs as salsa queries over a source-text input, so that the
+//! language server only sets inputs.
+
+pub mod codes;
+pub mod diagnostic;
+pub mod parse;
+pub mod syntax;

@@ -1,0 +1,511 @@
+//! From source text to the typed syntax tree. The parser never fails: text
+//! the grammar cannot read becomes a `Bad` node that the checker reports.
+
+use mcpolicy_grammar::{PolicyParser, Rule};
+use pest::Parser;
+use pest::iterators::Pair;
+
+use crate::codes::Code;
+use crate::diagnostic::Diagnostic;
+use crate::syntax::*;
+
+/// The tree and the findings made while building it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Parsed {
+    /// The syntax tree.
+    pub file: SourceFile,
+    /// Lexical findings (bad escapes, control characters).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Parses a policy.
+pub fn parse(text: &str) -> Parsed {
+    let mut builder = Builder::default();
+    builder.control_characters(text);
+    match PolicyParser::parse(Rule::file, text) {
+        Ok(mut pairs) => {
+            if let Some(file) = pairs.next() {
+                for pair in file.into_inner() {
+                    builder.top(pair);
+                }
+            }
+        }
+        // The grammar accepts every input by construction; this is a guard
+        // against a grammar bug, reported rather than panicking.
+        Err(error) => {
+            let at = match error.location {
+                pest::error::InputLocation::Pos(p) => p,
+                pest::error::InputLocation::Span((s, _)) => s,
+            };
+            builder.diagnostics.push(
+                Diagnostic::new(
+                    Code::E0001,
+                    Span::new(at, at),
+                    "the grammar could not read the file",
+                    "here",
+                )
+                .note(format!(
+                    "internal parser error: {}",
+                    error.variant.message()
+                )),
+            );
+        }
+    }
+    builder.comments.sort_by_key(|c| c.span.start);
+    Parsed {
+        file: SourceFile {
+            items: builder.items,
+            comments: builder.comments,
+        },
+        diagnostics: builder.diagnostics,
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    items: Vec<Item>,
+    comments: Vec<Comment>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Builder {
+    /// Reports NUL and other control characters outside strings and comments
+    /// once per run of them.
+    fn control_characters(&mut self, text: &str) {
+        let mut in_comment = false;
+        let mut in_string = false;
+        let mut escaped = false;
+        let mut reported_until = 0;
+        for (offset, c) in text.char_indices() {
+            match c {
+                '\n' | '\r' => {
+                    in_comment = false;
+                    in_string = false;
+                }
+                '#' if !in_string => in_comment = true,
+                '"' if !in_comment && !escaped => in_string = !in_string,
+                _ => {}
+            }
+            escaped = in_string && c == '\\' && !escaped;
+            let control = c.is_control() && !matches!(c, '\n' | '\r' | '\t');
+            if control && offset >= reported_until && (c == '\0' || !(in_comment || in_string)) {
+                let end = text[offset..]
+                    .char_indices()
+                    .find(|(_, c)| !(c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
+                    .map_or(text.len(), |(i, _)| offset + i);
+                reported_until = end;
+                let shown = format!("U+{:04X}", c as u32);
+                self.diagnostics.push(
+                    Diagnostic::new(
+                        Code::E0007,
+                        Span::new(offset, end),
+                        format!("control character {shown} in the policy"),
+                        "control character",
+                    )
+                    .help("remove it; policies are plain text"),
+                );
+            }
+        }
+    }
+
+    fn collect_comments(&mut self, pair: &Pair<'_, Rule>) {
+        for inner in pair.clone().into_inner().flatten() {
+            if inner.as_rule() == Rule::COMMENT {
+                self.comments.push(Comment {
+                    text: inner.as_str().trim_end().to_owned(),
+                    span: inner.as_span().into(),
+                });
+            }
+        }
+    }
+
+    fn top(&mut self, pair: Pair<'_, Rule>) {
+        let span: Span = pair.as_span().into();
+        match pair.as_rule() {
+            Rule::COMMENT => {
+                self.comments.push(Comment {
+                    text: pair.as_str().trim_end().to_owned(),
+                    span,
+                });
+                return;
+            }
+            Rule::EOI => return,
+            _ => {}
+        }
+        self.collect_comments(&pair);
+        let rule = pair.as_rule();
+        let mut inner = significant(pair.clone());
+        let keyword = inner.first().map_or(span, |p| p.as_span().into());
+        let kind = match rule {
+            Rule::version_decl => ItemKind::Version(int_lit(&inner[1])),
+            Rule::protocol_decl => ItemKind::Protocol(spanned_str(&inner[1])),
+            Rule::error_code_decl => ItemKind::ErrorCode(int_lit(&inner[1])),
+            Rule::identity_decl => {
+                ItemKind::Identity(inner.drain(1..).map(|p| spanned_str(&p)).collect())
+            }
+            Rule::reason_decl => {
+                let name = spanned_str(&inner[1]);
+                let body = self.block(inner.remove(2), Self::reason_stmt);
+                ItemKind::Reason(ReasonDecl { name, body })
+            }
+            Rule::defaults_decl => {
+                ItemKind::Defaults(self.block(inner.remove(1), Self::policy_stmt))
+            }
+            Rule::server_decl => {
+                let pattern = self.string(&inner[1]);
+                let body = self.block(inner.remove(2), Self::policy_stmt);
+                ItemKind::Server(ServerDecl { pattern, body })
+            }
+            _ => ItemKind::Bad(pair.as_str().to_owned()),
+        };
+        let keyword = if matches!(kind, ItemKind::Bad(_)) {
+            span
+        } else {
+            keyword
+        };
+        self.items.push(Item {
+            kind,
+            keyword,
+            span,
+        });
+    }
+
+    fn block<S>(
+        &mut self,
+        pair: Pair<'_, Rule>,
+        stmt: fn(&mut Self, Pair<'_, Rule>) -> S,
+    ) -> Block<S> {
+        let mut open = Span::from(pair.as_span());
+        let mut close = None;
+        let mut stmts = Vec::new();
+        for inner in pair.into_inner() {
+            match inner.as_rule() {
+                Rule::open_brace => open = inner.as_span().into(),
+                Rule::close_brace => close = Some(inner.as_span().into()),
+                Rule::COMMENT => {}
+                _ => stmts.push(stmt(self, inner)),
+            }
+        }
+        Block { stmts, open, close }
+    }
+
+    fn policy_stmt(&mut self, pair: Pair<'_, Rule>) -> Stmt {
+        let span: Span = pair.as_span().into();
+        let rule = pair.as_rule();
+        let parts = significant(pair.clone());
+        let keyword = parts.first().map_or(span, |p| p.as_span().into());
+        let as_clause = |parts: &[Pair<'_, Rule>]| {
+            parts
+                .iter()
+                .find(|p| p.as_rule() == Rule::as_clause)
+                .and_then(|p| significant(p.clone()).get(1).map(spanned_str))
+        };
+        let kind = match rule {
+            Rule::sampling_stmt => StmtKind::Sampling(switch(&parts[1]), as_clause(&parts)),
+            Rule::tools_stmt => StmtKind::Tools(switch(&parts[1]), as_clause(&parts)),
+            Rule::max_context_stmt => StmtKind::MaxContext(spanned_str(&parts[1])),
+            Rule::max_input_stmt => StmtKind::MaxInput(quantity(&parts[1]), as_clause(&parts)),
+            Rule::max_messages_stmt => {
+                StmtKind::MaxMessages(quantity(&parts[1]), as_clause(&parts))
+            }
+            Rule::max_tokens_stmt => StmtKind::MaxTokens(quantity(&parts[1])),
+            Rule::rate_stmt => StmtKind::Rate {
+                count: quantity(&parts[1]),
+                window: quantity(&parts[3]),
+                reason: as_clause(&parts),
+            },
+            Rule::budget_stmt => StmtKind::Budget {
+                limit: quantity(&parts[1]),
+                metric: spanned_str(&parts[2]),
+                window: match parts[4].as_rule() {
+                    Rule::duration => WindowSyntax::Rolling(quantity(&parts[4])),
+                    _ => WindowSyntax::Calendar(spanned_str(&parts[4])),
+                },
+                reason: as_clause(&parts),
+            },
+            Rule::deadline_stmt => StmtKind::Deadline(quantity(&parts[1]), as_clause(&parts)),
+            Rule::consent_stmt => StmtKind::Consent(spanned_str(&parts[1])),
+            Rule::models_stmt => {
+                StmtKind::Models(parts[1..].iter().map(|p| self.string(p)).collect())
+            }
+            _ => StmtKind::Bad(BadStmt {
+                text: pair.as_str().to_owned(),
+                span,
+            }),
+        };
+        let keyword = if matches!(kind, StmtKind::Bad(_)) {
+            first_word(pair.as_str(), span)
+        } else {
+            keyword
+        };
+        Stmt {
+            kind,
+            keyword,
+            span,
+        }
+    }
+
+    fn reason_stmt(&mut self, pair: Pair<'_, Rule>) -> ReasonStmt {
+        let span: Span = pair.as_span().into();
+        let rule = pair.as_rule();
+        let parts = significant(pair.clone());
+        let keyword = parts.first().map_or(span, |p| p.as_span().into());
+        let kind = match rule {
+            Rule::retryable_stmt => ReasonStmtKind::Retryable(Spanned::new(
+                parts[1].as_str() == "true",
+                parts[1].as_span().into(),
+            )),
+            Rule::ttl_stmt => ReasonStmtKind::Ttl(match parts[1].as_rule() {
+                Rule::duration => TtlSyntax::Duration(quantity(&parts[1])),
+                _ => TtlSyntax::Keyword(spanned_str(&parts[1])),
+            }),
+            Rule::message_stmt => ReasonStmtKind::Message(self.string(&parts[1])),
+            Rule::code_stmt => ReasonStmtKind::Code(int_lit(&parts[1])),
+            _ => ReasonStmtKind::Bad(BadStmt {
+                text: pair.as_str().to_owned(),
+                span,
+            }),
+        };
+        let keyword = if matches!(kind, ReasonStmtKind::Bad(_)) {
+            first_word(pair.as_str(), span)
+        } else {
+            keyword
+        };
+        ReasonStmt {
+            kind,
+            keyword,
+            span,
+        }
+    }
+
+    /// Resolves a string literal's escapes, reporting bad ones.
+    fn string(&mut self, pair: &Pair<'_, Rule>) -> StringLit {
+        let span: Span = pair.as_span().into();
+        let raw = pair.as_str();
+        let body = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
+        let (value, errors) = unescape(body, span.start + 1);
+        for (at, message) in errors {
+            self.diagnostics.push(
+                Diagnostic::new(Code::E0004, at, message, "invalid escape")
+                    .help(r#"write `\\` for a backslash, `\"` for a quote, or `\u{E9}` for a character by code"#),
+            );
+        }
+        StringLit { value, span }
+    }
+}
+
+/// The children that carry meaning (comments dropped).
+fn significant(pair: Pair<'_, Rule>) -> Vec<Pair<'_, Rule>> {
+    pair.into_inner()
+        .filter(|p| p.as_rule() != Rule::COMMENT)
+        .collect()
+}
+
+fn spanned_str(pair: &Pair<'_, Rule>) -> Spanned<String> {
+    Spanned::new(pair.as_str().to_owned(), pair.as_span().into())
+}
+
+fn switch(pair: &Pair<'_, Rule>) -> Spanned<bool> {
+    Spanned::new(pair.as_str() == "on", pair.as_span().into())
+}
+
+fn int_lit(pair: &Pair<'_, Rule>) -> IntLit {
+    let text = pair.as_str().to_owned();
+    let value = text.replace('_', "").parse::<i64>().ok();
+    IntLit {
+        value,
+        text,
+        span: pair.as_span().into(),
+    }
+}
+
+fn quantity(pair: &Pair<'_, Rule>) -> Quantity {
+    let mut number = None;
+    let mut unit = None;
+    for inner in pair.clone().into_inner() {
+        match inner.as_rule() {
+            Rule::int => number = Some(int_lit(&inner)),
+            _ => unit = Some(spanned_str(&inner)),
+        }
+    }
+    let span: Span = pair.as_span().into();
+    let number = number.unwrap_or(IntLit {
+        value: None,
+        text: String::new(),
+        span,
+    });
+    Quantity { number, unit, span }
+}
+
+fn first_word(text: &str, span: Span) -> Span {
+    let len = text
+        .char_indices()
+        .find(|(_, c)| !(c.is_alphanumeric() || *c == '_' || *c == '.' || *c == '-'))
+        .map_or(text.len(), |(i, _)| i);
+    let len = if len == 0 {
+        text.chars().next().map_or(0, char::len_utf8)
+    } else {
+        len
+    };
+    Span::new(span.start, span.start + len)
+}
+
+/// Resolves `\\ \" \n \t \u{HEX}`; returns the value and each bad escape's span and message.
+pub fn unescape(body: &str, offset: usize) -> (String, Vec<(Span, String)>) {
+    let mut value = String::with_capacity(body.len());
+    let mut errors = Vec::new();
+    let mut chars = body.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c != '\\' {
+            value.push(c);
+            continue;
+        }
+        let Some((j, e)) = chars.next() else {
+            errors.push((
+                Span::new(offset + i, offset + i + 1),
+                "a string cannot end with `\\`".to_owned(),
+            ));
+            break;
+        };
+        let end = offset + j + e.len_utf8();
+        match e {
+            '\\' => value.push('\\'),
+            '"' => value.push('"'),
+            'n' => value.push('\n'),
+            't' => value.push('\t'),
+            'u' => {
+                let rest = &body[j + 1..];
+                let parsed = rest
+                    .strip_prefix('{')
+                    .and_then(|r| r.find('}').map(|close| &r[..close]))
+                    .filter(|hex| (1..=6).contains(&hex.len()))
+                    .and_then(|hex| u32::from_str_radix(hex, 16).ok().map(|n| (hex.len(), n)));
+                match parsed.and_then(|(len, n)| char::from_u32(n).map(|c| (len, c))) {
+                    Some((len, c)) => {
+                        value.push(c);
+                        for _ in 0..len + 2 {
+                            chars.next();
+                        }
+                    }
+                    None => errors.push((
+                        Span::new(offset + i, end),
+                        "`\\u` must be followed by `{HEX}` naming a Unicode scalar value"
+                            .to_owned(),
+                    )),
+                }
+            }
+            other => errors.push((
+                Span::new(offset + i, end),
+                format!("unknown escape `\\{other}`"),
+            )),
+        }
+    }
+    (value, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_design_example() {
+        let text = r#"mcpolicy 1
+error_code -32010                      # implementation-defined band
+identity systemPrompt, messages, includeContext, modelPreferences
+
+reason policy.rate_limit        { retryable true;  ttl 60s }
+reason policy.budget_exhausted  { retryable false; ttl until_reset }
+
+defaults {
+  max_context thisServer               # wider requests are trimmed, not denied
+  max_input 64 KiB
+  max_messages 50
+  rate 30 per 1m
+  consent first
+}
+
+server "release-notes" {
+  budget 50 requests per day
+  budget 200k tokens per 24h
+  max_context none
+}
+
+server "github-*" { sampling off }
+"#;
+        let parsed = parse(text);
+        assert!(parsed.diagnostics.is_empty(), "{:?}", parsed.diagnostics);
+        let kinds: Vec<_> = parsed
+            .file
+            .items
+            .iter()
+            .map(|i| std::mem::discriminant(&i.kind))
+            .collect();
+        assert_eq!(kinds.len(), 8);
+        assert!(
+            parsed
+                .file
+                .items
+                .iter()
+                .all(|i| !matches!(i.kind, ItemKind::Bad(_)))
+        );
+        assert_eq!(parsed.file.comments.len(), 2);
+        let ItemKind::Server(release) = &parsed.file.items[6].kind else {
+            panic!("not a server")
+        };
+        assert_eq!(release.pattern.value, "release-notes");
+        assert_eq!(release.body.stmts.len(), 3);
+        assert!(
+            release
+                .body
+                .stmts
+                .iter()
+                .all(|s| !matches!(s.kind, StmtKind::Bad(_)))
+        );
+    }
+
+    #[test]
+    fn recovers_per_item_and_statement() {
+        let text = "mcpolicy 1\nservr \"x\" { sampling off }\nserver \"a\" {\n  max_tokens lots\n  rate 3 per 1m\n}\nreason foo\n";
+        let parsed = parse(text);
+        let items = &parsed.file.items;
+        assert!(matches!(items[1].kind, ItemKind::Bad(_)));
+        let ItemKind::Server(a) = &items[2].kind else {
+            panic!("server expected")
+        };
+        assert!(matches!(a.body.stmts[0].kind, StmtKind::Bad(_)));
+        assert!(matches!(a.body.stmts[1].kind, StmtKind::Rate { .. }));
+        assert!(matches!(items[3].kind, ItemKind::Bad(_)));
+    }
+
+    #[test]
+    fn unclosed_block_ends_at_next_item() {
+        let parsed =
+            parse("mcpolicy 1\nserver \"a\" {\n  sampling off\nserver \"b\" { sampling on }\n");
+        let ItemKind::Server(a) = &parsed.file.items[1].kind else {
+            panic!("server expected")
+        };
+        assert!(a.body.close.is_none());
+        assert!(matches!(parsed.file.items[2].kind, ItemKind::Server(_)));
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(unescape(r"a\u{e9}\n", 0).0, "aé\n");
+        assert_eq!(unescape(r"\q", 0).1.len(), 1);
+        assert_eq!(unescape(r"\u{110000}", 0).1.len(), 1);
+    }
+
+    #[test]
+    fn hostile_inputs_do_not_panic() {
+        for text in [
+            String::new(),
+            "{".repeat(10_000),
+            "}".repeat(10_000),
+            "\0\0\0".to_owned(),
+            format!("server \"{}\" {{", "x".repeat(1 << 20)),
+            "server \"a\" { models \"\\".to_owned(),
+        ] {
+            let _ = parse(&text);
+        }
+    }
+}

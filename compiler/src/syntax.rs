@@ -1,0 +1,333 @@
+//! The typed syntax tree of a `.mcpolicy` file. Every node carries the byte
+//! span it was read from; nothing here knows about diagnostics or meaning.
+
+use std::fmt;
+
+/// A byte range `[start, end)` in the source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Span {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+}
+
+impl Span {
+    /// A span from `start` to `end`.
+    pub fn new(start: usize, end: usize) -> Self {
+        Span { start, end }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+
+    /// Length in bytes.
+    pub fn len(self) -> usize {
+        self.end - self.start
+    }
+
+    /// Whether the span covers no byte.
+    pub fn is_empty(self) -> bool {
+        self.start == self.end
+    }
+
+    /// Whether `offset` lies inside the span (end inclusive, for cursors).
+    pub fn contains(self, offset: usize) -> bool {
+        self.start <= offset && offset <= self.end
+    }
+}
+
+impl From<pest::Span<'_>> for Span {
+    fn from(span: pest::Span<'_>) -> Self {
+        Span::new(span.start(), span.end())
+    }
+}
+
+impl From<Span> for miette::SourceSpan {
+    fn from(span: Span) -> Self {
+        (span.start, span.len()).into()
+    }
+}
+
+/// A value and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Spanned<T> {
+    /// The value.
+    pub value: T,
+    /// Where it was written.
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    /// Pairs a value with its span.
+    pub fn new(value: T, span: Span) -> Self {
+        Spanned { value, span }
+    }
+}
+
+/// An integer literal. `value` is `None` when it does not fit an `i64`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IntLit {
+    /// The parsed value, if it fits.
+    pub value: Option<i64>,
+    /// The literal as written (digit separators included).
+    pub text: String,
+    /// Where it was written.
+    pub span: Span,
+}
+
+/// A whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct SourceFile {
+    /// Top-level items in source order.
+    pub items: Vec<Item>,
+    /// Every comment, in source order, for the formatter.
+    pub comments: Vec<Comment>,
+}
+
+/// A `# …` comment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Comment {
+    /// The text including `#`, without the line break.
+    pub text: String,
+    /// Where it was written.
+    pub span: Span,
+}
+
+/// A top-level item.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Item {
+    /// What the item is.
+    pub kind: ItemKind,
+    /// The leading keyword's span (the whole text for a bad item).
+    pub keyword: Span,
+    /// The whole item.
+    pub span: Span,
+}
+
+/// The kinds of top-level item.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ItemKind {
+    /// `mcpolicy 1`
+    Version(IntLit),
+    /// `protocol 2025-11-25`
+    Protocol(Spanned<String>),
+    /// `error_code -32010`
+    ErrorCode(IntLit),
+    /// `identity systemPrompt, messages`
+    Identity(Vec<Spanned<String>>),
+    /// `reason name { … }`
+    Reason(ReasonDecl),
+    /// `defaults { … }`
+    Defaults(Block<Stmt>),
+    /// `server "pattern" { … }`
+    Server(ServerDecl),
+    /// Text the grammar could not read as any item.
+    Bad(String),
+}
+
+/// `reason policy.rate_limit { retryable true; ttl 60s }`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReasonDecl {
+    /// The reason's name.
+    pub name: Spanned<String>,
+    /// Its properties.
+    pub body: Block<ReasonStmt>,
+}
+
+/// `server "release-notes" { … }`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServerDecl {
+    /// The id or glob, unescaped.
+    pub pattern: StringLit,
+    /// Its statements.
+    pub body: Block<Stmt>,
+}
+
+/// A braced list of statements.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Block<S> {
+    /// The statements in source order.
+    pub stmts: Vec<S>,
+    /// The `{`.
+    pub open: Span,
+    /// The `}`, or `None` when it is missing.
+    pub close: Option<Span>,
+}
+
+/// A string literal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StringLit {
+    /// The value after escapes are resolved.
+    pub value: String,
+    /// The literal including its quotes.
+    pub span: Span,
+}
+
+/// A statement in `defaults` or a `server` block.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Stmt {
+    /// What it says.
+    pub kind: StmtKind,
+    /// The keyword's span.
+    pub keyword: Span,
+    /// The whole statement.
+    pub span: Span,
+}
+
+/// `as acme.reason`: the reason a denial carries instead of the built-in one.
+pub type AsClause = Option<Spanned<String>>;
+
+/// The statements of a policy block.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StmtKind {
+    /// `sampling on|off [as r]`
+    Sampling(Spanned<bool>, AsClause),
+    /// `tools on|off [as r]`
+    Tools(Spanned<bool>, AsClause),
+    /// `max_context none|thisServer|allServers`
+    MaxContext(Spanned<String>),
+    /// `max_input 64 KiB [as r]`
+    MaxInput(Quantity, AsClause),
+    /// `max_messages 50 [as r]`
+    MaxMessages(Quantity, AsClause),
+    /// `max_tokens 4096`
+    MaxTokens(Quantity),
+    /// `rate 30 per 1m [as r]`
+    Rate {
+        /// Requests per window.
+        count: Quantity,
+        /// The rolling window.
+        window: Quantity,
+        /// Reason override.
+        reason: AsClause,
+    },
+    /// `budget 50 requests per day [as r]`
+    Budget {
+        /// The limit.
+        limit: Quantity,
+        /// `requests` or `tokens`.
+        metric: Spanned<String>,
+        /// A calendar unit or a rolling duration.
+        window: WindowSyntax,
+        /// Reason override.
+        reason: AsClause,
+    },
+    /// `deadline 60s [as r]`
+    Deadline(Quantity, AsClause),
+    /// `consent always|first|never`
+    Consent(Spanned<String>),
+    /// `models "claude-*", "gpt-4o"`
+    Models(Vec<StringLit>),
+    /// A statement the grammar could not read.
+    Bad(BadStmt),
+}
+
+impl StmtKind {
+    /// The statement's keyword as written in source, for messages and duplicate checks.
+    pub fn keyword(&self) -> &str {
+        match self {
+            StmtKind::Sampling(..) => "sampling",
+            StmtKind::Tools(..) => "tools",
+            StmtKind::MaxContext(_) => "max_context",
+            StmtKind::MaxInput(..) => "max_input",
+            StmtKind::MaxMessages(..) => "max_messages",
+            StmtKind::MaxTokens(_) => "max_tokens",
+            StmtKind::Rate { .. } => "rate",
+            StmtKind::Budget { .. } => "budget",
+            StmtKind::Deadline(..) => "deadline",
+            StmtKind::Consent(_) => "consent",
+            StmtKind::Models(_) => "models",
+            StmtKind::Bad(bad) => &bad.text,
+        }
+    }
+}
+
+/// A budget window as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WindowSyntax {
+    /// `per day`
+    Calendar(Spanned<String>),
+    /// `per 24h`
+    Rolling(Quantity),
+}
+
+/// The statements of a `reason` declaration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReasonStmt {
+    /// What it says.
+    pub kind: ReasonStmtKind,
+    /// The keyword's span.
+    pub keyword: Span,
+    /// The whole statement.
+    pub span: Span,
+}
+
+/// A reason property.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReasonStmtKind {
+    /// `retryable true|false`
+    Retryable(Spanned<bool>),
+    /// `ttl 60s|until_reset|forever|none`
+    Ttl(TtlSyntax),
+    /// `message "…"`
+    Message(StringLit),
+    /// `code -32011`
+    Code(IntLit),
+    /// A property the grammar could not read.
+    Bad(BadStmt),
+}
+
+impl ReasonStmtKind {
+    /// The property's keyword.
+    pub fn keyword(&self) -> &str {
+        match self {
+            ReasonStmtKind::Retryable(_) => "retryable",
+            ReasonStmtKind::Ttl(_) => "ttl",
+            ReasonStmtKind::Message(_) => "message",
+            ReasonStmtKind::Code(_) => "code",
+            ReasonStmtKind::Bad(bad) => &bad.text,
+        }
+    }
+}
+
+/// A reason's ttl as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TtlSyntax {
+    /// `ttl 60s`
+    Duration(Quantity),
+    /// `ttl until_reset`, `forever` or `none`.
+    Keyword(Spanned<String>),
+}
+
+/// Text the grammar could not read as a statement.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BadStmt {
+    /// The whole text of the statement.
+    pub text: String,
+    /// Its span.
+    pub span: Span,
+}
+
+/// A number with an optional unit: `4096`, `200k`, `64 KiB`, `60s`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Quantity {
+    /// The number.
+    pub number: IntLit,
+    /// The unit or suffix, if any.
+    pub unit: Option<Spanned<String>>,
+    /// The whole quantity.
+    pub span: Span,
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.number.text)?;
+        if let Some(unit) = &self.unit {
+            f.write_str(&unit.value)?;
+        }
+        Ok(())
+    }
+}
