@@ -1,11 +1,28 @@
-//! Canonical JSON (RFC 8785 after NFC) and request identity.
+//! Canonical JSON (RFC 8785, after NFC) and request identity.
 //!
-//! NOTE: first cut written to fix the API; the streaming canonicaliser with
-//! an ASCII/NFC quick-check fast path replaces the body of `write_canonical`.
+//! A request's identity keys durable decisions, so two requests a human
+//! would call identical must hash alike however their JSON was encoded:
+//! key order, whitespace, `\u00e9` versus `é`, decomposed versus precomposed
+//! accents, `1` versus `1.0` versus `1e0`. The canonical form is RFC 8785
+//! (JCS) applied after NFC-normalising every string, keys included.
+//!
+//! The canonicaliser streams: it walks the [`Value`] once (iteratively, so no
+//! depth can overflow the stack) and writes into a [`Sink`] through a small
+//! buffer, so a hasher is fed in large chunks. Strings that are ASCII or pass
+//! Unicode's NFC quick check are written without allocating; escapes are
+//! found eight bytes at a time.
+//!
+//! Identities must never drift between releases: `tests/cases/identity/vectors.json`
+//! freezes them.
 
-use serde_json::Value;
-use sha2::Sha256;
-use unicode_normalization::UnicodeNormalization;
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::{Map, Number, Value};
+use sha2::{Digest, Sha256};
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// Where canonical bytes go: a hasher, or a buffer.
 pub trait Sink {
@@ -21,61 +38,680 @@ impl Sink for Vec<u8> {
 
 impl Sink for Sha256 {
     fn put(&mut self, bytes: &[u8]) {
-        sha2::Digest::update(self, bytes);
+        Digest::update(self, bytes);
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn put(&mut self, bytes: &[u8]) {
+        (**self).put(bytes);
+    }
+}
+
+/// Counts canonical bytes without keeping them (see [`canonical_len`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ByteCount(pub u64);
+
+impl Sink for ByteCount {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len() as u64;
     }
 }
 
 /// Writes the RFC 8785 form of `value`, every string (keys included) NFC-normalised.
+///
+/// Object keys are sorted by the UTF-16 code units of their NFC form, never
+/// by the map's own iteration order (serde_json's `preserve_order` feature
+/// would make that insertion order). Two keys of one object that are equal
+/// only after NFC (strict request parsing rejects those) are ordered by their
+/// original form, so the output still never depends on map order.
+///
+/// Numbers follow ECMAScript's `Number.prototype.toString`, as RFC 8785
+/// requires: integers beyond ±2^53 go through `f64` as a JavaScript parser
+/// would take them. A non-finite number (possible only with serde_json's
+/// `arbitrary_precision`) is written as `null`, as `JSON.stringify` does.
 pub fn write_canonical(value: &Value, out: &mut impl Sink) {
-    match value {
-        Value::Null => out.put(b"null"),
-        Value::Bool(true) => out.put(b"true"),
-        Value::Bool(false) => out.put(b"false"),
-        Value::Number(n) => out.put(n.to_string().as_bytes()),
-        Value::String(s) => write_string(s, out),
-        Value::Array(items) => {
-            out.put(b"[");
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.put(b",");
-                }
-                write_canonical(item, out);
-            }
-            out.put(b"]");
+    let mut writer = Writer::new(out);
+    writer.value(value);
+    writer.flush();
+}
+
+/// The canonical bytes of `value` (see [`write_canonical`]).
+pub fn canonical_bytes(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+/// The length in bytes of the canonical form of `value`, without building it.
+pub fn canonical_len(value: &Value) -> u64 {
+    let mut count = ByteCount::default();
+    write_canonical(value, &mut count);
+    count.0
+}
+
+/// Writes the canonical form of the identity payload
+/// `{f: params[f] or null for f in fields}`.
+///
+/// Field names are looked up in `params` exactly as given; a field listed
+/// twice appears once.
+pub fn write_identity_payload(params: &Map<String, Value>, fields: &[String], out: &mut impl Sink) {
+    static NULL: Value = Value::Null;
+    let mut entries: Vec<Entry<'_>> = fields
+        .iter()
+        .map(|field| Entry {
+            key: nfc(field),
+            raw: field.as_str(),
+            value: params.get(field.as_str()).unwrap_or(&NULL),
+        })
+        .collect();
+    entries.sort_by(Entry::cmp);
+    entries.dedup_by(|later, earlier| later.raw == earlier.raw);
+
+    let mut writer = Writer::new(out);
+    writer.object_entries(entries);
+    writer.flush();
+}
+
+/// A request's identity: `server_id + ":" +` the first 32 lowercase hex
+/// characters of the SHA-256 of the canonical identity payload.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct RequestIdentity(String);
+
+impl RequestIdentity {
+    /// The identity as text, e.g. `release-notes:3f2a…` (32 hex digits).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The identity as an owned string.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Display for RequestIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for RequestIdentity {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The identity of a request from `server_id` with these `params`, over the
+/// policy's identity `fields` (DESIGN, "Evaluation" step 2).
+///
+/// Absent fields count as `null`; every other member of `params` (such as
+/// `maxTokens` or `temperature`) leaves the identity unchanged.
+pub fn request_identity(
+    server_id: &str,
+    params: &Map<String, Value>,
+    fields: &[String],
+) -> RequestIdentity {
+    let mut hasher = Sha256::new();
+    write_identity_payload(params, fields, &mut hasher);
+    let digest = hasher.finalize();
+
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(server_id.len() + 33);
+    text.push_str(server_id);
+    text.push(':');
+    for byte in digest.iter().take(16) {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    RequestIdentity(text)
+}
+
+/// One member of an object being written: its NFC key, original key, value.
+struct Entry<'a> {
+    key: Cow<'a, str>,
+    raw: &'a str,
+    value: &'a Value,
+}
+
+impl Entry<'_> {
+    fn cmp(a: &Self, b: &Self) -> Ordering {
+        cmp_utf16(&a.key, &b.key).then_with(|| cmp_utf16(a.raw, b.raw))
+    }
+}
+
+/// Containers being written, innermost last.
+enum Frame<'a> {
+    Array(std::slice::Iter<'a, Value>),
+    /// Keys already NFC and in canonical order: no allocation needed.
+    InOrder(serde_json::map::Iter<'a>),
+    Sorted(std::vec::IntoIter<Entry<'a>>),
+}
+
+/// Large enough that a hasher is fed whole blocks, small enough for the stack.
+const BUFFER: usize = 4096;
+
+/// Writes canonical JSON into a sink through a fixed buffer.
+struct Writer<'s, S: Sink + ?Sized> {
+    sink: &'s mut S,
+    buf: [u8; BUFFER],
+    len: usize,
+}
+
+impl<'s, S: Sink + ?Sized> Writer<'s, S> {
+    fn new(sink: &'s mut S) -> Self {
+        Writer {
+            sink,
+            buf: [0; BUFFER],
+            len: 0,
         }
-        Value::Object(map) => {
-            let mut entries: Vec<(String, &Value)> =
-                map.iter().map(|(k, v)| (k.nfc().collect(), v)).collect();
-            entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-            out.put(b"{");
-            for (i, (key, item)) in entries.iter().enumerate() {
-                if i > 0 {
-                    out.put(b",");
-                }
-                write_string(key, out);
-                out.put(b":");
-                write_canonical(item, out);
+    }
+
+    fn flush(&mut self) {
+        if self.len > 0 {
+            self.sink.put(&self.buf[..self.len]);
+            self.len = 0;
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self, byte: u8) {
+        if self.len == BUFFER {
+            self.flush();
+        }
+        self.buf[self.len] = byte;
+        self.len += 1;
+    }
+
+    #[inline]
+    fn bytes(&mut self, bytes: &[u8]) {
+        if bytes.len() <= BUFFER - self.len {
+            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        } else {
+            self.bytes_slow(bytes);
+        }
+    }
+
+    #[cold]
+    fn bytes_slow(&mut self, bytes: &[u8]) {
+        self.flush();
+        if bytes.len() >= BUFFER {
+            // A long clean run goes to the sink as it is, without a copy.
+            self.sink.put(bytes);
+        } else {
+            self.buf[..bytes.len()].copy_from_slice(bytes);
+            self.len = bytes.len();
+        }
+    }
+
+    /// Writes `root` without recursion: nesting depth costs heap, not stack.
+    fn value(&mut self, root: &Value) {
+        let mut stack: Vec<Frame<'_>> = Vec::new();
+        self.open(root, &mut stack);
+        self.drain(&mut stack);
+    }
+
+    /// Writes an object from entries already sorted.
+    fn object_entries(&mut self, entries: Vec<Entry<'_>>) {
+        let mut stack = Vec::new();
+        self.byte(b'{');
+        stack.push(Frame::Sorted(entries.into_iter()));
+        self.drain(&mut stack);
+    }
+
+    /// Writes a scalar, or the opening of a container (pushed on `stack`).
+    fn open<'a>(&mut self, value: &'a Value, stack: &mut Vec<Frame<'a>>) {
+        match value {
+            Value::Null => self.bytes(b"null"),
+            Value::Bool(true) => self.bytes(b"true"),
+            Value::Bool(false) => self.bytes(b"false"),
+            Value::Number(number) => self.number(number),
+            Value::String(text) => self.string(text),
+            Value::Array(items) => {
+                self.byte(b'[');
+                stack.push(Frame::Array(items.iter()));
             }
-            out.put(b"}");
+            Value::Object(map) => {
+                self.byte(b'{');
+                stack.push(object_frame(map));
+            }
+        }
+    }
+
+    /// Writes the remaining members of every open container.
+    fn drain<'a>(&mut self, stack: &mut Vec<Frame<'a>>) {
+        // Whether the next member of the innermost container is its first.
+        let mut first = true;
+        while let Some(frame) = stack.last_mut() {
+            let next = match frame {
+                Frame::Array(items) => items.next().map(|item| {
+                    if !first {
+                        self.byte(b',');
+                    }
+                    item
+                }),
+                Frame::InOrder(entries) => entries.next().map(|(key, item)| {
+                    if !first {
+                        self.byte(b',');
+                    }
+                    self.escaped(key);
+                    self.byte(b':');
+                    item
+                }),
+                Frame::Sorted(entries) => entries.next().map(|entry| {
+                    if !first {
+                        self.byte(b',');
+                    }
+                    self.escaped(&entry.key);
+                    self.byte(b':');
+                    entry.value
+                }),
+            };
+            match next {
+                Some(item) => {
+                    let depth = stack.len();
+                    self.open(item, stack);
+                    // A container just opened starts with its first member.
+                    first = stack.len() > depth;
+                }
+                None => {
+                    let close = match stack.pop() {
+                        Some(Frame::Array(_)) => b']',
+                        _ => b'}',
+                    };
+                    self.byte(close);
+                    first = false;
+                }
+            }
+        }
+    }
+
+    fn string(&mut self, text: &str) {
+        let normalised = nfc(text);
+        self.escaped(&normalised);
+    }
+
+    /// Writes `text` (already NFC) as a JSON string with RFC 8785 escaping:
+    /// only `"`, `\` and control characters are escaped.
+    fn escaped(&mut self, text: &str) {
+        self.byte(b'"');
+        let bytes = text.as_bytes();
+        let mut start = 0;
+        loop {
+            let at = next_special(bytes, start);
+            let Some(&special) = bytes.get(at) else {
+                break;
+            };
+            self.bytes(&bytes[start..at]);
+            self.escape(special);
+            start = at + 1;
+        }
+        self.bytes(&bytes[start..]);
+        self.byte(b'"');
+    }
+
+    #[cold]
+    fn escape(&mut self, byte: u8) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        match byte {
+            b'"' => self.bytes(b"\\\""),
+            b'\\' => self.bytes(b"\\\\"),
+            0x08 => self.bytes(b"\\b"),
+            0x0c => self.bytes(b"\\f"),
+            b'\n' => self.bytes(b"\\n"),
+            b'\r' => self.bytes(b"\\r"),
+            b'\t' => self.bytes(b"\\t"),
+            _ => self.bytes(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ]),
+        }
+    }
+
+    fn number(&mut self, number: &Number) {
+        const EXACT: u64 = 1 << 53;
+        if let Some(n) = number.as_u64() {
+            if n <= EXACT {
+                self.integer(false, n);
+            } else {
+                self.float(n as f64);
+            }
+        } else if let Some(n) = number.as_i64() {
+            if n.unsigned_abs() <= EXACT {
+                self.integer(true, n.unsigned_abs());
+            } else {
+                self.float(n as f64);
+            }
+        } else {
+            match number.as_f64() {
+                Some(n) => self.float(n),
+                None => self.bytes(b"null"),
+            }
+        }
+    }
+
+    fn integer(&mut self, negative: bool, mut n: u64) {
+        let mut digits = [0u8; 21];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if negative {
+            at -= 1;
+            digits[at] = b'-';
+        }
+        self.bytes(&digits[at..]);
+    }
+
+    /// ECMAScript `Number.prototype.toString` for a double (ECMA-262, Number::toString).
+    fn float(&mut self, x: f64) {
+        if !x.is_finite() {
+            self.bytes(b"null");
+            return;
+        }
+        if x == 0.0 {
+            // Both zeros print as "0".
+            self.byte(b'0');
+            return;
+        }
+        if x.fract() == 0.0 && x.abs() < 9_007_199_254_740_992.0 {
+            self.integer(x < 0.0, x.abs() as u64);
+            return;
+        }
+        if x < 0.0 {
+            self.byte(b'-');
+        }
+        let Some((digits, n)) = shortest_digits(x.abs()) else {
+            self.bytes(b"null");
+            return;
+        };
+        let s = digits.as_slice();
+        let k = s.len() as i32;
+        if k <= n && n <= 21 {
+            self.bytes(s);
+            for _ in 0..n - k {
+                self.byte(b'0');
+            }
+        } else if 0 < n && n <= 21 {
+            self.bytes(&s[..n as usize]);
+            self.byte(b'.');
+            self.bytes(&s[n as usize..]);
+        } else if -6 < n && n <= 0 {
+            self.bytes(b"0.");
+            for _ in 0..-n {
+                self.byte(b'0');
+            }
+            self.bytes(s);
+        } else {
+            self.byte(s[0]);
+            if k > 1 {
+                self.byte(b'.');
+                self.bytes(&s[1..]);
+            }
+            self.byte(b'e');
+            let e = n - 1;
+            self.byte(if e < 0 { b'-' } else { b'+' });
+            self.integer(false, u64::from(e.unsigned_abs()));
         }
     }
 }
 
-fn write_string(s: &str, out: &mut impl Sink) {
-    let normalised: String = s.nfc().collect();
-    out.put(b"\"");
-    for c in normalised.chars() {
-        match c {
-            '"' => out.put(b"\\\""),
-            '\\' => out.put(b"\\\\"),
-            '\u{8}' => out.put(b"\\b"),
-            '\u{c}' => out.put(b"\\f"),
-            '\n' => out.put(b"\\n"),
-            '\r' => out.put(b"\\r"),
-            '\t' => out.put(b"\\t"),
-            c if (c as u32) < 0x20 => out.put(format!("\\u{:04x}", c as u32).as_bytes()),
-            c => out.put(c.encode_utf8(&mut [0; 4]).as_bytes()),
+/// The frame for an object: in map order when that is already canonical.
+fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
+    let mut previous: Option<&str> = None;
+    let mut canonical = true;
+    for key in map.keys() {
+        if matches!(nfc(key), Cow::Owned(_))
+            || previous.is_some_and(|p| cmp_utf16(p, key) != Ordering::Less)
+        {
+            canonical = false;
+            break;
+        }
+        previous = Some(key);
+    }
+    if canonical {
+        return Frame::InOrder(map.iter());
+    }
+    let mut entries: Vec<Entry<'_>> = map
+        .iter()
+        .map(|(key, value)| Entry {
+            key: nfc(key),
+            raw: key,
+            value,
+        })
+        .collect();
+    entries.sort_by(Entry::cmp);
+    Frame::Sorted(entries.into_iter())
+}
+
+/// The significant decimal digits (shortest that round-trip) of a positive
+/// finite `x`, and `n` such that `x = 0.d1d2… × 10^n`.
+fn shortest_digits(x: f64) -> Option<(Digits, i32)> {
+    use std::fmt::Write as _;
+    // Rust's `{:e}` prints the shortest round-tripping digits, like ECMAScript.
+    let mut text = Digits::default();
+    write!(text, "{x:e}").ok()?;
+    let rendered = text.as_slice();
+    let e_at = rendered.iter().position(|&b| b == b'e')?;
+    let exponent: i32 = std::str::from_utf8(&rendered[e_at + 1..])
+        .ok()?
+        .parse()
+        .ok()?;
+    let mut digits = Digits::default();
+    for &b in &rendered[..e_at] {
+        if b.is_ascii_digit() {
+            digits.push(b).ok()?;
         }
     }
-    out.put(b"\"");
+    // Rust never prints trailing zeros in the mantissa, but be exact anyway.
+    while digits.len > 1 && digits.as_slice().last() == Some(&b'0') {
+        digits.len -= 1;
+    }
+    Some((digits, exponent + 1))
+}
+
+/// A small stack buffer for number text.
+#[derive(Default)]
+struct Digits {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl Digits {
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn push(&mut self, byte: u8) -> Result<(), fmt::Error> {
+        let slot = self.buf.get_mut(self.len).ok_or(fmt::Error)?;
+        *slot = byte;
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl fmt::Write for Digits {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        s.bytes().try_for_each(|b| self.push(b))
+    }
+}
+
+/// `text` in NFC, borrowed when it already is (no allocation on the common path).
+pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let Some(mut at) = next_non_ascii(bytes, 0) else {
+        return Cow::Borrowed(text);
+    };
+    // ASCII characters reset the quick check's state, so each non-ASCII run
+    // can be checked on its own and the verdicts combined.
+    let mut maybe = false;
+    loop {
+        let end = next_ascii(bytes, at);
+        match is_nfc_quick(text[at..end].chars()) {
+            IsNormalized::Yes => {}
+            IsNormalized::Maybe => maybe = true,
+            IsNormalized::No => return Cow::Owned(text.nfc().collect()),
+        }
+        match next_non_ascii(bytes, end) {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    if maybe && !text.chars().eq(text.nfc()) {
+        return Cow::Owned(text.nfc().collect());
+    }
+    Cow::Borrowed(text)
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+#[inline]
+fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut chunk = [0u8; 8];
+    chunk.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(chunk)
+}
+
+/// Index of the first byte at or after `at` that is `>= 0x80`.
+#[inline]
+fn next_non_ascii(bytes: &[u8], mut at: usize) -> Option<usize> {
+    while at + 8 <= bytes.len() {
+        let high = word(bytes, at) & HIGHS;
+        if high != 0 {
+            return Some(at + (high.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    bytes[at..]
+        .iter()
+        .position(|&b| b >= 0x80)
+        .map(|offset| at + offset)
+}
+
+/// Index of the first ASCII byte at or after `at`, or `bytes.len()`.
+/// Always a character boundary.
+#[inline]
+fn next_ascii(bytes: &[u8], at: usize) -> usize {
+    bytes[at..]
+        .iter()
+        .position(|&b| b < 0x80)
+        .map_or(bytes.len(), |offset| at + offset)
+}
+
+/// Index of the first byte at or after `at` that JCS escapes (`"`, `\`,
+/// a control character), or `bytes.len()`. Eight bytes at a time: each mask
+/// below is exact at its lowest set bit, which is all we read.
+#[inline]
+fn next_special(bytes: &[u8], mut at: usize) -> usize {
+    while at + 8 <= bytes.len() {
+        let w = word(bytes, at);
+        let control = w.wrapping_sub(ONES * 0x20) & !w;
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let quote = quote.wrapping_sub(ONES) & !quote;
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let backslash = backslash.wrapping_sub(ONES) & !backslash;
+        let found = (control | quote | backslash) & HIGHS;
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    bytes[at..]
+        .iter()
+        .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+        .map_or(bytes.len(), |offset| at + offset)
+}
+
+/// Compares two strings by their UTF-16 code units, as RFC 8785 sorts keys.
+pub(crate) fn cmp_utf16(a: &str, b: &str) -> Ordering {
+    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    if common == a.len() || common == b.len() {
+        return a.len().cmp(&b.len());
+    }
+    // The byte prefixes agree, so a boundary in `a` is one in `b` too.
+    let mut start = common;
+    while !a.is_char_boundary(start) {
+        start -= 1;
+    }
+    match (a[start..].chars().next(), b[start..].chars().next()) {
+        (Some(x), Some(y)) => utf16_weight(x).cmp(&utf16_weight(y)),
+        _ => a.as_bytes()[common].cmp(&b.as_bytes()[common]),
+    }
+}
+
+/// A key that orders characters as their first UTF-16 units do: astral
+/// characters (surrogate pairs, 0xD800..) sort between U+D7FF and U+E000.
+fn utf16_weight(c: char) -> u32 {
+    let c = u32::from(c);
+    if c < 0xE000 {
+        c
+    } else if c <= 0xFFFF {
+        c + 0x10_0000
+    } else {
+        c - 0x1_0000 + 0xD800
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> String {
+        let value: Value = serde_json::from_str(text).expect("test JSON");
+        String::from_utf8(canonical_bytes(&value)).expect("canonical JSON is UTF-8")
+    }
+
+    #[test]
+    fn numbers_follow_ecmascript() {
+        assert_eq!(
+            canon("[1.0, 1e0, -0.0, 0.0, 1e21, 1e20, 1e-7, 1e-6, 123.456]"),
+            "[1,1,0,0,1e+21,100000000000000000000,1e-7,0.000001,123.456]"
+        );
+        assert_eq!(
+            canon("[9007199254740993, -9007199254740993, 18446744073709551615]"),
+            "[9007199254740992,-9007199254740992,18446744073709552000]"
+        );
+        assert_eq!(
+            canon("[5e-324, 1.7976931348623157e308, 4.5, 2e-7, 1.5e300]"),
+            "[5e-324,1.7976931348623157e+308,4.5,2e-7,1.5e+300]"
+        );
+    }
+
+    #[test]
+    fn utf16_order_puts_astral_before_private_use() {
+        assert_eq!(cmp_utf16("\u{1F600}", "\u{E000}"), Ordering::Less);
+        assert_eq!(cmp_utf16("\u{D7FF}", "\u{1F600}"), Ordering::Less);
+        assert_eq!(cmp_utf16("ab", "abc"), Ordering::Less);
+        assert_eq!(cmp_utf16("é", "ê"), Ordering::Less);
+    }
+
+    #[test]
+    fn special_bytes_found_at_every_offset() {
+        for special in [b'"', b'\\', 0u8, 0x1f, b'\n'] {
+            for at in 0..20 {
+                let mut bytes = vec![b'a'; 20];
+                bytes[at] = special;
+                if at > 0 {
+                    bytes[at - 1] = 0xff; // a high byte must not hide it
+                }
+                assert_eq!(next_special(&bytes, 0), at, "{special:#x} at {at}");
+            }
+        }
+        assert_eq!(
+            next_special(&[0x7f, 0x80, 0xa2, 0xdc, 0x20, 0x21, 0x5d], 0),
+            7
+        );
+    }
 }
