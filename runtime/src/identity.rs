@@ -286,11 +286,10 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         let mut first = true;
         while let Some(frame) = stack.last_mut() {
             let next = match frame {
-                Frame::Array(items) => items.next().map(|item| {
+                Frame::Array(items) => items.next().inspect(|_| {
                     if !first {
                         self.byte(b',');
                     }
-                    item
                 }),
                 Frame::InOrder(entries) => entries.next().map(|(key, item)| {
                     if !first {
