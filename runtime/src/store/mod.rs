@@ -17,8 +17,12 @@
 //! See `runtime/STORE.md` for the design and measured figures.
 
 mod memory;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 
 use std::path::PathBuf;
 

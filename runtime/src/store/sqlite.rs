@@ -1,0 +1,620 @@
+//! [`SqliteStore`]: the durable decision store, one SQLite file.
+//!
+//! - WAL journal; every mutating trait method is one `BEGIN IMMEDIATE`
+//!   transaction, so the write lock is taken before anything is read and two
+//!   threads or processes can never both see room under a limit.
+//! - `synchronous=NORMAL` by default: in WAL mode a committed transaction is in
+//!   the WAL file (the OS page cache) before `COMMIT` returns, so killing the
+//!   process (`kill -9`) loses nothing acknowledged; only an OS crash or power
+//!   loss can drop the last transactions (never corrupting the file).
+//!   [`Synchronous::Full`] fsyncs the WAL on every commit for power-loss
+//!   durability at a large throughput cost; see `runtime/STORE.md`.
+//! - The file is marked with an `application_id` and a schema `user_version`;
+//!   a foreign database or a newer schema is refused rather than touched.
+//! - Threads share one connection behind a mutex: every operation is a write
+//!   transaction, which SQLite serialises anyway, so a pool would only add
+//!   lock hand-offs (measured in `runtime/STORE.md`).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, Row, params};
+
+use super::{
+    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, StoreError,
+    StoredDecision, Verdict, must_free, rolling_available_at, rolling_floor,
+};
+
+/// The schema version this runtime writes and reads (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of an mcpolicy store: ASCII "mcpo".
+const APPLICATION_ID: i64 = 0x6d63_706f;
+
+const SCHEMA_V1: &str = "
+CREATE TABLE decisions (
+    server_id   TEXT    NOT NULL,
+    identity    TEXT    NOT NULL,
+    verdict     TEXT    NOT NULL,
+    reason      TEXT    NOT NULL,
+    digest      TEXT    NOT NULL,
+    expires_at  INTEGER,
+    data        TEXT,
+    represented INTEGER NOT NULL DEFAULT 0,
+    decided_at  INTEGER NOT NULL,
+    PRIMARY KEY (server_id, identity)
+) WITHOUT ROWID;
+-- One row per counter per admission. AUTOINCREMENT: ids are never reused, so a
+-- reservation handle (the id of its first row) can never name someone else's spend.
+CREATE TABLE spend (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    server_id   TEXT    NOT NULL,
+    counter     TEXT    NOT NULL,
+    at          INTEGER NOT NULL,
+    amount      INTEGER NOT NULL,
+    -- NULL on the first row of an admission (its own id is the reservation).
+    reservation INTEGER
+);
+CREATE INDEX spend_window ON spend (server_id, counter, at);
+CREATE INDEX spend_reservation ON spend (reservation) WHERE reservation IS NOT NULL;
+";
+
+/// How hard SQLite works to make a commit durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `synchronous=NORMAL` with WAL: survives process crashes and `kill -9`;
+    /// an OS crash or power loss may lose the most recent commits (not corrupt).
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: the WAL is fsynced at every commit; survives power loss.
+    Full,
+}
+
+/// How a [`SqliteStore`] is opened.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Durability of each commit.
+    pub synchronous: Synchronous,
+    /// How long to wait for another process's write lock before [`StoreError::Busy`].
+    pub busy_timeout: Duration,
+    /// Run `PRAGMA quick_check` at open, so a damaged file fails at open, not
+    /// at some later request. Linear in the file size (see STORE.md).
+    pub verify_on_open: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_secs(5),
+            verify_on_open: true,
+        }
+    }
+}
+
+/// A durable [`DecisionStore`] in one SQLite file, shareable between threads
+/// (`Send + Sync`) and safe to open from several processes at once.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+/// Failures inside a transaction: SQLite's, or ours (a row that does not decode).
+enum Fail {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for Fail {
+    fn from(error: rusqlite::Error) -> Self {
+        Fail::Sql(error)
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if absent) the store at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        Self::open_with(path, &SqliteOptions::default())
+    }
+
+    /// Opens (creating if absent) the store at `path`: checks the file is an
+    /// mcpolicy store of a schema this runtime reads, creates or migrates the
+    /// schema, switches to WAL and applies `options`.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: &SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        preflight(&path)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(|e| map_sql(&path, e))?;
+        let store = SqliteStore {
+            path,
+            conn: Mutex::new(conn),
+        };
+        store.initialise(options)?;
+        Ok(store)
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many decisions are stored (expired ones included until purged).
+    pub fn len(&self) -> Result<u64, StoreError> {
+        let conn = self.lock()?;
+        let count: i64 = conn
+            .query_row("SELECT COUNT(*) FROM decisions", [], |row| row.get(0))
+            .map_err(|e| map_sql(&self.path, e))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Whether no decision is stored.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    fn initialise(&self, options: &SqliteOptions) -> Result<(), StoreError> {
+        let path = &self.path;
+        let conn = self.lock()?;
+        let sql = |e| map_sql(path, e);
+        conn.busy_timeout(options.busy_timeout).map_err(sql)?;
+        conn.set_prepared_statement_cache_capacity(32);
+        // Read-only look first: a foreign or newer file must not even be switched to WAL.
+        check_identity(path, &conn)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(sql)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Io {
+                path: path.clone(),
+                source: io::Error::other(format!(
+                    "cannot switch to WAL journal mode (got `{mode}`); is the file on a network or read-only file system?"
+                )),
+            });
+        }
+        let level = match options.synchronous {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(sql)?;
+        if options.verify_on_open {
+            quick_check(path, &conn)?;
+        }
+        // Create or migrate under the write lock; another process may be doing the same.
+        in_immediate(path, &conn, |conn| {
+            let (app, version, tables) = identity_of(conn)?;
+            if tables == 0 && app == 0 && version == 0 {
+                conn.execute_batch(SCHEMA_V1)?;
+                conn.pragma_update(None, "application_id", APPLICATION_ID)?;
+                conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                return Ok(());
+            }
+            judge_identity(path, app, version, tables).map_err(Fail::Store)?;
+            // Migrations from older versions go here, one step per version.
+            Ok(())
+        })
+    }
+}
+
+/// Fails clearly, naming the path, on what SQLite would report vaguely: a
+/// directory, a file we may not read and write.
+fn preflight(path: &Path) -> Result<(), StoreError> {
+    let io_error = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(io_error(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "is a directory, not a store file",
+        ))),
+        Ok(_) => std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map(drop)
+            .map_err(io_error),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(io_error(error)),
+    }
+}
+
+/// (application_id, user_version, number of schema objects).
+fn identity_of(conn: &Connection) -> Result<(i64, i64, i64), rusqlite::Error> {
+    let app: i64 = conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let tables: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |row| row.get(0))?;
+    Ok((app, version, tables))
+}
+
+fn check_identity(path: &Path, conn: &Connection) -> Result<(), StoreError> {
+    let (app, version, tables) = identity_of(conn).map_err(|e| map_sql(path, e))?;
+    if tables == 0 && app == 0 && version == 0 {
+        return Ok(()); // new or empty file: created under the write lock below
+    }
+    judge_identity(path, app, version, tables)
+}
+
+fn judge_identity(path: &Path, app: i64, version: i64, tables: i64) -> Result<(), StoreError> {
+    if app != APPLICATION_ID {
+        return Err(StoreError::ForeignSchema {
+            path: path.to_path_buf(),
+            detail: format!(
+                "application_id is {app:#x}, not {APPLICATION_ID:#x}; {tables} schema objects"
+            ),
+        });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < 1 {
+        return Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("marked as an mcpolicy store but schema version is {version}"),
+        });
+    }
+    Ok(())
+}
+
+fn quick_check(path: &Path, conn: &Connection) -> Result<(), StoreError> {
+    let mut stmt = conn
+        .prepare("PRAGMA quick_check(5)")
+        .map_err(|e| map_sql(path, e))?;
+    let findings: Vec<String> = stmt
+        .query_map([], |row| row.get::<_, String>(0))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| map_sql(path, e))?;
+    if findings.len() == 1 && findings[0] == "ok" {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("integrity check failed: {}", findings.join("; ")),
+        })
+    }
+}
+
+/// Runs `body` in one `BEGIN IMMEDIATE` transaction: committed if it returns
+/// Ok, rolled back otherwise.
+fn in_immediate<T>(
+    path: &Path,
+    conn: &Connection,
+    body: impl FnOnce(&Connection) -> Result<T, Fail>,
+) -> Result<T, StoreError> {
+    let finish = |fail: Fail| match fail {
+        Fail::Sql(error) => map_sql(path, error),
+        Fail::Store(error) => error,
+    };
+    conn.prepare_cached("BEGIN IMMEDIATE")
+        .and_then(|mut stmt| stmt.execute([]))
+        .map_err(|e| map_sql(path, e))?;
+    let outcome = body(conn).and_then(|value| {
+        conn.prepare_cached("COMMIT")
+            .and_then(|mut stmt| stmt.execute([]))
+            .map(|_| value)
+            .map_err(Fail::Sql)
+    });
+    if outcome.is_err() && !conn.is_autocommit() {
+        // Nothing of a failed operation may stick; a failing ROLLBACK leaves SQLite to undo it.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    outcome.map_err(finish)
+}
+
+/// Maps SQLite's errors to the ones a caller can act on, always naming the file.
+fn map_sql(path: &Path, error: rusqlite::Error) -> StoreError {
+    let path = path.to_path_buf();
+    if let rusqlite::Error::SqliteFailure(failure, message) = &error {
+        let detail = message.clone().unwrap_or_else(|| failure.to_string());
+        match failure.code {
+            ErrorCode::NotADatabase => {
+                return StoreError::Corrupt {
+                    path,
+                    detail: format!("not an SQLite database ({detail})"),
+                };
+            }
+            ErrorCode::DatabaseCorrupt => return StoreError::Corrupt { path, detail },
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                return StoreError::Busy { path };
+            }
+            ErrorCode::PermissionDenied
+            | ErrorCode::ReadOnly
+            | ErrorCode::AuthorizationForStatementDenied => {
+                return StoreError::Io {
+                    path,
+                    source: io::Error::new(io::ErrorKind::PermissionDenied, detail),
+                };
+            }
+            ErrorCode::CannotOpen | ErrorCode::SystemIoFailure | ErrorCode::DiskFull => {
+                return StoreError::Io {
+                    path,
+                    source: io::Error::other(detail),
+                };
+            }
+            _ => {}
+        }
+    }
+    StoreError::Sqlite {
+        path,
+        source: error,
+    }
+}
+
+/// A u64 as SQLite's i64, saturating (amounts beyond 2^63 are not meaningful).
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// An SQLite integer back to u64 (negative never written; read as 0).
+fn uint(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+const DECISION_COLUMNS: &str = "verdict, reason, digest, expires_at, data, represented, decided_at";
+
+fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail> {
+    let verdict_text: String = row.get(0)?;
+    let verdict = Verdict::parse(&verdict_text).ok_or_else(|| {
+        Fail::Store(StoreError::BadRow {
+            path: path.to_path_buf(),
+            detail: format!("unknown verdict `{verdict_text}`"),
+        })
+    })?;
+    Ok(StoredDecision {
+        verdict,
+        reason: row.get(1)?,
+        digest: row.get(2)?,
+        expires_at: row.get(3)?,
+        data: row.get(4)?,
+        represented: uint(row.get(5)?),
+        decided_at: row.get(6)?,
+    })
+}
+
+/// Spend of `counter` that counts in `window` at `now`.
+fn spent_in(
+    conn: &Connection,
+    server_id: &str,
+    counter: &str,
+    window: LimitWindow,
+    now: Millis,
+) -> Result<u64, rusqlite::Error> {
+    // Rows from a clock slightly ahead (at > now) still count: fail closed.
+    let (from, until) = match window {
+        LimitWindow::Rolling { ms } => (rolling_floor(now, ms), Millis::MAX),
+        LimitWindow::Fixed { start, end } => (start, end),
+    };
+    let total: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(amount), 0) FROM spend
+             WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND at < ?4",
+        )?
+        .query_row(params![server_id, counter, from, until], |row| row.get(0))?;
+    Ok(uint(total))
+}
+
+impl DecisionStore for SqliteStore {
+    fn replay(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+    ) -> Result<Option<StoredDecision>, StoreError> {
+        let conn = self.lock()?;
+        in_immediate(&self.path, &conn, |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "UPDATE decisions SET represented = represented + 1
+                 WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
+                   AND (expires_at IS NULL OR expires_at > ?4)
+                 RETURNING {DECISION_COLUMNS}"
+            ))?;
+            let mut rows = stmt.query(params![key.server_id, key.identity, digest, now])?;
+            let found = match rows.next()? {
+                Some(row) => Some(decision_from_row(&self.path, row)?),
+                None => None,
+            };
+            Ok(found)
+        })
+    }
+
+    fn admit(
+        &self,
+        server_id: &str,
+        checks: &[LimitCheck],
+        now: Millis,
+    ) -> Result<Admission, StoreError> {
+        if checks.is_empty() {
+            return Ok(Admission::Admitted { reservation: 0 });
+        }
+        let conn = self.lock()?;
+        in_immediate(&self.path, &conn, |conn| {
+            for (index, check) in checks.iter().enumerate() {
+                // Opportunistic pruning: rows before the window's floor can never count again.
+                let floor = match check.window {
+                    LimitWindow::Rolling { ms } => rolling_floor(now, ms),
+                    LimitWindow::Fixed { start, .. } => start,
+                };
+                conn.prepare_cached(
+                    "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3",
+                )?
+                .execute(params![server_id, check.counter, floor])?;
+                // Several checks may name one counter; count what earlier checks of this call add.
+                let pending: u64 = checks[..index]
+                    .iter()
+                    .filter(|earlier| earlier.counter == check.counter)
+                    .map(|earlier| earlier.amount)
+                    .sum();
+                let spent = spent_in(conn, server_id, &check.counter, check.window, now)?
+                    .saturating_add(pending);
+                if spent.saturating_add(check.amount) <= check.limit {
+                    continue;
+                }
+                let available_at = match check.window {
+                    LimitWindow::Fixed { end, .. } => end,
+                    LimitWindow::Rolling { ms } => {
+                        let mut stmt = conn.prepare_cached(
+                            "SELECT at, amount FROM spend
+                             WHERE server_id = ?1 AND counter = ?2 AND at >= ?3
+                             ORDER BY at",
+                        )?;
+                        let rows: Vec<(Millis, u64)> = stmt
+                            .query_map(params![server_id, check.counter, floor], |row| {
+                                Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
+                            })?
+                            .collect::<Result<_, _>>()?;
+                        rolling_available_at(
+                            rows,
+                            must_free(spent, check.amount, check.limit),
+                            check.amount,
+                            check.limit,
+                            ms,
+                            now,
+                        )
+                    }
+                };
+                return Ok(Admission::Refused {
+                    index,
+                    counter: check.counter.clone(),
+                    available_at,
+                });
+            }
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO spend (server_id, counter, at, amount, reservation)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut reservation: Option<i64> = None;
+            for check in checks {
+                insert.execute(params![
+                    server_id,
+                    check.counter,
+                    now,
+                    int(check.amount),
+                    reservation
+                ])?;
+                if reservation.is_none() {
+                    reservation = Some(conn.last_insert_rowid());
+                }
+            }
+            Ok(Admission::Admitted {
+                reservation: reservation.map(uint).unwrap_or(0),
+            })
+        })
+    }
+
+    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
+        if reservation == 0 {
+            return Ok(());
+        }
+        let conn = self.lock()?;
+        let id = int(reservation);
+        in_immediate(&self.path, &conn, |conn| {
+            let issued: i64 = conn
+                .prepare_cached(
+                    "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'spend'",
+                )?
+                .query_row([], |row| row.get(0))?;
+            if id > issued {
+                return Err(Fail::Store(StoreError::UnknownReservation {
+                    reservation,
+                    counter: counter.to_owned(),
+                }));
+            }
+            let first = conn
+                .prepare_cached(
+                    "UPDATE spend SET amount = ?3
+                     WHERE id = ?1 AND reservation IS NULL AND counter = ?2",
+                )?
+                .execute(params![id, counter, int(actual)])?;
+            if first == 0 {
+                // Rows of a window that has passed may be pruned; settling them changes nothing that counts.
+                conn.prepare_cached(
+                    "UPDATE spend SET amount = ?3 WHERE reservation = ?1 AND counter = ?2",
+                )?
+                .execute(params![id, counter, int(actual)])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
+        let conn = self.lock()?;
+        in_immediate(&self.path, &conn, |conn| {
+            conn.prepare_cached(
+                "INSERT OR REPLACE INTO decisions
+                 (server_id, identity, verdict, reason, digest, expires_at, data, represented, decided_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
+            )?
+            .execute(params![
+                key.server_id,
+                key.identity,
+                decision.verdict.as_str(),
+                decision.reason,
+                decision.digest,
+                decision.expires_at,
+                decision.data,
+                decision.decided_at
+            ])?;
+            Ok(())
+        })
+    }
+
+    fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError> {
+        let conn = self.lock()?;
+        // A single SELECT reads one consistent snapshot; no write lock needed.
+        let result = (|| -> Result<Option<StoredDecision>, Fail> {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions WHERE server_id = ?1 AND identity = ?2"
+            ))?;
+            let mut rows = stmt.query(params![key.server_id, key.identity])?;
+            match rows.next()? {
+                Some(row) => Ok(Some(decision_from_row(&self.path, row)?)),
+                None => Ok(None),
+            }
+        })();
+        result.map_err(|fail| match fail {
+            Fail::Sql(error) => map_sql(&self.path, error),
+            Fail::Store(error) => error,
+        })
+    }
+
+    fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
+        let conn = self.lock()?;
+        in_immediate(&self.path, &conn, |conn| {
+            let removed = conn
+                .prepare_cached(
+                    "DELETE FROM decisions WHERE server_id = ?1
+                     AND (digest <> ?2 OR (expires_at IS NOT NULL AND expires_at <= ?3))",
+                )?
+                .execute(params![server_id, digest, now])?;
+            Ok(removed as u64)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_through_ints() {
+        assert_eq!(int(u64::MAX), i64::MAX);
+        assert_eq!(uint(-1), 0);
+        assert_eq!(uint(int(42)), 42);
+    }
+}
