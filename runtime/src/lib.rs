@@ -6,5 +6,6 @@
 
 pub mod glob;
 pub mod identity;
+pub mod request;
 pub mod store;
 pub mod table;

@@ -1,0 +1,577 @@
+//! Strict parsing and validation of incoming `sampling/createMessage` requests
+//! (DESIGN, "Evaluation" step 1).
+//!
+//! Parsers disagree about duplicate object keys (first wins, last wins,
+//! error), and keys that differ only in Unicode normalisation look identical
+//! to a human and become identical in the canonical identity. Either is a way
+//! to show the policy one request and the model another, so both are refused
+//! anywhere in the document. Nesting and size are bounded so that no input
+//! can exhaust the stack or memory, and no input makes this module panic.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+use crate::identity::nfc;
+
+/// JSON-RPC 2.0 "Parse error".
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0 "Invalid Request".
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0 "Invalid params".
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// The method this module accepts.
+pub const SAMPLING_METHOD: &str = "sampling/createMessage";
+
+/// serde_json refuses to nest deeper than this on its own (127 containers);
+/// [`Limits::max_depth`] is capped here so our clearer error always fires first.
+const SERDE_JSON_DEPTH: usize = 127;
+
+/// Bounds on what [`parse_strict_with`] accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted input, in bytes. Default 16 MiB.
+    pub max_bytes: usize,
+    /// Deepest accepted nesting of arrays and objects (`[]` is depth 1).
+    /// Default 64; values above 127 act as 127, serde_json's own bound.
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: 16 * 1024 * 1024,
+            max_depth: 64,
+        }
+    }
+}
+
+/// Why a request was refused. [`RequestError::code`] gives the JSON-RPC code
+/// for the error frame; the `Display` text is its message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The input is larger than [`Limits::max_bytes`].
+    #[error("request is {size} bytes, larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// Size of the input in bytes.
+        size: usize,
+        /// The limit it exceeded.
+        limit: usize,
+    },
+    /// The input is not UTF-8.
+    #[error("request is not valid UTF-8 (invalid byte at offset {offset})")]
+    InvalidUtf8 {
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+    /// A `\u` escape encodes half of a surrogate pair with no other half.
+    #[error("lone surrogate in a \\u escape at line {line} column {column}")]
+    LoneSurrogate {
+        /// 1-based line of the escape.
+        line: usize,
+        /// 1-based column just after the escape.
+        column: usize,
+    },
+    /// Arrays and objects nest deeper than [`Limits::max_depth`].
+    #[error("nesting deeper than {limit} levels at {path}")]
+    TooDeep {
+        /// The limit.
+        limit: usize,
+        /// JSON path of the container that went one level too deep.
+        path: String,
+    },
+    /// The input is not JSON.
+    #[error("invalid JSON: {message}")]
+    Syntax {
+        /// serde_json's description, with line and column.
+        message: String,
+    },
+    /// An object has the same key twice, or two keys equal after NFC.
+    #[error("{}", duplicate_message(key, earlier, path))]
+    DuplicateKey {
+        /// The repeated key, as written.
+        key: String,
+        /// The key it repeats, as written (differs from `key` only in normalisation).
+        earlier: String,
+        /// JSON path of the object holding both.
+        path: String,
+    },
+    /// The request is not a JSON object.
+    #[error("a request must be a JSON object, got {found}")]
+    NotAnObject {
+        /// What was found instead.
+        found: String,
+    },
+    /// An envelope member (`jsonrpc`, `method`, `id`) is missing or ill-typed.
+    #[error("{path} must be {expected}, got {found}")]
+    InvalidEnvelope {
+        /// JSON path of the member.
+        path: String,
+        /// What it must be.
+        expected: &'static str,
+        /// What was found (`nothing` if absent).
+        found: String,
+    },
+    /// A well-formed JSON-RPC request for some other method.
+    #[error("not a sampling request: method is {found}, expected \"sampling/createMessage\"")]
+    WrongMethod {
+        /// The method, as JSON text.
+        found: String,
+    },
+    /// A parameter is missing or has the wrong type or range.
+    #[error("{path} must be {expected}, got {found}")]
+    InvalidParams {
+        /// JSON path of the parameter.
+        path: String,
+        /// What it must be.
+        expected: &'static str,
+        /// What was found (`nothing` if absent).
+        found: String,
+    },
+}
+
+impl RequestError {
+    /// The JSON-RPC error code for this refusal: -32700 (the bytes are not
+    /// acceptable JSON), -32600 (not a valid sampling request, including
+    /// duplicate keys) or -32602 (invalid params).
+    pub fn code(&self) -> i64 {
+        match self {
+            RequestError::TooLarge { .. }
+            | RequestError::InvalidUtf8 { .. }
+            | RequestError::LoneSurrogate { .. }
+            | RequestError::TooDeep { .. }
+            | RequestError::Syntax { .. } => PARSE_ERROR,
+            RequestError::DuplicateKey { .. }
+            | RequestError::NotAnObject { .. }
+            | RequestError::InvalidEnvelope { .. }
+            | RequestError::WrongMethod { .. } => INVALID_REQUEST,
+            RequestError::InvalidParams { .. } => INVALID_PARAMS,
+        }
+    }
+}
+
+fn duplicate_message(key: &str, earlier: &str, path: &str) -> String {
+    if key == earlier {
+        format!("duplicate key {} at {path}", quote(key))
+    } else {
+        format!(
+            "duplicate key {} at {path}: equal after Unicode NFC normalisation to the earlier key {}",
+            quote(key),
+            quote(earlier)
+        )
+    }
+}
+
+/// A validated sampling request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingRequest {
+    /// The JSON-RPC id (a string or a number), or `None` for bare params.
+    pub id: Option<Value>,
+    /// The params object: `messages` is an array and `maxTokens` a
+    /// non-negative integer.
+    pub params: Map<String, Value>,
+}
+
+impl SamplingRequest {
+    /// `params.maxTokens`, validated as a non-negative integer.
+    pub fn max_tokens(&self) -> u64 {
+        self.params
+            .get("maxTokens")
+            .and_then(as_non_negative_integer)
+            .unwrap_or(0)
+    }
+
+    /// `params.messages`, validated as an array.
+    pub fn messages(&self) -> &[Value] {
+        match self.params.get("messages") {
+            Some(Value::Array(items)) => items,
+            _ => &[],
+        }
+    }
+}
+
+/// Parses `bytes` as JSON under the default [`Limits`], refusing invalid
+/// UTF-8, lone surrogates, duplicate keys (including keys equal after NFC),
+/// excessive nesting and excessive size.
+pub fn parse_strict(bytes: &[u8]) -> Result<Value, RequestError> {
+    parse_strict_with(bytes, &Limits::default())
+}
+
+/// [`parse_strict`] under explicit limits.
+pub fn parse_strict_with(bytes: &[u8], limits: &Limits) -> Result<Value, RequestError> {
+    if bytes.len() > limits.max_bytes {
+        return Err(RequestError::TooLarge {
+            size: bytes.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| RequestError::InvalidUtf8 {
+        offset: e.valid_up_to(),
+    })?;
+    let context = Context {
+        max_depth: limits.max_depth.min(SERDE_JSON_DEPTH),
+        failure: RefCell::new(None),
+    };
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = ValueSeed {
+        context: &context,
+        path: Path::Root,
+        depth: 0,
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|value| deserializer.end().map(|()| value));
+    match parsed {
+        Ok(value) => Ok(value),
+        Err(error) => Err(context
+            .failure
+            .into_inner()
+            .unwrap_or_else(|| from_serde(&error, limits.max_depth))),
+    }
+}
+
+fn from_serde(error: &serde_json::Error, max_depth: usize) -> RequestError {
+    let message = error.to_string();
+    if message.starts_with("lone leading surrogate")
+        || message.starts_with("unexpected end of hex escape")
+    {
+        RequestError::LoneSurrogate {
+            line: error.line(),
+            column: error.column(),
+        }
+    } else if message.starts_with("recursion limit exceeded") {
+        RequestError::TooDeep {
+            limit: max_depth.min(SERDE_JSON_DEPTH),
+            path: format!("line {} column {}", error.line(), error.column()),
+        }
+    } else {
+        RequestError::Syntax { message }
+    }
+}
+
+/// Validates a parsed request: a whole JSON-RPC `sampling/createMessage`
+/// request, or a bare params object (one with none of `jsonrpc`, `method`,
+/// `params`, `id`).
+pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> {
+    let Value::Object(mut object) = value else {
+        return Err(RequestError::NotAnObject {
+            found: describe(&value),
+        });
+    };
+    let is_envelope = ["jsonrpc", "method", "params", "id"]
+        .iter()
+        .any(|member| object.contains_key(*member));
+    if !is_envelope {
+        check_params(&object, "$")?;
+        return Ok(SamplingRequest {
+            id: None,
+            params: object,
+        });
+    }
+
+    match object.get("jsonrpc") {
+        Some(Value::String(version)) if version == "2.0" => {}
+        other => {
+            return Err(RequestError::InvalidEnvelope {
+                path: "$.jsonrpc".into(),
+                expected: "\"2.0\"",
+                found: describe_option(other),
+            });
+        }
+    }
+    match object.get("method") {
+        Some(Value::String(method)) if method == SAMPLING_METHOD => {}
+        Some(method @ Value::String(_)) => {
+            return Err(RequestError::WrongMethod {
+                found: describe(method),
+            });
+        }
+        other => {
+            return Err(RequestError::InvalidEnvelope {
+                path: "$.method".into(),
+                expected: "a string",
+                found: describe_option(other),
+            });
+        }
+    }
+    let id = match object.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        other => {
+            return Err(RequestError::InvalidEnvelope {
+                path: "$.id".into(),
+                expected: "a string or a number (a sampling request needs a response)",
+                found: describe_option(other),
+            });
+        }
+    };
+    let params = match object.remove("params") {
+        Some(Value::Object(params)) => params,
+        other => {
+            return Err(RequestError::InvalidParams {
+                path: "$.params".into(),
+                expected: "an object",
+                found: describe_option(other.as_ref()),
+            });
+        }
+    };
+    check_params(&params, "$.params")?;
+    Ok(SamplingRequest {
+        id: Some(id),
+        params,
+    })
+}
+
+/// The id of a JSON-RPC request, if it has a valid one (a string or a
+/// number). Read it before [`validate_sampling`] so that an error frame for
+/// an invalid-params request can still echo the id; JSON-RPC wants `null`
+/// only when the id itself could not be determined.
+pub fn envelope_id(value: &Value) -> Option<&Value> {
+    match value.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
+        _ => None,
+    }
+}
+
+fn check_params(params: &Map<String, Value>, at: &str) -> Result<(), RequestError> {
+    match params.get("messages") {
+        Some(Value::Array(_)) => {}
+        other => {
+            return Err(RequestError::InvalidParams {
+                path: format!("{at}.messages"),
+                expected: "an array",
+                found: describe_option(other),
+            });
+        }
+    }
+    match params.get("maxTokens") {
+        Some(value) if as_non_negative_integer(value).is_some() => Ok(()),
+        other => Err(RequestError::InvalidParams {
+            path: format!("{at}.maxTokens"),
+            expected: "a non-negative integer",
+            found: describe_option(other),
+        }),
+    }
+}
+
+/// A non-negative integer, written as `5`, `5.0` or `5e0` (JSON does not tell
+/// them apart, and neither does the canonical form).
+fn as_non_negative_integer(value: &Value) -> Option<u64> {
+    let Value::Number(number) = value else {
+        return None;
+    };
+    if let Some(n) = number.as_u64() {
+        return Some(n);
+    }
+    let f = number.as_f64()?;
+    // Only integers a double represents exactly: 2^53 and below.
+    (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0).then_some(f as u64)
+}
+
+/// A short description of a JSON value for messages.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+        Value::String(s) => {
+            let mut shown: String = s.chars().take(40).collect();
+            if shown.len() < s.len() {
+                shown.push('…');
+            }
+            quote(&shown)
+        }
+        scalar => scalar.to_string(),
+    }
+}
+
+fn describe_option(value: Option<&Value>) -> String {
+    value.map_or_else(|| "nothing".into(), describe)
+}
+
+/// JSON string text, with non-ASCII written as `\u` escapes so that keys
+/// that differ only in normalisation look different in a message.
+fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON path, built on the stack as the parser descends and rendered only
+/// for an error.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Root => f.write_str("$"),
+            Path::Key(parent, key) => {
+                let plain = !key.is_empty()
+                    && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !key.as_bytes()[0].is_ascii_digit();
+                if plain {
+                    write!(f, "{parent}.{key}")
+                } else {
+                    write!(f, "{parent}[{}]", quote(key))
+                }
+            }
+            Path::Index(parent, index) => write!(f, "{parent}[{index}]"),
+        }
+    }
+}
+
+/// Shared by every seed of one parse: the limit, and the structured error
+/// that serde's error type cannot carry.
+struct Context {
+    max_depth: usize,
+    failure: RefCell<Option<RequestError>>,
+}
+
+impl Context {
+    fn fail<E: de::Error>(&self, error: RequestError) -> E {
+        let message = error.to_string();
+        *self.failure.borrow_mut() = Some(error);
+        E::custom(message)
+    }
+}
+
+/// Deserialises one JSON value into a [`Value`], enforcing depth and key
+/// uniqueness on the way down.
+struct ValueSeed<'c, 'p> {
+    context: &'c Context,
+    path: Path<'p>,
+    depth: usize,
+}
+
+impl ValueSeed<'_, '_> {
+    fn enter<E: de::Error>(&self) -> Result<usize, E> {
+        let depth = self.depth + 1;
+        if depth > self.context.max_depth {
+            return Err(self.context.fail(RequestError::TooDeep {
+                limit: self.context.max_depth,
+                path: self.path.to_string(),
+            }));
+        }
+        Ok(depth)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_, '_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("number out of range"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let depth = self.enter()?;
+        let mut items = Vec::new();
+        loop {
+            let seed = ValueSeed {
+                context: self.context,
+                path: Path::Index(&self.path, items.len()),
+                depth,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(item) => items.push(item),
+                None => break,
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let depth = self.enter()?;
+        let mut map = Map::new();
+        // NFC forms of keys that were not NFC as written, with that original.
+        let mut renormalised: Vec<(String, String)> = Vec::new();
+        while let Some(key) = access.next_key::<String>()? {
+            let normal = nfc(&key);
+            // A key already present as written is NFC (as `normal` is), so
+            // it clashes; so does one whose NFC form we recorded.
+            let earlier = if map.contains_key(normal.as_ref()) {
+                Some(normal.to_string())
+            } else {
+                renormalised
+                    .iter()
+                    .find(|(form, _)| *form == normal)
+                    .map(|(_, original)| original.clone())
+            };
+            if let Some(earlier) = earlier {
+                return Err(self.context.fail(RequestError::DuplicateKey {
+                    key,
+                    earlier,
+                    path: self.path.to_string(),
+                }));
+            }
+            if normal != key.as_str() {
+                renormalised.push((normal.into_owned(), key.clone()));
+            }
+            let value = access.next_value_seed(ValueSeed {
+                context: self.context,
+                path: Path::Key(&self.path, &key),
+                depth,
+            })?;
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
+    }
+}
