@@ -3,7 +3,11 @@
 //! All of it runs as salsa queries over a source-text input, so that the
 //! language server only sets inputs.
 
+pub mod check;
 pub mod codes;
+pub mod db;
 pub mod diagnostic;
+pub mod lower;
+pub mod model;
 pub mod parse;
 pub mod syntax;

@@ -1,0 +1,1010 @@
+//! The checker: every rule of DESIGN's list, each finding with a code, a
+//! precise span, a label and a help line. It reads the whole tree and keeps
+//! going after each error, so one bad item never hides the next.
+
+mod codes_rule;
+mod reread;
+mod servers;
+mod values;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use mcpolicy_runtime::table::{
+    Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, Deadline, Limit, ProtocolRevision,
+    Rate, ReasonSpec, Switch, Ttl, Window, builtin,
+};
+
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::model::{PartialBlock, PolicyModel};
+use crate::syntax::*;
+
+pub use codes_rule::{DEFAULT_ERROR_CODE, suggested_code};
+
+/// The statements of `defaults` and `server` blocks.
+pub const POLICY_STATEMENTS: &[&str] = &[
+    "sampling",
+    "tools",
+    "max_context",
+    "max_input",
+    "max_messages",
+    "max_tokens",
+    "rate",
+    "budget",
+    "deadline",
+    "consent",
+    "models",
+];
+/// The properties of `reason` blocks.
+pub const REASON_STATEMENTS: &[&str] = &["retryable", "ttl", "message", "code"];
+/// The top-level keywords.
+pub const TOP_LEVEL: &[&str] = &[
+    "mcpolicy",
+    "protocol",
+    "error_code",
+    "identity",
+    "reason",
+    "defaults",
+    "server",
+];
+/// The `sampling/createMessage` params an identity may list.
+pub const IDENTITY_FIELDS: &[&str] = &[
+    "systemPrompt",
+    "messages",
+    "includeContext",
+    "modelPreferences",
+    "maxTokens",
+    "temperature",
+    "stopSequences",
+    "metadata",
+    "tools",
+    "toolChoice",
+];
+/// The identity a policy gets when it does not say.
+pub const DEFAULT_IDENTITY: &[&str] = &[
+    "systemPrompt",
+    "messages",
+    "includeContext",
+    "modelPreferences",
+];
+const KNOBS: &[&str] = &["maxTokens", "temperature", "stopSequences", "metadata"];
+
+/// The checker's result: findings and, errors or not, the model lowering reads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Analysis {
+    /// Every finding, in source order.
+    pub diagnostics: Vec<Diagnostic>,
+    /// The policy's meaning, as far as it could be read.
+    pub model: PolicyModel,
+}
+
+/// Checks a parsed file.
+pub fn check(file: &SourceFile) -> Analysis {
+    let mut checker = Checker::default();
+    checker.run(file);
+    let mut diagnostics = checker.diagnostics;
+    diagnostics.sort_by_key(|d| (d.span.start, d.span.end, d.code));
+    Analysis {
+        diagnostics,
+        model: checker.model,
+    }
+}
+
+/// Where a reason is produced: by which statement kinds.
+#[derive(Default)]
+struct Producers {
+    by_budget: bool,
+    by_other: Vec<&'static str>,
+    uses: Vec<Span>,
+}
+
+#[derive(Default)]
+struct Checker {
+    diagnostics: Vec<Diagnostic>,
+    model: PolicyModel,
+    protocol: ProtocolRevision,
+    /// Declared reasons: name → declaration span.
+    declared: HashMap<String, Span>,
+    producers: HashMap<String, Producers>,
+}
+
+impl Checker {
+    fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    fn run(&mut self, file: &SourceFile) {
+        // Pass 1: the declarations everything else depends on.
+        let mut firsts: HashMap<&'static str, Span> = HashMap::new();
+        let mut version_seen = false;
+        let mut error_code: Option<&IntLit> = None;
+        let mut protocol_item: Option<Span> = None;
+        let mut reasons: Vec<&ReasonDecl> = Vec::new();
+        let mut defaults: Option<&Block<Stmt>> = None;
+        let mut servers: Vec<&ServerDecl> = Vec::new();
+        let mut identity: Option<&Vec<Spanned<String>>> = None;
+
+        for (index, item) in file.items.iter().enumerate() {
+            let once = match &item.kind {
+                ItemKind::Version(_) => Some("mcpolicy"),
+                ItemKind::Protocol(_) => Some("protocol"),
+                ItemKind::ErrorCode(_) => Some("error_code"),
+                ItemKind::Identity(_) => Some("identity"),
+                ItemKind::Defaults(_) => Some("defaults"),
+                _ => None,
+            };
+            if let Some(keyword) = once {
+                if let Some(first) = firsts.get(keyword) {
+                    self.push(
+                        Diagnostic::new(
+                            Code::E0203,
+                            item.keyword,
+                            format!("`{keyword}` is declared twice"),
+                            "second declaration",
+                        )
+                        .related(*first, "first declared here")
+                        .help(format!("keep one `{keyword}` and remove the other")),
+                    );
+                    continue;
+                }
+                firsts.insert(keyword, item.keyword);
+            }
+            match &item.kind {
+                ItemKind::Version(version) => {
+                    version_seen = true;
+                    if index != 0 {
+                        self.push(
+                            Diagnostic::new(
+                                Code::E0201,
+                                item.span,
+                                "the version line must come first",
+                                "not the first item",
+                            )
+                            .help("move `mcpolicy 1` to the top of the file"),
+                        );
+                    }
+                    if version.value != Some(1) {
+                        self.push(
+                            Diagnostic::new(
+                                Code::E0202,
+                                version.span,
+                                format!("unsupported language version `{}`", version.text),
+                                "this compiler reads version 1",
+                            )
+                            .help("write `mcpolicy 1`")
+                            .fix("use version 1", version.span, "1"),
+                        );
+                    }
+                }
+                ItemKind::Protocol(revision) => {
+                    protocol_item = Some(item.span);
+                    match ProtocolRevision::parse(&revision.value) {
+                        Some(parsed) => self.protocol = parsed,
+                        None => {
+                            let known = ProtocolRevision::ALL.map(ProtocolRevision::as_str);
+                            let mut d = Diagnostic::new(
+                                Code::E0204,
+                                revision.span,
+                                format!("unknown MCP revision `{}`", revision.value),
+                                "not a revision mcpolicy knows",
+                            );
+                            d = match did_you_mean(&revision.value, known) {
+                                Some(s) => d.help(format!("did you mean `{s}`?")).fix(
+                                    format!("use `{s}`"),
+                                    revision.span,
+                                    s,
+                                ),
+                                None => d.help(format!("write one of {}", list(&known))),
+                            };
+                            self.push(d);
+                        }
+                    }
+                }
+                ItemKind::ErrorCode(code) => error_code = Some(code),
+                ItemKind::Identity(fields) => identity = Some(fields),
+                ItemKind::Reason(decl) => reasons.push(decl),
+                ItemKind::Defaults(block) => defaults = Some(block),
+                ItemKind::Server(server) => servers.push(server),
+                ItemKind::Bad(text) => self.bad_item(text, item.span),
+            }
+        }
+        if !version_seen {
+            let at = file
+                .items
+                .first()
+                .map_or(Span::new(0, 0), |i| Span::new(i.span.start, i.span.start));
+            self.push(
+                Diagnostic::new(
+                    Code::E0201,
+                    at,
+                    "the policy has no version line",
+                    "expected `mcpolicy 1` here",
+                )
+                .help("start the file with `mcpolicy 1`")
+                .fix("insert `mcpolicy 1`", at, "mcpolicy 1\n"),
+            );
+        }
+
+        self.model.protocol = self.protocol;
+        self.model.error_code = DEFAULT_ERROR_CODE;
+        match error_code {
+            Some(code) => {
+                if let Some(value) = values::int_value(self, code) {
+                    self.model.error_code = value;
+                    if let Some(d) = codes_rule::check(
+                        value,
+                        code.span,
+                        self.protocol,
+                        codes_rule::Use::ErrorCode,
+                    ) {
+                        self.push(d);
+                    }
+                }
+            }
+            None => {
+                if let (Some(span), Some(d)) = (
+                    protocol_item,
+                    codes_rule::check(
+                        DEFAULT_ERROR_CODE,
+                        Span::default(),
+                        self.protocol,
+                        codes_rule::Use::DefaultErrorCode,
+                    ),
+                ) {
+                    let suggestion = suggested_code(self.protocol);
+                    self.push(Diagnostic {
+                        span,
+                        label: "the default error_code -32010 is in the legacy band here"
+                            .to_owned(),
+                        fix: Some(crate::diagnostic::Fix {
+                            title: format!("declare `error_code {suggestion}`"),
+                            span: Span::new(span.end, span.end),
+                            replacement: format!("\nerror_code {suggestion}"),
+                        }),
+                        ..d
+                    });
+                }
+            }
+        }
+        self.identity(identity);
+
+        // Pass 2: reasons (declarations), then blocks (uses), then reason rules that need both.
+        self.model.reasons = builtin::ALL
+            .iter()
+            .map(|b| (b.name.to_owned(), builtin::spec(b, self.model.error_code)))
+            .collect();
+        let mut reason_props: Vec<(&ReasonDecl, ReasonProps)> = Vec::new();
+        for decl in &reasons {
+            if let Some(props) = self.reason_decl(decl) {
+                reason_props.push((decl, props));
+            }
+        }
+        if let Some(block) = defaults {
+            self.model.defaults = self.block(block, false);
+        }
+        servers::check_patterns(self, &servers);
+        for server in &servers {
+            let block = self.block(&server.body, true);
+            self.model
+                .servers
+                .push((server.pattern.value.clone(), block));
+        }
+        for (decl, props) in reason_props {
+            self.reason_rules(decl, props);
+        }
+    }
+
+    fn bad_item(&mut self, text: &str, span: Span) {
+        let word: String = text
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let word_span = Span::new(span.start, span.start + word.len());
+        let trimmed = text.trim();
+        let diagnostic = if trimmed.starts_with('}') {
+            Diagnostic::new(
+                Code::E0001,
+                Span::new(span.start, span.start + 1),
+                "unexpected `}`",
+                "no block is open here",
+            )
+            .help("remove it, or check the block above for an extra `}`")
+        } else if trimmed.starts_with('{') {
+            Diagnostic::new(
+                Code::E0001,
+                span,
+                "a block must follow `defaults`, `server \"ID\"` or `reason NAME`",
+                "block without an item",
+            )
+            .help("write `server \"ID\" { … }` or `defaults { … }`")
+        } else if TOP_LEVEL.contains(&word.as_str()) {
+            reread::top_level_item(&word, text, span)
+        } else if POLICY_STATEMENTS.contains(&word.as_str()) {
+            Diagnostic::new(
+                Code::E0102,
+                word_span,
+                format!("`{word}` must be inside a block"),
+                "statement at top level",
+            )
+            .help(format!(
+                "put it in `defaults {{ … }}` or a `server \"ID\" {{ … }}` block"
+            ))
+        } else if word.is_empty() {
+            let shown: String = trimmed.chars().take(20).collect();
+            Diagnostic::new(Code::E0001, span, format!("expected a top-level item, found `{shown}`"), "not an item")
+                .help("items start with `mcpolicy`, `protocol`, `error_code`, `identity`, `reason`, `defaults` or `server`")
+        } else {
+            let mut d = Diagnostic::new(
+                Code::E0001,
+                word_span,
+                format!("unknown item `{word}`"),
+                "not a top-level item",
+            );
+            d = match did_you_mean(&word, TOP_LEVEL.iter().copied()) {
+                Some(s) => d.help(format!("did you mean `{s}`?")).fix(format!("replace with `{s}`"), word_span, s),
+                None => d.help("items start with `mcpolicy`, `protocol`, `error_code`, `identity`, `reason`, `defaults` or `server`"),
+            };
+            d
+        };
+        self.push(diagnostic);
+    }
+
+    fn identity(&mut self, fields: Option<&Vec<Spanned<String>>>) {
+        let Some(fields) = fields else {
+            self.model.identity = DEFAULT_IDENTITY.iter().map(|s| (*s).to_owned()).collect();
+            return;
+        };
+        let mut seen: HashMap<&str, Span> = HashMap::new();
+        for field in fields {
+            let name = field.value.as_str();
+            if !IDENTITY_FIELDS.contains(&name) {
+                let mut d = Diagnostic::new(
+                    Code::E0205,
+                    field.span,
+                    format!("`{name}` is not a field of a sampling request"),
+                    "unknown field",
+                );
+                d = match did_you_mean(name, IDENTITY_FIELDS.iter().copied()) {
+                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(
+                        format!("replace with `{s}`"),
+                        field.span,
+                        s,
+                    ),
+                    None => d.help(format!("identity fields are {}", list(IDENTITY_FIELDS))),
+                };
+                self.push(d);
+                continue;
+            }
+            if let Some(first) = seen.get(name) {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0206,
+                        field.span,
+                        format!("`{name}` is listed twice"),
+                        "listed again",
+                    )
+                    .related(*first, "first listed here")
+                    .help("list each field once"),
+                );
+                continue;
+            }
+            seen.insert(name, field.span);
+            if KNOBS.contains(&name) {
+                self.push(
+                    Diagnostic::new(
+                        Code::W0207,
+                        field.span,
+                        format!("`{name}` is a tuning knob; a server can vary it to dodge stored denials"),
+                        "knob in the identity",
+                    )
+                    .help(format!("remove `{name}` from `identity` unless a change in it really is a new request")),
+                );
+            }
+            self.model.identity.push(name.to_owned());
+        }
+        if !seen.contains_key("messages") {
+            let span = fields
+                .first()
+                .map_or(Span::default(), |f| f.span)
+                .to(fields.last().map_or(Span::default(), |f| f.span));
+            self.push(
+                Diagnostic::new(
+                    Code::W0208,
+                    span,
+                    "the identity does not include `messages`",
+                    "requests with different prompts look identical",
+                )
+                .help("add `messages` to `identity`"),
+            );
+        }
+    }
+
+    fn reason_decl(&mut self, decl: &ReasonDecl) -> Option<ReasonProps> {
+        let name = decl.name.value.as_str();
+        if let Some(first) = self.declared.get(name) {
+            self.push(
+                Diagnostic::new(
+                    Code::E0402,
+                    decl.name.span,
+                    format!("reason `{name}` is declared twice"),
+                    "declared again",
+                )
+                .related(*first, "first declared here")
+                .help("merge the two declarations"),
+            );
+            return None;
+        }
+        let builtin = builtin::get(name);
+        if builtin.is_none() {
+            if !name.contains('.') {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0406,
+                        decl.name.span,
+                        format!("reason `{name}` has no namespace"),
+                        "needs a dotted name",
+                    )
+                    .help(format!(
+                        "write it with your own namespace, like `acme.{name}`"
+                    )),
+                );
+            } else if name.starts_with("policy.") || name.starts_with("user.") {
+                let mut d = Diagnostic::new(
+                    Code::E0405,
+                    decl.name.span,
+                    format!(
+                        "`{name}` is not a built-in reason, and `policy.`/`user.` are reserved for them"
+                    ),
+                    "unknown built-in",
+                );
+                d = match did_you_mean(name, builtin::ALL.iter().map(|b| b.name)) {
+                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(
+                        format!("replace with `{s}`"),
+                        decl.name.span,
+                        s,
+                    ),
+                    None => d.help(
+                        "use your own namespace for a custom reason, like `acme.too_expensive`",
+                    ),
+                };
+                self.push(d);
+            }
+        }
+        self.declared.insert(name.to_owned(), decl.name.span);
+        let base = builtin.map_or(
+            ReasonSpec {
+                retryable: false,
+                ttl: Ttl::Forever,
+                code: self.model.error_code,
+                message: format!("Sampling denied: {name}"),
+            },
+            |b| builtin::spec(b, self.model.error_code),
+        );
+        let mut props = ReasonProps {
+            spec: base,
+            retryable: None,
+            ttl: None,
+            code: false,
+        };
+        let mut seen: HashMap<&str, Span> = HashMap::new();
+        let narrows = builtin.is_some_and(|b| b.outcome != builtin::Outcome::Deny);
+        for stmt in &decl.body.stmts {
+            let keyword = stmt.kind.keyword();
+            if let ReasonStmtKind::Bad(bad) = &stmt.kind {
+                self.push(reread::statement(
+                    bad,
+                    stmt.keyword,
+                    reread::BlockKind::Reason,
+                ));
+                continue;
+            }
+            if let Some(first) = seen.get(keyword) {
+                self.push(duplicate(keyword, stmt.span, *first));
+                continue;
+            }
+            seen.insert(stmt.kind.keyword(), stmt.span);
+            if narrows
+                && !matches!(stmt.kind, ReasonStmtKind::Message(_))
+                && !(name == builtin::USER_APPROVED && matches!(stmt.kind, ReasonStmtKind::Ttl(_)))
+            {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0411,
+                        stmt.span,
+                        format!("`{keyword}` means nothing for `{name}`"),
+                        "never applies",
+                    )
+                    .help(format!("`{name}` never denies; remove `{keyword}`")),
+                );
+                continue;
+            }
+            match &stmt.kind {
+                ReasonStmtKind::Retryable(value) => {
+                    props.spec.retryable = value.value;
+                    props.retryable = Some(value.span);
+                }
+                ReasonStmtKind::Ttl(ttl) => {
+                    let parsed = match ttl {
+                        TtlSyntax::Duration(q) => {
+                            values::duration(self, q, "ttl").map(Ttl::AfterMs)
+                        }
+                        TtlSyntax::Keyword(k) => match k.value.as_str() {
+                            "until_reset" => Some(Ttl::UntilReset),
+                            "forever" => Some(Ttl::Forever),
+                            _ => Some(Ttl::None),
+                        },
+                    };
+                    if let Some(ttl) = parsed {
+                        props.spec.ttl = ttl;
+                    }
+                    props.ttl = Some(stmt.span);
+                }
+                ReasonStmtKind::Message(message) => {
+                    self.placeholders(message);
+                    props.spec.message = message.value.clone();
+                }
+                ReasonStmtKind::Code(code) => {
+                    if let Some(value) = values::int_value(self, code) {
+                        let use_ = if name == builtin::USER_DENIED {
+                            codes_rule::Use::UserDenied
+                        } else {
+                            codes_rule::Use::Reason
+                        };
+                        if let Some(d) = codes_rule::check(value, code.span, self.protocol, use_) {
+                            self.push(d);
+                        }
+                        props.spec.code = value;
+                        props.code = true;
+                    }
+                }
+                ReasonStmtKind::Bad(_) => {}
+            }
+        }
+        if decl.body.close.is_none() {
+            self.push(unclosed(
+                decl.body.open,
+                decl.body.stmts.last().map(|s| s.span),
+            ));
+        }
+        if builtin.is_none() && props.retryable.is_none() {
+            self.push(
+                Diagnostic::new(Code::W0408, decl.name.span, format!("`{name}` does not say whether it is retryable"), "retryable: false")
+                    .help("add `retryable false` (or `retryable true` for a transient denial) to the block"),
+            );
+        }
+        self.model
+            .reasons
+            .insert(name.to_owned(), props.spec.clone());
+        Some(props)
+    }
+
+    fn placeholders(&mut self, message: &StringLit) {
+        let text = &message.value;
+        let mut rest = text.as_str();
+        let mut offset = 0;
+        while let Some(open) = rest.find('{') {
+            if rest[open..].starts_with("{{") {
+                offset += open + 2;
+                rest = &rest[open + 2..];
+                continue;
+            }
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            let name = &rest[open + 1..open + close];
+            if !builtin::PLACEHOLDERS.contains(&name) {
+                // The span is the literal; escapes can shift offsets, so point inside only when there are none.
+                let raw_len = message.span.len().saturating_sub(2);
+                let span = if raw_len == text.len() {
+                    let start = message.span.start + 1 + offset + open;
+                    Span::new(start, start + close + 1)
+                } else {
+                    message.span
+                };
+                let mut d = Diagnostic::new(
+                    Code::E0407,
+                    span,
+                    format!("unknown placeholder `{{{name}}}`"),
+                    "not a placeholder",
+                );
+                d = match did_you_mean(name, builtin::PLACEHOLDERS.iter().copied()) {
+                    Some(s) => d.help(format!("did you mean `{{{s}}}`?")),
+                    None => d.help(format!(
+                        "placeholders are {}; write `{{{{` for a literal brace",
+                        list(builtin::PLACEHOLDERS)
+                    )),
+                };
+                self.push(d);
+            }
+            offset += open + close + 1;
+            rest = &rest[open + close + 1..];
+        }
+    }
+
+    fn reason_rules(&mut self, decl: &ReasonDecl, props: ReasonProps) {
+        let name = decl.name.value.as_str();
+        let (by_budget_use, others, used) = match self.producers.get(name) {
+            Some(p) => (p.by_budget, p.by_other.clone(), !p.uses.is_empty()),
+            None => (false, Vec::new(), false),
+        };
+        if props.spec.retryable && props.spec.ttl == Ttl::Forever {
+            let span = props.ttl.or(props.retryable).unwrap_or(decl.name.span);
+            let mut d = Diagnostic::new(
+                Code::E0403,
+                span,
+                format!("`{name}` is retryable but stored forever: every retry would be refused from the store"),
+                "contradiction",
+            )
+            .help("give it a duration, like `ttl 60s`, or make it `retryable false`");
+            if let Some(r) = props.retryable {
+                d = d.related(r, "declared retryable here");
+            }
+            self.push(d);
+        }
+        if props.spec.ttl == Ttl::UntilReset {
+            let by_budget = name == builtin::BUDGET_EXHAUSTED || by_budget_use;
+            if !by_budget || !others.is_empty() {
+                let why = if others.is_empty() {
+                    "no `budget` statement produces it".to_owned()
+                } else {
+                    format!(
+                        "`{}` produces it, and only budgets have windows that reset",
+                        others.join("`, `")
+                    )
+                };
+                self.push(
+                    Diagnostic::new(
+                        Code::E0404,
+                        props.ttl.unwrap_or(decl.name.span),
+                        format!("`{name}` uses `ttl until_reset` but {why}"),
+                        "no window to reset",
+                    )
+                    .help("give it a duration, like `ttl 60s`, or `forever`"),
+                );
+            }
+        }
+        if builtin::get(name).is_none() && !used {
+            self.push(
+                Diagnostic::new(
+                    Code::W0410,
+                    decl.name.span,
+                    format!("reason `{name}` is never used"),
+                    "declared here",
+                )
+                .help(format!(
+                    "produce it with `as {name}` on a statement that denies, or remove it"
+                )),
+            );
+        }
+    }
+
+    /// Checks a `defaults` or `server` block and returns what it states.
+    fn block(&mut self, block: &Block<Stmt>, is_server: bool) -> PartialBlock {
+        let mut out = PartialBlock::default();
+        let mut seen: HashMap<&str, Span> = HashMap::new();
+        let mut budgets: HashMap<(BudgetMetric, Window), Span> = HashMap::new();
+        let mut sampling_off: Option<Span> = None;
+        for stmt in &block.stmts {
+            if let StmtKind::Bad(bad) = &stmt.kind {
+                self.push(reread::statement(
+                    bad,
+                    stmt.keyword,
+                    reread::BlockKind::Policy,
+                ));
+                continue;
+            }
+            let keyword = stmt.kind.keyword();
+            if keyword != "budget" {
+                if let Some(first) = seen.get(keyword) {
+                    self.push(duplicate(keyword, stmt.span, *first));
+                    continue;
+                }
+                seen.insert(stmt.kind.keyword(), stmt.span);
+            }
+            match &stmt.kind {
+                StmtKind::Sampling(on, reason) => {
+                    let reason =
+                        self.reason_use(reason.as_ref(), builtin::SAMPLING_DISABLED, "sampling");
+                    if !on.value {
+                        sampling_off = Some(stmt.span);
+                    }
+                    out.sampling = Some(Switch {
+                        enabled: on.value,
+                        reason,
+                    });
+                }
+                StmtKind::Tools(on, reason) => {
+                    if self.protocol == ProtocolRevision::V2025_06_18 {
+                        self.push(
+                            Diagnostic::new(Code::W0602, stmt.keyword, "sampling requests carry no tools before MCP 2025-11-25", "no effect under 2025-06-18")
+                                .help("remove `tools`, or declare `protocol 2025-11-25`")
+                                .note("cited: MCP 2025-11-25 added `tools` and `toolChoice` to `sampling/createMessage`"),
+                        );
+                    }
+                    let reason = self.reason_use(reason.as_ref(), builtin::TOOLS_DISABLED, "tools");
+                    out.tools = Some(Switch {
+                        enabled: on.value,
+                        reason,
+                    });
+                }
+                StmtKind::MaxContext(scope) => {
+                    let parsed = ContextScope::parse(&scope.value).unwrap_or(ContextScope::None);
+                    if self.protocol == ProtocolRevision::V2026_07_28
+                        && parsed != ContextScope::None
+                    {
+                        self.push(
+                            Diagnostic::new(Code::W0601, scope.span, format!("`{}` is deprecated in MCP 2026-07-28", scope.value), "deprecated scope")
+                                .help("write `max_context none` unless your client declares the `sampling.context` capability")
+                                .note("cited: MCP 2026-07-28 deprecates includeContext thisServer/allServers; they need the client's sampling.context capability"),
+                        );
+                    }
+                    out.max_context = Some(parsed);
+                }
+                StmtKind::MaxInput(q, reason) => {
+                    let reason =
+                        self.reason_use(reason.as_ref(), builtin::INPUT_TOO_LARGE, "max_input");
+                    if let Some(max) = values::size(self, q) {
+                        out.max_input = Some(Limit { max, reason });
+                    }
+                }
+                StmtKind::MaxMessages(q, reason) => {
+                    let reason =
+                        self.reason_use(reason.as_ref(), builtin::INPUT_TOO_LARGE, "max_messages");
+                    if let Some(max) = values::count(self, q, "max_messages") {
+                        out.max_messages = Some(Limit { max, reason });
+                    }
+                }
+                StmtKind::MaxTokens(q) => out.max_tokens = values::count(self, q, "max_tokens"),
+                StmtKind::Rate {
+                    count,
+                    window,
+                    reason,
+                } => {
+                    let reason = self.reason_use(reason.as_ref(), builtin::RATE_LIMIT, "rate");
+                    if let (Some(count), Some(window_ms)) = (
+                        values::count(self, count, "rate"),
+                        values::duration(self, window, "rate window"),
+                    ) {
+                        out.rate = Some(Rate {
+                            count,
+                            window_ms,
+                            reason,
+                        });
+                    }
+                }
+                StmtKind::Budget {
+                    limit,
+                    metric,
+                    window,
+                    reason,
+                } => {
+                    let reason =
+                        self.reason_use(reason.as_ref(), builtin::BUDGET_EXHAUSTED, "budget");
+                    let metric = if metric.value == "tokens" {
+                        BudgetMetric::Tokens
+                    } else {
+                        BudgetMetric::Requests
+                    };
+                    let window = match window {
+                        WindowSyntax::Calendar(unit) => {
+                            Some(Window::Calendar(match unit.value.as_str() {
+                                "hour" => CalendarUnit::Hour,
+                                "week" => CalendarUnit::Week,
+                                "month" => CalendarUnit::Month,
+                                _ => CalendarUnit::Day,
+                            }))
+                        }
+                        WindowSyntax::Rolling(q) => {
+                            values::duration(self, q, "budget window").map(Window::RollingMs)
+                        }
+                    };
+                    let limit = values::count(self, limit, "budget");
+                    if let (Some(limit), Some(window)) = (limit, window) {
+                        if let Some(first) = budgets.get(&(metric, window)) {
+                            self.push(
+                                duplicate("budget", stmt.span, *first)
+                                    .help("two budgets count the same metric over the same window; keep the one you mean"),
+                            );
+                            continue;
+                        }
+                        budgets.insert((metric, window), stmt.span);
+                        out.budgets.push(Budget {
+                            metric,
+                            limit,
+                            window,
+                            reason,
+                        });
+                    }
+                }
+                StmtKind::Deadline(q, reason) => {
+                    let reason = self.reason_use(reason.as_ref(), builtin::DEADLINE, "deadline");
+                    if let Some(ms) = values::duration(self, q, "deadline") {
+                        out.deadline = Some(Deadline { ms, reason });
+                    }
+                }
+                StmtKind::Consent(mode) => {
+                    out.consent = Some(match mode.value.as_str() {
+                        "always" => Consent::Always,
+                        "never" => Consent::Never,
+                        _ => Consent::First,
+                    });
+                }
+                StmtKind::Models(models) => {
+                    let mut list = Vec::new();
+                    let mut seen_models: HashSet<&str> = HashSet::new();
+                    for model in models {
+                        if model.value.is_empty() {
+                            self.push(
+                                Diagnostic::new(
+                                    Code::E0603,
+                                    model.span,
+                                    "empty model pattern",
+                                    "names no model",
+                                )
+                                .help("write a model name or a glob, like `\"claude-*\"`"),
+                            );
+                        } else if !seen_models.insert(&model.value) {
+                            self.push(
+                                Diagnostic::new(
+                                    Code::E0106,
+                                    model.span,
+                                    format!("model `{}` is listed twice", model.value),
+                                    "listed again",
+                                )
+                                .help("list each model once"),
+                            );
+                        } else {
+                            list.push(model.value.clone());
+                        }
+                    }
+                    out.models = Some(list);
+                }
+                StmtKind::Bad(_) => {}
+            }
+        }
+        if let (true, Some(off)) = (is_server, sampling_off) {
+            for stmt in &block.stmts {
+                if !matches!(stmt.kind, StmtKind::Sampling(..) | StmtKind::Bad(_)) {
+                    self.push(
+                        Diagnostic::new(
+                            Code::W0604,
+                            stmt.span,
+                            format!(
+                                "`{}` has no effect: sampling is off for this server",
+                                stmt.kind.keyword()
+                            ),
+                            "never reached",
+                        )
+                        .related(off, "sampling is turned off here")
+                        .help("remove the statement, or turn sampling on"),
+                    );
+                }
+            }
+        }
+        if block.close.is_none() {
+            self.push(unclosed(block.open, block.stmts.last().map(|s| s.span)));
+        }
+        out
+    }
+
+    /// Resolves `as NAME` (or the built-in default) and records who produces it.
+    fn reason_use(
+        &mut self,
+        clause: Option<&Spanned<String>>,
+        default: &str,
+        statement: &'static str,
+    ) -> String {
+        let Some(clause) = clause else {
+            let entry = self.producers.entry(default.to_owned()).or_default();
+            if statement == "budget" {
+                entry.by_budget = true;
+            } else if !entry.by_other.contains(&statement) {
+                entry.by_other.push(statement);
+            }
+            return default.to_owned();
+        };
+        let name = clause.value.as_str();
+        match builtin::get(name) {
+            Some(b) if b.outcome != builtin::Outcome::Deny => {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0409,
+                        clause.span,
+                        format!("`{name}` is not a denial reason"),
+                        "cannot deny",
+                    )
+                    .help(format!(
+                        "remove `as {name}`, or name a denial reason such as `{default}`"
+                    )),
+                );
+                return default.to_owned();
+            }
+            Some(_) => {}
+            None if !self.declared.contains_key(name) => {
+                let candidates: Vec<String> = self
+                    .declared
+                    .keys()
+                    .cloned()
+                    .chain(
+                        builtin::ALL
+                            .iter()
+                            .filter(|b| b.outcome == builtin::Outcome::Deny)
+                            .map(|b| b.name.to_owned()),
+                    )
+                    .collect();
+                let mut candidates: Vec<&str> = candidates.iter().map(String::as_str).collect();
+                candidates.sort_unstable();
+                let mut d = Diagnostic::new(
+                    Code::E0401,
+                    clause.span,
+                    format!("reason `{name}` is not declared"),
+                    "undeclared reason",
+                );
+                d = match did_you_mean(name, candidates) {
+                    Some(s) => d.help(format!("did you mean `{s}`? Otherwise declare it: `reason {name} {{ retryable false; ttl forever }}`")).fix(
+                        format!("replace with `{s}`"),
+                        clause.span,
+                        s,
+                    ),
+                    None => d.help(format!("declare it: `reason {name} {{ retryable false; ttl forever }}`")),
+                };
+                self.push(d);
+                return default.to_owned();
+            }
+            None => {}
+        }
+        let entry = self.producers.entry(name.to_owned()).or_default();
+        entry.uses.push(clause.span);
+        if statement == "budget" {
+            entry.by_budget = true;
+        } else if !entry.by_other.contains(&statement) {
+            entry.by_other.push(statement);
+        }
+        name.to_owned()
+    }
+}
+
+struct ReasonProps {
+    spec: ReasonSpec,
+    retryable: Option<Span>,
+    ttl: Option<Span>,
+    code: bool,
+}
+
+fn duplicate(keyword: &str, span: Span, first: Span) -> Diagnostic {
+    Diagnostic::new(
+        Code::E0106,
+        span,
+        format!("`{keyword}` is stated twice in this block"),
+        "stated again",
+    )
+    .related(first, "first stated here")
+    .help("remove one of the two; only one can apply")
+}
+
+fn unclosed(open: Span, last: Option<Span>) -> Diagnostic {
+    let at = last.map_or(open.end, |s| s.end);
+    Diagnostic::new(
+        Code::E0003,
+        open,
+        "this block is never closed",
+        "unclosed `{`",
+    )
+    .help("add `}` after the block's last statement")
+    .fix("insert `}`", Span::new(at, at), "\n}")
+}
+
+/// `a`, `b` and `c` as inline code.
+pub(crate) fn list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("`{s}`")).collect();
+    match quoted.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        Some((last, _)) => last.clone(),
+        None => String::new(),
+    }
+}
+
+/// The reason table, for hovers and `mcpc explain`.
+pub fn reason_docs() -> BTreeMap<&'static str, &'static str> {
+    builtin::ALL.iter().map(|b| (b.name, b.summary)).collect()
+}

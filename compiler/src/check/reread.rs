@@ -1,0 +1,614 @@
+//! Re-reads text the grammar could not parse, to say exactly what is wrong:
+//! an unknown keyword (with a suggestion), a statement in the wrong place, or
+//! the first value that does not fit the statement's shape.
+
+use super::{POLICY_STATEMENTS, REASON_STATEMENTS, TOP_LEVEL, list};
+use crate::codes::Code;
+use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::syntax::{BadStmt, Span};
+
+/// Which kind of block the statement was in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BlockKind {
+    /// `defaults` or `server`.
+    Policy,
+    /// `reason`.
+    Reason,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok<'a> {
+    /// A word: letters, digits, `_` and `.`.
+    Word(&'a str),
+    /// A number, with whatever letters follow it directly.
+    Number { digits: &'a str, suffix: &'a str },
+    /// A complete string literal.
+    Str,
+    /// A string literal with no closing quote.
+    Unterminated,
+    /// Anything else: one character.
+    Punct(char),
+}
+
+#[derive(Debug, Clone)]
+struct Token<'a> {
+    tok: Tok<'a>,
+    span: Span,
+    text: &'a str,
+}
+
+fn tokenize(text: &str, base: usize) -> Vec<Token<'_>> {
+    let mut tokens = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < text.len() {
+        let c = text[i..].chars().next().unwrap_or(' ');
+        let start = i;
+        if c == '#' {
+            break;
+        }
+        if c.is_whitespace() {
+            i += c.len_utf8();
+            continue;
+        }
+        let tok = if c == '"' {
+            i += 1;
+            let mut closed = false;
+            while i < text.len() {
+                match bytes[i] {
+                    b'\\' => i += 2,
+                    b'"' => {
+                        i += 1;
+                        closed = true;
+                        break;
+                    }
+                    _ => i += 1,
+                }
+            }
+            i = i.min(text.len());
+            while !text.is_char_boundary(i) {
+                i += 1;
+            }
+            if closed { Tok::Str } else { Tok::Unterminated }
+        } else if c.is_ascii_digit()
+            || (c == '-' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit))
+        {
+            i += 1;
+            while i < text.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let digits_end = i;
+            while i < text.len() && bytes[i].is_ascii_alphabetic() {
+                i += 1;
+            }
+            Tok::Number {
+                digits: &text[start..digits_end],
+                suffix: &text[digits_end..i],
+            }
+        } else if c.is_alphanumeric() || c == '_' {
+            while i < text.len() {
+                let Some(d) = text[i..].chars().next() else {
+                    break;
+                };
+                if d.is_alphanumeric() || d == '_' || d == '.' || d == '-' {
+                    i += d.len_utf8();
+                } else {
+                    break;
+                }
+            }
+            Tok::Word(&text[start..i])
+        } else {
+            i += c.len_utf8();
+            Tok::Punct(c)
+        };
+        tokens.push(Token {
+            tok,
+            span: Span::new(base + start, base + i),
+            text: &text[start..i],
+        });
+    }
+    tokens
+}
+
+/// The finding for a top-level item whose keyword is right but whose shape is not.
+pub(super) fn top_level_item(keyword: &str, text: &str, span: Span) -> Diagnostic {
+    let tokens = tokenize(text, span.start);
+    let after = tokens.get(1);
+    let at = after.map_or(Span::new(span.start, span.start + keyword.len()), |t| {
+        t.span
+    });
+    let (message, help) = match keyword {
+        "server" => match after.map(|t| &t.tok) {
+            Some(Tok::Word(w)) => (
+                format!("the server id `{w}` must be quoted"),
+                format!("write `server \"{w}\" {{ … }}`"),
+            ),
+            Some(Tok::Unterminated) => (
+                "unterminated string".to_owned(),
+                "close the id with `\"`".to_owned(),
+            ),
+            Some(Tok::Str) => (
+                "a server block needs `{ … }` after its id".to_owned(),
+                "write `server \"ID\" { sampling on }`".to_owned(),
+            ),
+            _ => (
+                "a server block needs a quoted id and a body".to_owned(),
+                "write `server \"ID\" { … }`".to_owned(),
+            ),
+        },
+        "reason" => match after.map(|t| &t.tok) {
+            Some(Tok::Word(_)) => (
+                "a reason declaration needs a body".to_owned(),
+                "write `reason acme.name { retryable false; ttl forever }`".to_owned(),
+            ),
+            _ => (
+                "a reason declaration needs a dotted name and a body".to_owned(),
+                "write `reason acme.name { retryable false; ttl forever }`".to_owned(),
+            ),
+        },
+        "defaults" => (
+            "`defaults` needs a body".to_owned(),
+            "write `defaults { … }`".to_owned(),
+        ),
+        "mcpolicy" => (
+            "the version line is `mcpolicy 1`".to_owned(),
+            "write `mcpolicy 1`".to_owned(),
+        ),
+        "protocol" => (
+            "`protocol` takes an MCP revision date".to_owned(),
+            "write `protocol 2025-11-25` (or `2025-06-18`, `2026-07-28`)".to_owned(),
+        ),
+        "error_code" => (
+            "`error_code` takes an integer".to_owned(),
+            "write `error_code -32010`".to_owned(),
+        ),
+        _ => (
+            "`identity` takes a comma-separated list of request fields".to_owned(),
+            "write `identity systemPrompt, messages, includeContext, modelPreferences`".to_owned(),
+        ),
+    };
+    let code = if tokens.iter().any(|t| t.tok == Tok::Unterminated) {
+        Code::E0002
+    } else {
+        Code::E0001
+    };
+    Diagnostic::new(code, at, message, "cannot read this").help(help)
+}
+
+/// One value a statement expects.
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    Switch,
+    Bool,
+    Scope,
+    Consent,
+    Count,
+    Size,
+    Duration,
+    Metric,
+    Window,
+    Per,
+    Ttl,
+    Str,
+    StrList,
+    Int,
+}
+
+fn shape(keyword: &str) -> Option<(&'static [Want], bool, &'static str)> {
+    use Want::*;
+    Some(match keyword {
+        "sampling" => (&[Switch], true, "sampling off"),
+        "tools" => (&[Switch], true, "tools off"),
+        "max_context" => (&[Scope], false, "max_context thisServer"),
+        "max_input" => (&[Size], true, "max_input 64 KiB"),
+        "max_messages" => (&[Count], true, "max_messages 50"),
+        "max_tokens" => (&[Count], false, "max_tokens 4096"),
+        "rate" => (&[Count, Per, Duration], true, "rate 30 per 1m"),
+        "budget" => (
+            &[Count, Metric, Per, Window],
+            true,
+            "budget 50 requests per day",
+        ),
+        "deadline" => (&[Duration], true, "deadline 60s"),
+        "consent" => (&[Consent], false, "consent first"),
+        "models" => (&[StrList], false, "models \"claude-*\", \"gpt-4o\""),
+        "retryable" => (&[Bool], false, "retryable false"),
+        "ttl" => (&[Ttl], false, "ttl 60s"),
+        "message" => (&[Str], false, "message \"Sampling denied: {reason}\""),
+        "code" => (&[Int], false, "code -32011"),
+        _ => return None,
+    })
+}
+
+/// The finding for a statement the grammar could not read.
+pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> Diagnostic {
+    let tokens = tokenize(&bad.text, bad.span.start);
+    let Some(first) = tokens.first() else {
+        return Diagnostic::new(
+            Code::E0002,
+            bad.span,
+            "expected a statement",
+            "not a statement",
+        )
+        .help("remove it");
+    };
+    let Tok::Word(word) = first.tok else {
+        let shown = if first.text.chars().count() > 20 {
+            "this"
+        } else {
+            first.text
+        };
+        return Diagnostic::new(
+            Code::E0002,
+            first.span,
+            format!("expected a statement, found `{shown}`"),
+            "not a statement",
+        )
+        .help("statements start with a keyword, like `max_tokens 4096`");
+    };
+    let (own, other, other_place) = match kind {
+        BlockKind::Policy => (POLICY_STATEMENTS, REASON_STATEMENTS, "a `reason` block"),
+        BlockKind::Reason => (
+            REASON_STATEMENTS,
+            POLICY_STATEMENTS,
+            "a `defaults` or `server` block",
+        ),
+    };
+    if !own.contains(&word) {
+        if other.contains(&word) {
+            return Diagnostic::new(
+                Code::E0102,
+                keyword_span,
+                format!("`{word}` belongs in {other_place}"),
+                "not allowed here",
+            )
+            .help(format!("this block accepts {}", list(own)));
+        }
+        if TOP_LEVEL.contains(&word) {
+            return Diagnostic::new(
+                Code::E0102,
+                keyword_span,
+                format!("`{word}` cannot appear inside a block"),
+                "blocks do not nest",
+            )
+            .help("close the block with `}` before starting another item");
+        }
+        let mut d = Diagnostic::new(
+            Code::E0101,
+            keyword_span,
+            format!("unknown statement `{word}`"),
+            "not a statement",
+        );
+        d = match did_you_mean(word, own.iter().copied()) {
+            Some(s) => d.help(format!("did you mean `{s}`?")).fix(
+                format!("replace with `{s}`"),
+                keyword_span,
+                s,
+            ),
+            None => d.help(format!("this block accepts {}", list(own))),
+        };
+        return d;
+    }
+    let Some((wants, takes_as, example)) = shape(word) else {
+        return Diagnostic::new(
+            Code::E0002,
+            bad.span,
+            format!("cannot read this `{word}` statement"),
+            "unreadable",
+        );
+    };
+    let mut rest = tokens[1..].iter().peekable();
+    let end = Span::new(bad.span.end, bad.span.end);
+    for want in wants {
+        let Some(token) = rest.next() else {
+            return Diagnostic::new(
+                Code::E0103,
+                end,
+                format!("`{word}` needs {}", describe(*want)),
+                "value missing",
+            )
+            .help(format!("write it like `{example}`"));
+        };
+        if let Some(d) = mismatch(*want, token, word, example) {
+            return d;
+        }
+        if let Want::StrList = want {
+            // `"a", "b"`: commas and strings until the end.
+            while let Some(t) = rest.peek().copied() {
+                match t.tok {
+                    Tok::Punct(',') => {
+                        rest.next();
+                        match rest.next() {
+                            Some(s) if s.tok == Tok::Str => {}
+                            Some(s) => {
+                                return mismatch(Want::Str, s, word, example)
+                                    .unwrap_or_else(|| unexpected(s, word, example));
+                            }
+                            None => {
+                                return Diagnostic::new(
+                                    Code::E0002,
+                                    t.span,
+                                    "trailing `,` in the list",
+                                    "nothing follows",
+                                )
+                                .help(format!("write it like `{example}`"));
+                            }
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    if let Some(token) = rest.next() {
+        if takes_as && token.tok == Tok::Word("as") {
+            return match rest.next() {
+                Some(Token {
+                    tok: Tok::Word(name),
+                    ..
+                }) if !name.is_empty() => match rest.next() {
+                    Some(extra) => unexpected(extra, word, example),
+                    None => Diagnostic::new(
+                        Code::E0002,
+                        bad.span,
+                        format!("cannot read this `{word}` statement"),
+                        "unreadable",
+                    )
+                    .help(format!("write it like `{example} as acme.reason`")),
+                },
+                Some(other) => Diagnostic::new(
+                    Code::E0002,
+                    other.span,
+                    format!("expected a reason name after `as`, found `{}`", other.text),
+                    "not a reason name",
+                )
+                .help("name a reason, like `as acme.too_big`"),
+                None => Diagnostic::new(
+                    Code::E0002,
+                    token.span,
+                    "`as` needs a reason name",
+                    "reason name missing",
+                )
+                .help("name a reason, like `as acme.too_big`"),
+            };
+        }
+        if !takes_as && token.tok == Tok::Word("as") {
+            return Diagnostic::new(
+                Code::E0002,
+                token.span,
+                format!("`{word}` does not deny, so it cannot name a reason"),
+                "`as` not allowed here",
+            )
+            .help(format!("remove `as …`; write it like `{example}`"));
+        }
+        return unexpected(token, word, example);
+    }
+    Diagnostic::new(
+        Code::E0002,
+        bad.span,
+        format!("cannot read this `{word}` statement"),
+        "unreadable",
+    )
+    .help(format!("write it like `{example}`"))
+}
+
+fn unexpected(token: &Token<'_>, word: &str, example: &str) -> Diagnostic {
+    let shown = if token.text.chars().count() > 30 {
+        "this"
+    } else {
+        token.text
+    };
+    Diagnostic::new(
+        Code::E0002,
+        token.span,
+        format!("unexpected `{shown}` in `{word}`"),
+        "unexpected",
+    )
+    .help(format!("write it like `{example}`"))
+}
+
+fn describe(want: Want) -> &'static str {
+    match want {
+        Want::Switch => "`on` or `off`",
+        Want::Bool => "`true` or `false`",
+        Want::Scope => "a context scope (`none`, `thisServer` or `allServers`)",
+        Want::Consent => "a consent mode (`always`, `first` or `never`)",
+        Want::Count => "a count, like `4096` or `200k`",
+        Want::Size => "a size, like `64 KiB`",
+        Want::Duration => "a duration, like `60s` or `1m`",
+        Want::Metric => "`requests` or `tokens`",
+        Want::Window => "a window: `hour`, `day`, `week`, `month` or a duration like `24h`",
+        Want::Per => "`per`",
+        Want::Ttl => "a duration, `until_reset`, `forever` or `none`",
+        Want::Str | Want::StrList => "a quoted string",
+        Want::Int => "an integer",
+    }
+}
+
+fn words(want: Want) -> &'static [&'static str] {
+    match want {
+        Want::Switch => &["on", "off"],
+        Want::Bool => &["true", "false"],
+        Want::Scope => &["none", "thisServer", "allServers"],
+        Want::Consent => &["always", "first", "never"],
+        Want::Metric => &["requests", "tokens"],
+        Want::Window => &["hour", "day", "week", "month"],
+        Want::Per => &["per"],
+        Want::Ttl => &["until_reset", "forever", "none"],
+        _ => &[],
+    }
+}
+
+/// The units a quantity accepts, joined (`60s`) or apart (`64 KiB`).
+fn units(want: Want) -> &'static [&'static str] {
+    match want {
+        Want::Count => &["k", "M"],
+        Want::Size => &["B", "KiB", "MiB", "GiB"],
+        Want::Duration | Want::Window | Want::Ttl => &["ms", "s", "m", "h", "d"],
+        _ => &[],
+    }
+}
+
+fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<Diagnostic> {
+    let help_example = format!("write it like `{example}`");
+    match (&token.tok, want) {
+        (Tok::Unterminated, _) => Some(
+            Diagnostic::new(
+                Code::E0002,
+                token.span,
+                "unterminated string",
+                "no closing `\"`",
+            )
+            .help("close the string with `\"`"),
+        ),
+        (Tok::Str, Want::Str | Want::StrList) => None,
+        (Tok::Number { .. }, Want::Int) => None,
+        (
+            Tok::Number { digits, suffix },
+            Want::Count | Want::Size | Want::Duration | Want::Window | Want::Ttl,
+        ) => {
+            let accepted = units(want);
+            let unit_span = Span::new(token.span.start + digits.len(), token.span.end);
+            if suffix.is_empty() {
+                return match want {
+                    Want::Count => None,
+                    Want::Size => Some(
+                        Diagnostic::new(
+                            Code::E0103,
+                            token.span,
+                            format!("`{word}` needs a size with a unit"),
+                            "no unit",
+                        )
+                        .help(format!(
+                            "add a unit: `{digits} KiB` (units: {})",
+                            list(accepted)
+                        ))
+                        .fix(
+                            format!("use `{digits} B`"),
+                            Span::new(token.span.end, token.span.end),
+                            " B",
+                        ),
+                    ),
+                    _ => Some(
+                        Diagnostic::new(
+                            Code::E0103,
+                            token.span,
+                            format!("`{word}` needs a duration with a unit"),
+                            "no unit",
+                        )
+                        .help(format!(
+                            "join a unit to the number: `{digits}s` (units: {})",
+                            list(accepted)
+                        )),
+                    ),
+                };
+            }
+            if accepted.contains(suffix) {
+                // Right unit, so something else (usually what follows) is wrong.
+                return None;
+            }
+            let mut d = Diagnostic::new(
+                Code::E0104,
+                unit_span,
+                format!("unknown unit `{suffix}`"),
+                format!("not a unit of {}", kind_of(want)),
+            );
+            d = match did_you_mean(suffix, accepted.iter().copied()) {
+                Some(s) => d.help(format!("did you mean `{digits}{s}`?")).fix(
+                    format!("use `{s}`"),
+                    unit_span,
+                    s,
+                ),
+                None => d.help(format!("{} units are {}", kind_of(want), list(accepted))),
+            };
+            Some(d)
+        }
+        (Tok::Word(w), Want::Size) if units(Want::Size).iter().any(|u| u == w) => None,
+        (Tok::Word(w), Want::Size | Want::Duration | Want::Count) => {
+            let accepted = units(want);
+            let mut d = Diagnostic::new(
+                Code::E0103,
+                token.span,
+                format!("`{word}` needs {}, found `{w}`", describe(want)),
+                "wrong kind of value",
+            );
+            d = match did_you_mean(w, accepted.iter().copied()) {
+                Some(s) if matches!(want, Want::Size) => {
+                    d.help(format!("did you mean `{s}`? {help_example}"))
+                }
+                _ => d.help(help_example),
+            };
+            Some(d)
+        }
+        (Tok::Word(w), _) if !words(want).is_empty() => {
+            let accepted = words(want);
+            if accepted.contains(w) {
+                return None;
+            }
+            if matches!(want, Want::Per) {
+                return Some(
+                    Diagnostic::new(
+                        Code::E0002,
+                        token.span,
+                        format!("expected `per`, found `{w}`"),
+                        "expected `per`",
+                    )
+                    .help(help_example),
+                );
+            }
+            let code = Code::E0107;
+            let mut d = Diagnostic::new(
+                code,
+                token.span,
+                format!("`{w}` is not {}", describe(want)),
+                "unknown value",
+            );
+            d = match did_you_mean(w, accepted.iter().copied()) {
+                Some(s) => {
+                    d.help(format!("did you mean `{s}`?"))
+                        .fix(format!("use `{s}`"), token.span, s)
+                }
+                None => d.help(format!("write {}", list(accepted))),
+            };
+            Some(d)
+        }
+        (Tok::Word(_), Want::Str | Want::StrList) => Some(
+            Diagnostic::new(
+                Code::E0103,
+                token.span,
+                format!("`{word}` takes quoted strings"),
+                "not quoted",
+            )
+            .help(format!("quote it: `\"{}\"`", token.text)),
+        ),
+        _ => Some(
+            Diagnostic::new(
+                Code::E0103,
+                token.span,
+                format!(
+                    "`{word}` needs {}, found `{}`",
+                    describe(want),
+                    short(token.text)
+                ),
+                "wrong kind of value",
+            )
+            .help(help_example),
+        ),
+    }
+}
+
+fn short(text: &str) -> String {
+    if text.chars().count() > 30 {
+        format!("{}…", text.chars().take(30).collect::<String>())
+    } else {
+        text.to_owned()
+    }
+}
+
+fn kind_of(want: Want) -> &'static str {
+    match want {
+        Want::Count => "count",
+        Want::Size => "size",
+        _ => "duration",
+    }
+}

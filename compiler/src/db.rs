@@ -1,0 +1,152 @@
+//! The salsa database. Source text is an input; parsing, checking and
+//! lowering are tracked queries, so an editor only sets inputs and each
+//! query recomputes only what an edit changed.
+
+use std::sync::{Arc, Mutex};
+
+use mcpolicy_runtime::table::Table;
+
+use crate::check::{self, Analysis};
+use crate::diagnostic::Diagnostic;
+use crate::model::PolicyModel;
+use crate::parse::{self, Parsed};
+
+/// One policy file's text.
+#[salsa::input(debug)]
+pub struct SourceText {
+    /// The file's path or URI, for messages.
+    #[returns(ref)]
+    pub path: String,
+    /// The whole text.
+    #[returns(ref)]
+    pub text: String,
+}
+
+/// The syntax tree and lexical findings.
+#[salsa::tracked(returns(ref), no_eq)]
+pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
+    parse::parse(source.text(db))
+}
+
+/// Every finding: the parser's and the checker's, in source order.
+#[salsa::tracked(returns(ref))]
+pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
+    let parsed = parse_file(db, source);
+    let mut analysis = check::check(&parsed.file);
+    if !parsed.diagnostics.is_empty() {
+        analysis
+            .diagnostics
+            .extend(parsed.diagnostics.iter().cloned());
+        analysis
+            .diagnostics
+            .sort_by_key(|d| (d.span.start, d.span.end, d.code));
+    }
+    analysis
+}
+
+/// The diagnostics alone.
+pub fn diagnostics(db: &dyn salsa::Database, source: SourceText) -> &[Diagnostic] {
+    &analyze(db, source).diagnostics
+}
+
+/// The span-free meaning. Equal across layout-only edits, so salsa backdates
+/// it and `lower_file` does not re-run.
+#[salsa::tracked(returns(ref))]
+pub fn model(db: &dyn salsa::Database, source: SourceText) -> Option<PolicyModel> {
+    let analysis = analyze(db, source);
+    let clean = analysis
+        .diagnostics
+        .iter()
+        .all(|d| d.severity() != crate::codes::Severity::Error);
+    clean.then(|| analysis.model.clone())
+}
+
+/// The decision table, or `None` when the policy has errors.
+#[salsa::tracked(returns(ref))]
+pub fn lower_file(db: &dyn salsa::Database, source: SourceText) -> Option<Table> {
+    model(db, source).as_ref().map(crate::lower::lower)
+}
+
+/// The database. Records which queries executed when logging is on (for
+/// tests that prove incrementality).
+#[salsa::db]
+#[derive(Clone, Default)]
+pub struct Database {
+    storage: salsa::Storage<Self>,
+    log: Arc<Mutex<Option<Vec<String>>>>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    /// A database that records the queries it executes.
+    pub fn with_log() -> Self {
+        let log: Arc<Mutex<Option<Vec<String>>>> = Arc::new(Mutex::new(Some(Vec::new())));
+        let sink = log.clone();
+        let storage = salsa::Storage::new(Some(Box::new(move |event: salsa::Event| {
+            if let salsa::EventKind::WillExecute { database_key } = event.kind {
+                if let Ok(mut guard) = sink.lock() {
+                    if let Some(entries) = guard.as_mut() {
+                        entries.push(format!("{database_key:?}"));
+                    }
+                }
+            }
+        })));
+        Database { storage, log }
+    }
+
+    /// The queries executed since the last call, and clears the record.
+    pub fn take_log(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|mut g| g.as_mut().map(std::mem::take).unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+#[salsa::db]
+impl salsa::Database for Database {}
+
+#[cfg(test)]
+mod tests {
+    use salsa::Setter;
+
+    use super::*;
+
+    const POLICY: &str =
+        "mcpolicy 1\ndefaults {\n  max_tokens 4096\n}\nserver \"a\" { sampling off }\n";
+
+    #[test]
+    fn layout_only_edit_does_not_re_lower() {
+        let mut db = Database::with_log();
+        let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
+        assert!(lower_file(&db, source).is_some());
+        db.take_log();
+        source
+            .set_text(&mut db)
+            .to(POLICY.replace("  max_tokens", "    max_tokens   ") + "# a comment\n");
+        assert!(lower_file(&db, source).is_some());
+        let log = db.take_log();
+        assert!(log.iter().any(|q| q.contains("analyze")), "{log:?}");
+        assert!(
+            !log.iter().any(|q| q.contains("lower_file")),
+            "lowering re-ran: {log:?}"
+        );
+    }
+
+    #[test]
+    fn semantic_edit_re_lowers() {
+        let mut db = Database::with_log();
+        let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
+        let before = lower_file(&db, source).clone();
+        db.take_log();
+        source.set_text(&mut db).to(POLICY.replace("4096", "2048"));
+        let after = lower_file(&db, source).clone();
+        assert!(db.take_log().iter().any(|q| q.contains("lower_file")));
+        assert_ne!(before, after);
+    }
+}
