@@ -239,7 +239,9 @@ pub enum StoreError {
 
 /// Atomic operations at the level the engine needs — never a read-modify-write split across
 /// calls — so a networked store (Redis, PostgreSQL) can implement each in one round trip.
-pub trait DecisionStore: Send + Sync {
+///
+/// `Debug` is a supertrait so that `Arc<dyn DecisionStore>` can sit in a derived-`Debug` struct.
+pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// If a decision for `key` exists with this `digest` and has not expired at `now`, increment its
     /// `represented` and return it (with the incremented count). Otherwise None.
     fn replay(

@@ -1,0 +1,857 @@
+//! The decision store contract, run against both implementations, plus the
+//! SQLite store's durability (reopen, `kill -9`, several processes) and its
+//! refusal of corrupt, foreign and unreadable files.
+//!
+//! The crash and multi-process tests re-run this very test binary as a child:
+//! the `child_process` test is a no-op unless `MCPOLICY_STORE_CHILD` is set.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mcpolicy_runtime::store::{
+    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
+    StoreError, StoredDecision, Verdict,
+};
+#[cfg(feature = "sqlite")]
+use mcpolicy_runtime::store::{SCHEMA_VERSION, SqliteStore};
+use tempfile::TempDir;
+
+const DAY: u64 = 86_400_000;
+
+/// A store under test and whatever keeps it alive.
+struct Fixture {
+    store: Arc<dyn DecisionStore>,
+    _dir: Option<TempDir>,
+}
+
+fn memory() -> Fixture {
+    Fixture {
+        store: Arc::new(MemoryStore::new()),
+        _dir: None,
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(dir.path().join("store.db")).expect("open store");
+    Fixture {
+        store: Arc::new(store),
+        _dir: Some(dir),
+    }
+}
+
+/// Instantiates a generic contract test for both stores.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn memory() {
+                super::$name(super::memory());
+            }
+            #[cfg(feature = "sqlite")]
+            #[test]
+            fn sqlite() {
+                super::$name(super::sqlite());
+            }
+        }
+    )*};
+}
+
+both!(
+    replay_counts_and_returns_data_byte_for_byte,
+    record_replaces_and_resets_represented,
+    expiry_is_exclusive,
+    digest_mismatch_misses,
+    purge_stale_touches_only_that_server,
+    rolling_window_and_available_at,
+    rolling_window_available_at_with_amounts,
+    fixed_window_resets_at_end,
+    refusal_records_nothing,
+    repeated_counter_in_one_admission,
+    amount_larger_than_limit_never_fits,
+    settle_lowers_and_raises_token_spend,
+    settle_unknown_reservation_is_an_error,
+    eight_threads_never_overspend,
+    concurrent_replays_count_every_one,
+);
+
+fn key(server: &str, n: u64) -> DecisionKey {
+    DecisionKey::new(server, format!("{server}:{n:032x}"))
+}
+
+fn deny(digest: &str, expires_at: Option<Millis>, data: &str) -> StoredDecision {
+    StoredDecision {
+        verdict: Verdict::Deny,
+        reason: "policy.budget_exhausted".into(),
+        digest: digest.into(),
+        expires_at,
+        data: Some(data.into()),
+        represented: 0,
+        decided_at: 1_000,
+    }
+}
+
+fn allow(digest: &str) -> StoredDecision {
+    StoredDecision {
+        verdict: Verdict::Allow,
+        reason: "user.approved".into(),
+        digest: digest.into(),
+        expires_at: None,
+        data: None,
+        represented: 0,
+        decided_at: 1_000,
+    }
+}
+
+fn rolling(counter: &str, amount: u64, limit: u64, ms: u64) -> LimitCheck {
+    LimitCheck {
+        counter: counter.into(),
+        amount,
+        limit,
+        window: LimitWindow::Rolling { ms },
+    }
+}
+
+fn fixed(counter: &str, amount: u64, limit: u64, start: Millis, end: Millis) -> LimitCheck {
+    LimitCheck {
+        counter: counter.into(),
+        amount,
+        limit,
+        window: LimitWindow::Fixed { start, end },
+    }
+}
+
+fn admitted(admission: &Admission) -> bool {
+    matches!(admission, Admission::Admitted { .. })
+}
+
+fn reservation(admission: Admission) -> u64 {
+    match admission {
+        Admission::Admitted { reservation } => reservation,
+        refused => panic!("expected admission, got {refused:?}"),
+    }
+}
+
+// A denial's `data` exactly as the engine serialised it: odd spacing, escapes
+// and non-ASCII must come back untouched, or a replay is not byte-identical.
+const DATA: &str = r#"{"reason":"policy.budget_exhausted","server":"release-notes","retryable":false,"resetsAt":"2026-03-11T00:00:00Z","note":"caf\u00e9 café \" 𝄞"}"#;
+
+fn replay_counts_and_returns_data_byte_for_byte(f: Fixture) {
+    let s = &f.store;
+    let k = key("release-notes", 1);
+    s.record(&k, &deny("d1", None, DATA)).expect("record");
+    for n in 1..=3 {
+        let hit = s.replay(&k, "d1", 2_000).expect("replay").expect("hit");
+        assert_eq!(hit.represented, n);
+        assert_eq!(hit.data.as_deref(), Some(DATA));
+        assert_eq!(hit.verdict, Verdict::Deny);
+        assert_eq!(hit.reason, "policy.budget_exhausted");
+        assert_eq!(hit.decided_at, 1_000);
+    }
+    // get() does not count.
+    let seen = s.get(&k).expect("get").expect("present");
+    assert_eq!(seen.represented, 3);
+    assert_eq!(s.get(&k).expect("get").expect("present").represented, 3);
+    // Another identity of the same server is a miss.
+    assert_eq!(
+        s.replay(&key("release-notes", 2), "d1", 2_000)
+            .expect("replay"),
+        None
+    );
+    // An allow replays with no data.
+    let a = key("release-notes", 3);
+    s.record(&a, &allow("d1")).expect("record");
+    let hit = s.replay(&a, "d1", 2_000).expect("replay").expect("hit");
+    assert_eq!(
+        (hit.verdict, hit.data, hit.represented),
+        (Verdict::Allow, None, 1)
+    );
+}
+
+fn record_replaces_and_resets_represented(f: Fixture) {
+    let s = &f.store;
+    let k = key("srv", 1);
+    let mut first = deny("d1", None, DATA);
+    first.represented = 7; // ignored: represented starts at 0
+    s.record(&k, &first).expect("record");
+    assert_eq!(s.get(&k).expect("get").expect("present").represented, 0);
+    s.replay(&k, "d1", 0).expect("replay");
+    s.record(&k, &allow("d2")).expect("replace");
+    let now = s.get(&k).expect("get").expect("present");
+    assert_eq!(now, allow("d2"));
+}
+
+fn expiry_is_exclusive(f: Fixture) {
+    let s = &f.store;
+    let k = key("srv", 1);
+    s.record(&k, &deny("d", Some(60_000), DATA))
+        .expect("record");
+    assert!(s.replay(&k, "d", 59_999).expect("replay").is_some());
+    assert_eq!(s.replay(&k, "d", 60_000).expect("replay"), None);
+    assert_eq!(s.replay(&k, "d", 10_000_000).expect("replay"), None);
+    // The miss did not count, and get still shows the expired row.
+    assert_eq!(s.get(&k).expect("get").expect("present").represented, 1);
+    // No expiry: until the block changes.
+    let forever = key("srv", 2);
+    s.record(&forever, &deny("d", None, DATA)).expect("record");
+    assert!(
+        s.replay(&forever, "d", Millis::MAX)
+            .expect("replay")
+            .is_some()
+    );
+}
+
+fn digest_mismatch_misses(f: Fixture) {
+    let s = &f.store;
+    let k = key("srv", 1);
+    s.record(&k, &deny("old", None, DATA)).expect("record");
+    assert_eq!(s.replay(&k, "new", 0).expect("replay"), None);
+    assert_eq!(s.get(&k).expect("get").expect("present").represented, 0);
+    assert!(s.replay(&k, "old", 0).expect("replay").is_some());
+}
+
+fn purge_stale_touches_only_that_server(f: Fixture) {
+    let s = &f.store;
+    let now = 100_000;
+    s.record(&key("a", 1), &deny("new", None, DATA)).expect("r");
+    s.record(&key("a", 2), &deny("new", Some(now + 1), DATA))
+        .expect("r");
+    s.record(&key("a", 3), &deny("old", None, DATA)).expect("r"); // stale digest
+    s.record(&key("a", 4), &deny("new", Some(now), DATA))
+        .expect("r"); // expired
+    s.record(&key("a", 5), &allow("older")).expect("r"); // stale digest
+    s.record(&key("b", 1), &deny("old", None, DATA)).expect("r");
+    s.record(&key("b", 2), &deny("new", Some(1), DATA))
+        .expect("r");
+    // Server ids that share a prefix must not be confused.
+    s.record(&key("ab", 1), &deny("old", None, DATA))
+        .expect("r");
+
+    assert_eq!(s.purge_stale("a", "new", now).expect("purge"), 3);
+    assert!(s.get(&key("a", 1)).expect("get").is_some());
+    assert!(s.get(&key("a", 2)).expect("get").is_some());
+    for gone in [3, 4, 5] {
+        assert_eq!(s.get(&key("a", gone)).expect("get"), None, "a/{gone}");
+    }
+    for (server, n) in [("b", 1), ("b", 2), ("ab", 1)] {
+        assert!(
+            s.get(&key(server, n)).expect("get").is_some(),
+            "{server}/{n}"
+        );
+    }
+    assert_eq!(s.purge_stale("a", "new", now).expect("purge"), 0);
+}
+
+fn rolling_window_and_available_at(f: Fixture) {
+    let s = &f.store;
+    let rate = || [rolling("rate", 1, 3, 1_000)];
+    for t in [0, 100, 200] {
+        assert!(
+            admitted(&s.admit("srv", &rate(), t).expect("admit")),
+            "t={t}"
+        );
+    }
+    let refused = Admission::Refused {
+        index: 0,
+        counter: "rate".into(),
+        available_at: 1_000,
+    };
+    assert_eq!(s.admit("srv", &rate(), 300).expect("admit"), refused);
+    assert_eq!(s.admit("srv", &rate(), 999).expect("admit"), refused);
+    // The spend at 0 counts in (now - 1000, now] only until now = 1000.
+    assert!(admitted(&s.admit("srv", &rate(), 1_000).expect("admit")));
+    // Now rows at 100, 200, 1000: the next room opens when 100 leaves.
+    assert!(matches!(
+        s.admit("srv", &rate(), 1_050).expect("admit"),
+        Admission::Refused {
+            available_at: 1_100,
+            ..
+        }
+    ));
+    // Counters are per server.
+    assert!(admitted(&s.admit("other", &rate(), 1_050).expect("admit")));
+}
+
+fn rolling_window_available_at_with_amounts(f: Fixture) {
+    let s = &f.store;
+    let tokens = |amount| [rolling("budget:tokens:rolling:1000", amount, 100, 1_000)];
+    for t in [0, 100, 200] {
+        assert!(admitted(&s.admit("srv", &tokens(30), t).expect("admit")));
+    }
+    // 90 spent, 50 asked: 40 must leave; 30 leaves at 1000, 60 at 1100.
+    assert!(matches!(
+        s.admit("srv", &tokens(50), 300).expect("admit"),
+        Admission::Refused {
+            available_at: 1_100,
+            ..
+        }
+    ));
+    // 10 fits now; then 100 is spent and even 1 must wait for the row at 0.
+    assert!(admitted(&s.admit("srv", &tokens(10), 300).expect("admit")));
+    assert!(matches!(
+        s.admit("srv", &tokens(1), 400).expect("admit"),
+        Admission::Refused {
+            available_at: 1_000,
+            ..
+        }
+    ));
+    assert!(admitted(
+        &s.admit("srv", &tokens(50), 1_100).expect("admit")
+    ));
+}
+
+fn fixed_window_resets_at_end(f: Fixture) {
+    let s = &f.store;
+    let day = |start: Millis| {
+        [fixed(
+            "budget:requests:day",
+            1,
+            2,
+            start,
+            start + DAY as Millis,
+        )]
+    };
+    let d0: Millis = 20_000 * DAY as Millis;
+    let d1 = d0 + DAY as Millis;
+    assert!(admitted(&s.admit("srv", &day(d0), d0).expect("admit")));
+    assert!(admitted(&s.admit("srv", &day(d0), d1 - 1).expect("admit")));
+    assert_eq!(
+        s.admit("srv", &day(d0), d1 - 1).expect("admit"),
+        Admission::Refused {
+            index: 0,
+            counter: "budget:requests:day".into(),
+            available_at: d1
+        }
+    );
+    // The next calendar day is a fresh window.
+    assert!(admitted(&s.admit("srv", &day(d1), d1).expect("admit")));
+    assert!(admitted(&s.admit("srv", &day(d1), d1 + 5).expect("admit")));
+    assert!(!admitted(&s.admit("srv", &day(d1), d1 + 6).expect("admit")));
+}
+
+fn refusal_records_nothing(f: Fixture) {
+    let s = &f.store;
+    let checks = [
+        rolling("rate", 1, 1, 60_000),
+        fixed("budget:requests:day", 1, 0, 0, DAY as Millis),
+    ];
+    assert!(matches!(
+        s.admit("srv", &checks, 10).expect("admit"),
+        Admission::Refused { index: 1, .. }
+    ));
+    // The rate check fitted but was not recorded: it still has room for one.
+    assert!(admitted(&s.admit("srv", &checks[..1], 11).expect("admit")));
+    assert!(!admitted(&s.admit("srv", &checks[..1], 12).expect("admit")));
+    // An admission with no checks always succeeds and records nothing.
+    assert_eq!(
+        s.admit("srv", &[], 13).expect("admit"),
+        Admission::Admitted { reservation: 0 }
+    );
+}
+
+fn repeated_counter_in_one_admission(f: Fixture) {
+    let s = &f.store;
+    // Two checks on one counter must see each other's pending spend.
+    let checks = [rolling("c", 3, 5, 1_000), rolling("c", 3, 5, 1_000)];
+    assert!(matches!(
+        s.admit("srv", &checks, 0).expect("admit"),
+        Admission::Refused { index: 1, .. }
+    ));
+    assert!(admitted(&s.admit("srv", &checks[..1], 0).expect("admit")));
+}
+
+fn amount_larger_than_limit_never_fits(f: Fixture) {
+    let s = &f.store;
+    let r = s
+        .admit("srv", &[rolling("t", 11, 10, 1_000)], 500)
+        .expect("admit");
+    assert!(!admitted(&r), "{r:?}");
+    let r = s
+        .admit("srv", &[fixed("t2", 1, 0, 0, 1_000)], 500)
+        .expect("admit");
+    assert_eq!(
+        r,
+        Admission::Refused {
+            index: 0,
+            counter: "t2".into(),
+            available_at: 1_000
+        }
+    );
+}
+
+fn settle_lowers_and_raises_token_spend(f: Fixture) {
+    let s = &f.store;
+    let end = DAY as Millis;
+    let tokens = |amount| {
+        [
+            fixed("budget:requests:day", 1, 100, 0, end),
+            fixed("budget:tokens:day", amount, 1_000, 0, end),
+        ]
+    };
+    let first = reservation(s.admit("srv", &tokens(800), 1).expect("admit"));
+    assert_ne!(first, 0);
+    assert!(!admitted(&s.admit("srv", &tokens(300), 2).expect("admit")));
+    // The completion used only 100 of the 800 reserved.
+    s.settle(first, "budget:tokens:day", 100).expect("settle");
+    let second = reservation(s.admit("srv", &tokens(300), 3).expect("admit"));
+    assert_ne!(second, first);
+    // 100 + 300 = 400 spent; the second used more than it reserved: 900.
+    s.settle(second, "budget:tokens:day", 900).expect("settle");
+    assert!(!admitted(&s.admit("srv", &tokens(1), 4).expect("admit")));
+    s.settle(second, "budget:tokens:day", 899).expect("settle");
+    assert!(admitted(&s.admit("srv", &tokens(1), 5).expect("admit")));
+    // Settling one counter left the other alone: 3 requests spent of 100.
+    let requests = [fixed("budget:requests:day", 97, 100, 0, end)];
+    assert!(admitted(&s.admit("srv", &requests, 6).expect("admit")));
+    // Settling reservation 0 (an admission with no checks) is a no-op.
+    s.settle(0, "budget:tokens:day", 5).expect("settle 0");
+}
+
+fn settle_unknown_reservation_is_an_error(f: Fixture) {
+    let s = &f.store;
+    let r = reservation(
+        s.admit("srv", &[rolling("t", 1, 10, 1_000)], 0)
+            .expect("admit"),
+    );
+    let bogus = r.wrapping_add(1 << 40);
+    assert!(matches!(
+        s.settle(bogus, "t", 1),
+        Err(StoreError::UnknownReservation { .. })
+    ));
+}
+
+fn eight_threads_never_overspend(f: Fixture) {
+    let admitted_total = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = Arc::clone(&f.store);
+            let admitted_total = Arc::clone(&admitted_total);
+            std::thread::spawn(move || {
+                for i in 0..1_000 {
+                    let checks = [
+                        rolling("rate", 1, 1_000_000, 60_000),
+                        fixed("budget:requests:day", 1, 500, 0, DAY as Millis),
+                    ];
+                    let now = 1_000 + i;
+                    match store.admit("srv", &checks, now).expect("admit") {
+                        Admission::Admitted { .. } => {
+                            admitted_total.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Admission::Refused { index, .. } => assert_eq!(index, 1, "thread {t}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("thread");
+    }
+    assert_eq!(admitted_total.load(Ordering::Relaxed), 500);
+    // And the rate counter recorded exactly the admitted ones.
+    let rate_room = [rolling("rate", 1_000_000 - 500, 1_000_000, 60_000)];
+    assert!(admitted(
+        &f.store.admit("srv", &rate_room, 2_000).expect("admit")
+    ));
+}
+
+fn concurrent_replays_count_every_one(f: Fixture) {
+    let k = key("srv", 9);
+    f.store.record(&k, &deny("d", None, DATA)).expect("record");
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let store = Arc::clone(&f.store);
+            let k = k.clone();
+            std::thread::spawn(move || {
+                for _ in 0..250 {
+                    store.replay(&k, "d", 0).expect("replay").expect("hit");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("thread");
+    }
+    assert_eq!(
+        f.store.get(&k).expect("get").expect("present").represented,
+        1_000
+    );
+}
+
+// ---------------------------------------------------------------------------
+// SQLite only: durability and damaged files.
+
+#[cfg(feature = "sqlite")]
+mod sqlite_only {
+    use super::*;
+
+    #[test]
+    fn sqlite_survives_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.db");
+        let budget = |amount| [fixed("budget:tokens:day", amount, 1_000, 0, DAY as Millis)];
+        let res;
+        {
+            let s = SqliteStore::open(&path).expect("open");
+            s.record(&key("srv", 1), &deny("d", Some(5_000), DATA))
+                .expect("record");
+            s.record(&key("srv", 2), &allow("d")).expect("record");
+            s.replay(&key("srv", 1), "d", 10).expect("replay");
+            res = reservation(s.admit("srv", &budget(700), 10).expect("admit"));
+        }
+        let s = SqliteStore::open(&path).expect("reopen");
+        let d = s.get(&key("srv", 1)).expect("get").expect("present");
+        assert_eq!(d.data.as_deref(), Some(DATA));
+        assert_eq!(d.represented, 1);
+        assert_eq!(d.expires_at, Some(5_000));
+        assert_eq!(s.get(&key("srv", 2)).expect("get"), Some(allow("d")));
+        // The budget count survived, and so did the reservation handle.
+        assert!(!admitted(&s.admit("srv", &budget(301), 20).expect("admit")));
+        s.settle(res, "budget:tokens:day", 200)
+            .expect("settle after reopen");
+        assert!(admitted(&s.admit("srv", &budget(800), 20).expect("admit")));
+        assert_eq!(s.len().expect("len"), 2);
+    }
+
+    #[test]
+    fn sqlite_reservations_are_never_reused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = SqliteStore::open(dir.path().join("s.db")).expect("open");
+        let check = [rolling("r", 1, 10, 100)];
+        let a = reservation(s.admit("srv", &check, 0).expect("admit"));
+        // Far later: the old row is pruned, but its id is not handed out again.
+        let b = reservation(s.admit("srv", &check, 10_000).expect("admit"));
+        assert!(b > a);
+        s.settle(a, "r", 5)
+            .expect("settling a pruned reservation is a no-op");
+    }
+
+    /// Environment variable selecting the child role of this binary.
+    const CHILD_ENV: &str = "MCPOLICY_STORE_CHILD";
+
+    /// Not a test by itself: the body of the child processes spawned below.
+    #[test]
+    fn child_process() {
+        let Ok(spec) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        let mut parts = spec.splitn(3, '|');
+        let (Some(role), Some(arg), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            panic!("bad {CHILD_ENV}: {spec}");
+        };
+        let store = SqliteStore::open(path).expect("child open");
+        let mut out = std::io::stdout().lock();
+    // libtest has printed "test … ... " without a newline; start our lines clean.
+    writeln!(out).expect("stdout");
+        match role {
+            // Record and admit until killed, acknowledging each on stdout once it returned.
+            "writer" => {
+                for n in 0u64.. {
+                    let k = key("crash", n);
+                    store.record(&k, &deny("d", None, DATA)).expect("record");
+                    writeln!(out, "ACK-RECORD {}", k.identity).expect("stdout");
+                    let budget = [fixed("budget", 1, u64::MAX / 2, 0, Millis::MAX)];
+                    let admission = store.admit("crash", &budget, 1).expect("admit");
+                    assert!(admitted(&admission));
+                    writeln!(out, "ACK-ADMIT {n}").expect("stdout");
+                    out.flush().expect("flush");
+                }
+            }
+            // Try `arg` admissions against a shared limit of 500; report how many got in.
+            "admitter" => {
+                let tries: u64 = arg.parse().expect("count");
+                let mut got = 0;
+                for i in 0..tries {
+                    let checks = [fixed("budget", 1, 500, 0, DAY as Millis)];
+                    if admitted(&store.admit("multi", &checks, i as Millis).expect("admit")) {
+                        got += 1;
+                    }
+                }
+                writeln!(out, "ADMITTED {got}").expect("stdout");
+            }
+            other => panic!("unknown child role {other}"),
+        }
+    }
+
+    fn child(role: &str, arg: &str, path: &Path) -> Command {
+        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+        cmd.args([
+            "sqlite_only::child_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{role}|{arg}|{}", path.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        cmd
+    }
+
+    #[test]
+    fn sqlite_kill_9_loses_no_acknowledged_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("crash.db");
+        // Create the schema first so the child's first write is a decision.
+        drop(SqliteStore::open(&path).expect("create"));
+        let mut proc = child("writer", "-", &path).spawn().expect("spawn child");
+        let stdout = proc.stdout.take().expect("child stdout");
+        let mut recorded: Vec<String> = Vec::new();
+        let mut admits: u64 = 0;
+        let mut lines = BufReader::new(stdout).lines();
+        while recorded.len() < 3_000 {
+            let line = match lines.next() {
+                Some(line) => line.expect("read child"),
+                None => panic!("child exited early after {} acks", recorded.len()),
+            };
+            if let Some(identity) = line.strip_prefix("ACK-RECORD ") {
+                recorded.push(identity.to_owned());
+            } else if line.starts_with("ACK-ADMIT ") {
+                admits += 1;
+            }
+        }
+        // SIGKILL on Unix: no destructor, no checkpoint, mid-transaction if it can be.
+        proc.kill().expect("kill");
+        let status = proc.wait().expect("wait");
+        assert!(
+            !status.success(),
+            "child must have been killed, got {status:?}"
+        );
+        // Anything the child printed after we stopped reading was acknowledged too.
+        for line in lines {
+            let Ok(line) = line else { break };
+            if let Some(identity) = line.strip_prefix("ACK-RECORD ") {
+                recorded.push(identity.to_owned());
+            } else if line.starts_with("ACK-ADMIT ") {
+                admits += 1;
+            }
+        }
+
+        let store = SqliteStore::open(&path).expect("store opens cleanly after kill -9");
+        for identity in &recorded {
+            let k = DecisionKey::new("crash", identity.clone());
+            let found = store.get(&k).expect("get").unwrap_or_else(|| {
+                panic!(
+                    "acknowledged decision {identity} lost ({} acked)",
+                    recorded.len()
+                )
+            });
+            assert_eq!(found.data.as_deref(), Some(DATA));
+        }
+        // Every acknowledged admission is counted; at most one more was committed unprinted.
+        let probe = |limit| [fixed("budget", 1, limit, 0, Millis::MAX)];
+        assert!(!admitted(
+            &store.admit("crash", &probe(admits), 2).expect("admit")
+        ));
+        assert!(admitted(
+            &store.admit("crash", &probe(admits + 2), 2).expect("admit")
+        ));
+    }
+
+    #[test]
+    fn sqlite_processes_share_a_limit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("multi.db");
+        drop(SqliteStore::open(&path).expect("create"));
+        let children: Vec<_> = (0..4)
+            .map(|_| child("admitter", "300", &path).spawn().expect("spawn"))
+            .collect();
+        let mut total = 0u64;
+        for proc in children {
+            let output = proc.wait_with_output().expect("child");
+            assert!(output.status.success(), "child failed: {:?}", output.status);
+            let text = String::from_utf8_lossy(&output.stdout);
+            let got: u64 = text
+                .lines()
+                .find_map(|l| l.split_once("ADMITTED ").map(|(_, n)| n))
+                .expect("child report")
+                .trim()
+                .parse()
+                .expect("number");
+            total += got;
+        }
+        assert_eq!(total, 500);
+    }
+
+    fn open_err(path: &Path) -> StoreError {
+        match SqliteStore::open(path) {
+            Ok(_) => panic!("{} opened, expected an error", path.display()),
+            Err(error) => error,
+        }
+    }
+
+    fn assert_names_path(error: &StoreError, path: &Path) {
+        let text = error.to_string();
+        assert!(
+            text.contains(&path.display().to_string()),
+            "message does not name {}: {text}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn sqlite_refuses_garbage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("garbage.db");
+        let bytes: Vec<u8> = (0..8192u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&path, bytes).expect("write");
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+        assert_names_path(&error, &path);
+        // A short text file too.
+        std::fs::write(&path, "not a database\n").expect("write");
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn sqlite_refuses_truncated_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("trunc.db");
+        {
+            let s = SqliteStore::open(&path).expect("open");
+            for n in 0..2_000 {
+                s.record(&key("srv", n), &deny("d", None, DATA))
+                    .expect("record");
+            }
+        }
+        // Fold the WAL into the main file, then cut the file in half.
+        checkpoint(&path);
+        let len = std::fs::metadata(&path).expect("meta").len();
+        assert!(len > 40_000, "store unexpectedly small: {len}");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        file.set_len(len / 2).expect("truncate");
+        drop(file);
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+        assert_names_path(&error, &path);
+    }
+
+    /// Opens and drops the store: the last connection to close checkpoints the
+    /// WAL into the main file and deletes it.
+    fn checkpoint(path: &Path) {
+        drop(SqliteStore::open(path).expect("open"));
+        assert!(!wal_of(path).exists(), "WAL left after a clean close");
+    }
+
+    fn wal_of(path: &Path) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push("-wal");
+        PathBuf::from(name)
+    }
+
+    #[test]
+    fn sqlite_refuses_a_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a-directory");
+        std::fs::create_dir(&path).expect("mkdir");
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Io { .. }), "{error:?}");
+        assert!(error.to_string().contains("directory"), "{error}");
+        assert_names_path(&error, &path);
+    }
+
+    #[test]
+    fn sqlite_refuses_an_unreachable_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("plain-file");
+        std::fs::write(&file, "x").expect("write");
+        let path = file.join("store.db"); // a file's child: not a directory
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Io { .. }), "{error:?}");
+        assert_names_path(&error, &path);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn sqlite_refuses_an_unreadable_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("locked.db");
+        drop(SqliteStore::open(&path).expect("create"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+        if std::fs::File::open(&path).is_ok() {
+            // Running as root: permissions do not apply, nothing to test.
+            eprintln!("skipped: file permissions are not enforced for this user");
+            return;
+        }
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Io { .. }), "{error:?}");
+        assert_names_path(&error, &path);
+    }
+
+    #[test]
+    fn sqlite_refuses_a_foreign_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("foreign.db");
+        {
+            let conn = rusqlite::Connection::open(&path).expect("sqlite");
+            conn.execute_batch(
+                "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');",
+            )
+            .expect("foreign schema");
+        }
+        let before = std::fs::read(&path).expect("read");
+        let error = open_err(&path);
+        assert!(
+            matches!(error, StoreError::ForeignSchema { .. }),
+            "{error:?}"
+        );
+        assert_names_path(&error, &path);
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            before,
+            "foreign file was modified"
+        );
+    }
+
+    #[test]
+    fn sqlite_refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("newer.db");
+        drop(SqliteStore::open(&path).expect("create"));
+        // Bump user_version (header offset 60, big-endian) as a future release would.
+        patch_header(&path, 60, (SCHEMA_VERSION + 1) as u32);
+        let error = open_err(&path);
+        match &error {
+            StoreError::SchemaTooNew {
+                found, supported, ..
+            } => {
+                assert_eq!((*found, *supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+            }
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+        assert_names_path(&error, &path);
+        assert!(error.to_string().contains("newer"), "{error}");
+    }
+
+    #[test]
+    fn sqlite_opens_an_empty_file_as_new() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("empty.db");
+        std::fs::write(&path, b"").expect("write");
+        let s = SqliteStore::open(&path).expect("an empty file is a new store");
+        s.record(&key("srv", 1), &allow("d")).expect("record");
+        assert!(s.get(&key("srv", 1)).expect("get").is_some());
+    }
+
+    /// Overwrites a big-endian u32 in the database header (after a clean close,
+    /// so there is no WAL to disagree with).
+    fn patch_header(path: &Path, offset: u64, value: u32) {
+        use std::io::{Seek, SeekFrom};
+        assert!(!wal_of(path).exists(), "WAL still present");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open");
+        file.seek(SeekFrom::Start(offset)).expect("seek");
+        file.write_all(&value.to_be_bytes()).expect("write");
+    }
+}
