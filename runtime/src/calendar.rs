@@ -1,0 +1,266 @@
+//! UTC civil-date arithmetic and RFC 3339 timestamps, hand-written so the
+//! runtime needs no date crate.
+//!
+//! Days are counted from 1970-01-01 with Howard Hinnant's `days_from_civil`
+//! algorithm (proleptic Gregorian calendar, exact for every `i64` day the
+//! runtime meets). Budget windows are UTC calendar units: an hour, a day, an
+//! ISO week starting Monday 00:00, a month.
+
+use crate::store::Millis;
+use crate::table::CalendarUnit;
+
+/// Milliseconds in one second.
+pub const MS_PER_SECOND: i64 = 1_000;
+/// Milliseconds in one hour.
+pub const MS_PER_HOUR: i64 = 3_600_000;
+/// Milliseconds in one day.
+pub const MS_PER_DAY: i64 = 86_400_000;
+
+/// Days since 1970-01-01 of the civil date `year-month-day` (`month` 1–12,
+/// `day` 1–31; out-of-range days roll over as in the algorithm).
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The civil date `(year, month, day)` of a day count since 1970-01-01.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Epoch milliseconds of a UTC civil date and time of day.
+pub fn timestamp(year: i64, month: u32, day: u32, hour: u32, minute: u32, second: u32) -> Millis {
+    days_from_civil(year, month, day)
+        .saturating_mul(MS_PER_DAY)
+        .saturating_add(i64::from(hour) * MS_PER_HOUR)
+        .saturating_add(i64::from(minute) * 60_000)
+        .saturating_add(i64::from(second) * MS_PER_SECOND)
+}
+
+/// The calendar window `[start, end)` of `unit` that contains `now`, in UTC.
+/// `end` is the window's reset: the start of the next hour, day, ISO week
+/// (Monday 00:00) or month.
+pub fn window(unit: CalendarUnit, now: Millis) -> (Millis, Millis) {
+    let days = now.div_euclid(MS_PER_DAY);
+    match unit {
+        CalendarUnit::Hour => {
+            let start = now.div_euclid(MS_PER_HOUR) * MS_PER_HOUR;
+            (start, start.saturating_add(MS_PER_HOUR))
+        }
+        CalendarUnit::Day => {
+            let start = days * MS_PER_DAY;
+            (start, start.saturating_add(MS_PER_DAY))
+        }
+        CalendarUnit::Week => {
+            // 1970-01-01 was a Thursday: Monday is 3 days after it in this count.
+            let weekday_from_monday = (days + 3).rem_euclid(7);
+            let start = (days - weekday_from_monday) * MS_PER_DAY;
+            (start, start.saturating_add(7 * MS_PER_DAY))
+        }
+        CalendarUnit::Month => {
+            let (year, month, _) = civil_from_days(days);
+            let start = days_from_civil(year, month, 1) * MS_PER_DAY;
+            let (next_year, next_month) = if month == 12 {
+                (year + 1, 1)
+            } else {
+                (year, month + 1)
+            };
+            (
+                start,
+                days_from_civil(next_year, next_month, 1) * MS_PER_DAY,
+            )
+        }
+    }
+}
+
+/// Rounds `ms` up to a whole second (a reset announced to a server must not
+/// come before the moment the request would really fit).
+pub fn ceil_to_second(ms: Millis) -> Millis {
+    let rem = ms.rem_euclid(MS_PER_SECOND);
+    if rem == 0 {
+        ms
+    } else {
+        ms.saturating_add(MS_PER_SECOND - rem)
+    }
+}
+
+/// The RFC 3339 UTC form of `ms`: `2026-03-11T00:00:00Z`, with `.sss` only
+/// when the instant is not a whole second. Years outside 0000–9999 (which
+/// RFC 3339 cannot write) are clamped to the nearest representable instant.
+pub fn format_rfc3339(ms: Millis) -> String {
+    const MIN: Millis = -62_167_219_200_000; // 0000-01-01T00:00:00Z
+    const MAX: Millis = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    let ms = ms.clamp(MIN, MAX);
+    let days = ms.div_euclid(MS_PER_DAY);
+    let in_day = ms.rem_euclid(MS_PER_DAY);
+    let (year, month, day) = civil_from_days(days);
+    let hour = in_day / MS_PER_HOUR;
+    let minute = in_day % MS_PER_HOUR / 60_000;
+    let second = in_day % 60_000 / MS_PER_SECOND;
+    let milli = in_day % MS_PER_SECOND;
+    if milli == 0 {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    } else {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
+    }
+}
+
+/// Parses an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`,
+/// `t`/`z`/space accepted as RFC 3339 allows) to epoch milliseconds.
+/// Fractions beyond milliseconds are truncated; leap second 60 is refused.
+pub fn parse_rfc3339(text: &str) -> Option<Millis> {
+    let b = text.as_bytes();
+    let num = |range: std::ops::Range<usize>| -> Option<u32> {
+        let digits = b.get(range)?;
+        digits.iter().try_fold(0u32, |acc, &d| {
+            d.is_ascii_digit().then(|| acc * 10 + u32::from(d - b'0'))
+        })
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    if !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day == 0 || day > month_days || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0i64;
+    if b[i] == b'.' {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            if i - start < 3 {
+                millis = millis * 10 + i64::from(b[i] - b'0');
+            }
+            i += 1;
+        }
+        let digits = i - start;
+        if digits == 0 {
+            return None;
+        }
+        for _ in digits..3 {
+            millis *= 10;
+        }
+    }
+    let offset_ms = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if i + 6 == b.len() && b[i + 3] == b':' => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let offset = i64::from(oh) * MS_PER_HOUR + i64::from(om) * 60_000;
+            if *sign == b'+' { offset } else { -offset }
+        }
+        _ => return None,
+    };
+    Some(timestamp(i64::from(year), month, day, hour, minute, second) + millis - offset_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_round_trip() {
+        for days in -800_000..800_000 {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn windows() {
+        // Wednesday 2026-03-11 15:42:07.123Z.
+        let now = timestamp(2026, 3, 11, 15, 42, 7) + 123;
+        let f = |unit| {
+            let (s, e) = window(unit, now);
+            (format_rfc3339(s), format_rfc3339(e))
+        };
+        assert_eq!(
+            f(CalendarUnit::Hour),
+            ("2026-03-11T15:00:00Z".into(), "2026-03-11T16:00:00Z".into())
+        );
+        assert_eq!(
+            f(CalendarUnit::Day),
+            ("2026-03-11T00:00:00Z".into(), "2026-03-12T00:00:00Z".into())
+        );
+        assert_eq!(
+            f(CalendarUnit::Week),
+            ("2026-03-09T00:00:00Z".into(), "2026-03-16T00:00:00Z".into())
+        );
+        assert_eq!(
+            f(CalendarUnit::Month),
+            ("2026-03-01T00:00:00Z".into(), "2026-04-01T00:00:00Z".into())
+        );
+        let dec = timestamp(2026, 12, 31, 23, 59, 59);
+        assert_eq!(
+            format_rfc3339(window(CalendarUnit::Month, dec).1),
+            "2027-01-01T00:00:00Z"
+        );
+        // A Monday at midnight starts its own week.
+        let monday = timestamp(2026, 3, 9, 0, 0, 0);
+        assert_eq!(window(CalendarUnit::Week, monday).0, monday);
+        // Before the epoch.
+        let old = timestamp(1969, 12, 31, 23, 30, 0);
+        assert_eq!(
+            format_rfc3339(window(CalendarUnit::Day, old).1),
+            "1970-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            format_rfc3339(window(CalendarUnit::Week, old).0),
+            "1969-12-29T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn rfc3339() {
+        let t = timestamp(2024, 2, 29, 8, 5, 9);
+        assert_eq!(format_rfc3339(t), "2024-02-29T08:05:09Z");
+        assert_eq!(format_rfc3339(t + 7), "2024-02-29T08:05:09.007Z");
+        assert_eq!(parse_rfc3339("2024-02-29T08:05:09Z"), Some(t));
+        assert_eq!(parse_rfc3339("2024-02-29T08:05:09.007Z"), Some(t + 7));
+        assert_eq!(parse_rfc3339("2024-02-29T08:05:09.0071234z"), Some(t + 7));
+        assert_eq!(parse_rfc3339("2024-02-29T10:05:09+02:00"), Some(t));
+        assert_eq!(parse_rfc3339("2024-02-29T07:35:09-00:30"), Some(t));
+        assert_eq!(parse_rfc3339("2023-02-29T08:05:09Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T24:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T08:05:09"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T08:05:09.Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T08:05:09Zjunk"), None);
+        assert_eq!(parse_rfc3339("２024-02-29T08:05:09Z"), None);
+        assert_eq!(format_rfc3339(Millis::MAX), "9999-12-31T23:59:59.999Z");
+        assert_eq!(format_rfc3339(Millis::MIN), "0000-01-01T00:00:00Z");
+        assert_eq!(ceil_to_second(1_001), 2_000);
+        assert_eq!(ceil_to_second(-1), 0);
+        assert_eq!(ceil_to_second(3_000), 3_000);
+    }
+}
