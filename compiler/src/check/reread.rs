@@ -309,6 +309,23 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
             )
             .help(format!("write it like `{example}`"));
         };
+        if let (
+            Tok::Number { digits, suffix: "" },
+            Some(Token {
+                tok: Tok::Word(unit),
+                span,
+                ..
+            }),
+        ) = (&token.tok, rest.peek())
+        {
+            if let Some(d) = apart_unit(*want, digits, unit, *span, token.span) {
+                return d;
+            }
+            if matches!(want, Want::Size) {
+                rest.next();
+                continue;
+            }
+        }
         if let Some(d) = mismatch(*want, token, word, example) {
             return d;
         }
@@ -594,6 +611,83 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
             )
             .help(help_example),
         ),
+    }
+}
+
+const SPELLED_DURATIONS: &[&str] = &[
+    "msec", "sec", "secs", "second", "seconds", "min", "mins", "minute", "minutes", "hr", "hrs",
+    "hour", "hours", "day", "days",
+];
+
+/// A number followed by a separate word where a unit belongs: `64 KB`, `60 s`.
+fn apart_unit(
+    want: Want,
+    digits: &str,
+    unit: &str,
+    unit_span: Span,
+    number_span: Span,
+) -> Option<Diagnostic> {
+    let accepted = units(want);
+    match want {
+        Want::Size if accepted.contains(&unit) => None,
+        Want::Size => {
+            let mut d = Diagnostic::new(
+                Code::E0104,
+                unit_span,
+                format!("unknown unit `{unit}`"),
+                "not a unit of size",
+            );
+            d = match did_you_mean(unit, accepted.iter().copied()) {
+                Some(s) => d
+                    .help(format!(
+                        "did you mean `{digits} {s}`? (binary units only: `KB` would be ambiguous)"
+                    ))
+                    .fix(format!("use `{s}`"), unit_span, s),
+                None => d.help(format!("size units are {}", list(accepted))),
+            };
+            Some(d)
+        }
+        Want::Duration | Want::Window | Want::Ttl if accepted.contains(&unit) => Some(
+            Diagnostic::new(
+                Code::E0103,
+                number_span.to(unit_span),
+                format!("write the unit joined to the number: `{digits}{unit}`"),
+                "unit apart from its number",
+            )
+            .help(format!("write `{digits}{unit}`"))
+            .fix(
+                format!("write `{digits}{unit}`"),
+                number_span.to(unit_span),
+                format!("{digits}{unit}"),
+            ),
+        ),
+        Want::Duration | Want::Window | Want::Ttl if SPELLED_DURATIONS.contains(&unit) => {
+            let suggestion = match unit.chars().next() {
+                Some('s') => "s",
+                Some('h') => "h",
+                Some('d') => "d",
+                _ if unit.starts_with("ms") => "ms",
+                _ => "m",
+            };
+            Some(
+                Diagnostic::new(
+                    Code::E0104,
+                    unit_span,
+                    format!("unknown duration unit `{unit}`"),
+                    "not a duration unit",
+                )
+                .help(format!(
+                    "write `{digits}{suggestion}` (units: {})",
+                    list(accepted)
+                ))
+                .fix(
+                    format!("write `{digits}{suggestion}`"),
+                    number_span.to(unit_span),
+                    format!("{digits}{suggestion}"),
+                ),
+            )
+        }
+        _ => None,
     }
 }
 

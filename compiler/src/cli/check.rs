@@ -1,0 +1,91 @@
+//! `mcpc check FILE... | -`
+
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use mcpolicy_compiler::codes::Severity;
+use mcpolicy_compiler::db::{self, Database, SourceText};
+use mcpolicy_compiler::input;
+use mcpolicy_compiler::render::{self, FileReport};
+
+use super::{ColorChoice, emit, fail, human_style};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Drawn diagnostics for people (stderr) and a summary.
+    Human,
+    /// One JSON document.
+    Json,
+    /// SARIF 2.1.0 for code scanning.
+    Sarif,
+    /// GitHub Actions annotations.
+    Github,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Policy files; `-` reads standard input.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+    /// Fail (exit 1) on warnings too.
+    #[arg(long)]
+    deny_warnings: bool,
+    /// Colour for human output.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+}
+
+/// Checks one loaded file.
+pub(crate) fn report(db: &Database, loaded: input::Loaded) -> FileReport {
+    if let Some(problem) = loaded.problem {
+        return FileReport {
+            path: loaded.path,
+            text: loaded.text,
+            diagnostics: vec![problem],
+        };
+    }
+    let source = SourceText::new(db, loaded.path.clone(), loaded.text.clone());
+    let diagnostics = db::diagnostics(db, source).to_vec();
+    FileReport {
+        path: loaded.path,
+        text: loaded.text,
+        diagnostics,
+    }
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let db = Database::default();
+    let mut reports = Vec::new();
+    for path in &args.files {
+        match input::load(path) {
+            Ok(loaded) => reports.push(report(&db, loaded)),
+            Err(error) => return fail(format!("cannot read {path}: {error}")),
+        }
+    }
+    match args.format {
+        Format::Human => {
+            let text = render::human(&reports, human_style(args.color));
+            let (errors, warnings) = render::totals(&reports);
+            if errors + warnings == 0 {
+                emit(&text);
+            } else {
+                eprint!("{text}");
+            }
+        }
+        Format::Json => emit(&render::json(&reports)),
+        Format::Sarif => emit(&render::sarif(&reports)),
+        Format::Github => emit(&render::github(&reports)),
+    }
+    let failing = reports.iter().flat_map(|r| &r.diagnostics).any(|d| {
+        d.severity() == Severity::Error || (args.deny_warnings && d.severity() == Severity::Warning)
+    });
+    if failing {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

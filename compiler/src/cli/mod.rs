@@ -1,0 +1,91 @@
+//! The command line. Exit codes: 0 clean, 1 findings, 2 usage or I/O error.
+
+mod check;
+mod compile;
+mod explain;
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// mcpc — the mcpolicy compiler.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcpc",
+    version,
+    about = "Check, format and compile .mcpolicy files",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check policies and report every finding.
+    Check(check::Args),
+    /// Compile a policy into its decision table (mcpolicy-table/1 JSON).
+    Compile(compile::Args),
+    /// Explain a diagnostic code, e.g. `mcpc explain E0103`.
+    Explain(explain::Args),
+}
+
+/// How to colour output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour on a terminal unless NO_COLOR is set.
+    Auto,
+    /// Always colour (still off under NO_COLOR).
+    Always,
+    /// Never colour.
+    Never,
+}
+
+pub(crate) fn human_style(choice: ColorChoice) -> mcpolicy_compiler::render::Style {
+    use mcpolicy_compiler::render::Style;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let tty = std::io::stderr().is_terminal();
+    match choice {
+        ColorChoice::Never => Style::Plain,
+        _ if no_color => {
+            if tty {
+                Style::FancyNoColor
+            } else {
+                Style::Plain
+            }
+        }
+        ColorChoice::Always => Style::Fancy,
+        ColorChoice::Auto if tty => Style::Fancy,
+        ColorChoice::Auto => Style::Plain,
+    }
+}
+
+/// Writes to stdout, treating a closed pipe as success.
+pub(crate) fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Prints a usage or I/O error and returns exit code 2.
+pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("mcpc: error: {message}");
+    ExitCode::from(2)
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { 2 } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Check(args) => check::run(args),
+        Command::Compile(args) => compile::run(args),
+        Command::Explain(args) => explain::run(args),
+    }
+}
