@@ -530,7 +530,12 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
                 format!("unknown unit `{suffix}`"),
                 format!("not a unit of {}", kind_of(want)),
             );
-            d = match did_you_mean(suffix, accepted.iter().copied()) {
+            let spelled = if matches!(want, Want::Count | Want::Size) {
+                None
+            } else {
+                spelled_duration(suffix)
+            };
+            d = match spelled.or_else(|| did_you_mean(suffix, accepted.iter().copied())) {
                 Some(s) => d.help(format!("did you mean `{digits}{s}`?")).fix(
                     format!("use `{s}`"),
                     unit_span,
@@ -619,6 +624,20 @@ const SPELLED_DURATIONS: &[&str] = &[
     "hour", "hours", "day", "days",
 ];
 
+/// The unit a spelled-out duration unit means: `seconds` → `s`.
+fn spelled_duration(unit: &str) -> Option<&'static str> {
+    if !SPELLED_DURATIONS.contains(&unit) {
+        return None;
+    }
+    Some(match unit {
+        "msec" => "ms",
+        u if u.starts_with('s') => "s",
+        u if u.starts_with('m') => "m",
+        u if u.starts_with('h') => "h",
+        _ => "d",
+    })
+}
+
 /// A number followed by a separate word where a unit belongs: `64 KB`, `60 s`.
 fn apart_unit(
     want: Want,
@@ -662,13 +681,7 @@ fn apart_unit(
             ),
         ),
         Want::Duration | Want::Window | Want::Ttl if SPELLED_DURATIONS.contains(&unit) => {
-            let suggestion = match unit.chars().next() {
-                Some('s') => "s",
-                Some('h') => "h",
-                Some('d') => "d",
-                _ if unit.starts_with("ms") => "ms",
-                _ => "m",
-            };
+            let suggestion = spelled_duration(unit).unwrap_or("s");
             Some(
                 Diagnostic::new(
                     Code::E0104,
