@@ -573,6 +573,13 @@ impl Engine {
         let mut approved_before = false;
         if let Some(stored) = self.store.replay(&key, &plan.digest, now)? {
             match stored.verdict {
+                // `tools` is not part of the identity: a server that drops its
+                // tools after a `tools off` denial is asking something new.
+                Verdict::Deny
+                    if stored.reason == block.tools.reason
+                        && stored.reason != block.sampling.reason
+                        && !block.tools.enabled
+                        && !carries_tools(params) => {}
                 Verdict::Deny => {
                     return Ok(Decision::Deny(
                         self.replayed_denial(key, stored, block, params),
