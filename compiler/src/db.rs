@@ -88,12 +88,11 @@ impl Database {
         let log: Arc<Mutex<Option<Vec<String>>>> = Arc::new(Mutex::new(Some(Vec::new())));
         let sink = log.clone();
         let storage = salsa::Storage::new(Some(Box::new(move |event: salsa::Event| {
-            if let salsa::EventKind::WillExecute { database_key } = event.kind {
-                if let Ok(mut guard) = sink.lock() {
-                    if let Some(entries) = guard.as_mut() {
-                        entries.push(format!("{database_key:?}"));
-                    }
-                }
+            if let salsa::EventKind::WillExecute { database_key } = event.kind
+                && let Ok(mut guard) = sink.lock()
+                && let Some(entries) = guard.as_mut()
+            {
+                entries.push(format!("{database_key:?}"));
             }
         })));
         Database { storage, log }

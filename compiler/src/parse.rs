@@ -91,7 +91,7 @@ impl Builder {
             if control && offset >= reported_until && (c == '\0' || !(in_comment || in_string)) {
                 let end = text[offset..]
                     .char_indices()
-                    .find(|(_, c)| !(c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
+                    .find(|(_, c)| !c.is_control() || matches!(c, '\n' | '\r' | '\t'))
                     .map_or(text.len(), |(i, _)| offset + i);
                 reported_until = end;
                 let shown = format!("U+{:04X}", c as u32);

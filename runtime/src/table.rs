@@ -54,12 +54,13 @@ pub enum TableError {
 }
 
 /// The MCP revision the client speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 pub enum ProtocolRevision {
     /// MCP 2025-06-18.
     #[serde(rename = "2025-06-18")]
     V2025_06_18,
     /// MCP 2025-11-25, the default.
+    #[default]
     #[serde(rename = "2025-11-25")]
     V2025_11_25,
     /// MCP 2026-07-28: sampling arrives inside `InputRequiredResult.inputRequests`.
@@ -84,12 +85,6 @@ impl ProtocolRevision {
     /// Parses a revision date string.
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.as_str() == text)
-    }
-}
-
-impl Default for ProtocolRevision {
-    fn default() -> Self {
-        Self::V2025_11_25
     }
 }
 

@@ -326,9 +326,7 @@ impl Checker {
                 format!("`{word}` must be inside a block"),
                 "statement at top level",
             )
-            .help(format!(
-                "put it in `defaults {{ … }}` or a `server \"ID\" {{ … }}` block"
-            ))
+            .help("put it in `defaults { … }` or a `server \"ID\" { … }` block")
         } else if word.is_empty() {
             let shown: String = trimmed.chars().take(20).collect();
             Diagnostic::new(Code::E0001, span, format!("expected a top-level item, found `{shown}`"), "not an item")

@@ -2,7 +2,10 @@
 
 mod check;
 mod compile;
+mod eval;
 mod explain;
+mod identity;
+mod policy;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -28,6 +31,10 @@ enum Command {
     Check(check::Args),
     /// Compile a policy into its decision table (mcpolicy-table/1 JSON).
     Compile(compile::Args),
+    /// Decide one sampling request against a policy and print the frame or the forwarded request.
+    Eval(eval::Args),
+    /// Print the canonical identity of a sampling request.
+    Identity(identity::Args),
     /// Explain a diagnostic code, e.g. `mcpc explain E0103`.
     Explain(explain::Args),
 }
@@ -86,6 +93,8 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check::run(args),
         Command::Compile(args) => compile::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Identity(args) => identity::run(args),
         Command::Explain(args) => explain::run(args),
     }
 }
