@@ -334,43 +334,62 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
 
     /// Writes `text` (already NFC) as a JSON string with RFC 8785 escaping:
     /// only `"`, `\` and control characters are escaped.
+    ///
+    /// Scans and copies eight bytes at a time: each word is stored whole and
+    /// the length advanced only past its clean prefix, so a later store
+    /// overwrites whatever followed a special byte.
     fn escaped(&mut self, text: &str) {
-        self.byte(b'"');
+        // Room for the quote and a whole escaped tail (7 bytes of 6 each).
+        const SLACK: usize = 64;
         let bytes = text.as_bytes();
-        let mut start = 0;
-        loop {
-            let at = next_special(bytes, start);
-            let Some(&special) = bytes.get(at) else {
-                break;
-            };
-            self.bytes(&bytes[start..at]);
-            self.escape(special);
-            start = at + 1;
+        // The length lives in a local so the loop keeps it in a register.
+        let mut len = self.len;
+        if BUFFER - len < SLACK {
+            self.len = len;
+            self.flush();
+            len = 0;
         }
-        self.bytes(&bytes[start..]);
-        self.byte(b'"');
-    }
-
-    #[cold]
-    fn escape(&mut self, byte: u8) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        match byte {
-            b'"' => self.bytes(b"\\\""),
-            b'\\' => self.bytes(b"\\\\"),
-            0x08 => self.bytes(b"\\b"),
-            0x0c => self.bytes(b"\\f"),
-            b'\n' => self.bytes(b"\\n"),
-            b'\r' => self.bytes(b"\\r"),
-            b'\t' => self.bytes(b"\\t"),
-            _ => self.bytes(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ]),
+        self.buf[len] = b'"';
+        len += 1;
+        let mut at = 0;
+        while at + 8 <= bytes.len() {
+            if BUFFER - len < 16 {
+                self.len = len;
+                self.flush();
+                len = 0;
+            }
+            let w = word(bytes, at);
+            self.buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
+            let found = special_mask(w);
+            if found == 0 {
+                len += 8;
+                at += 8;
+                continue;
+            }
+            let clean = (found.trailing_zeros() / 8) as usize;
+            len += clean;
+            let (sequence, length) = ESCAPES[usize::from(bytes[at + clean] & 0x7f)];
+            self.buf[len..len + 6].copy_from_slice(&sequence);
+            len += length;
+            at += clean + 1;
         }
+        if BUFFER - len < SLACK {
+            self.len = len;
+            self.flush();
+            len = 0;
+        }
+        for &byte in &bytes[at..] {
+            if byte < 0x20 || byte == b'"' || byte == b'\\' {
+                let (sequence, length) = ESCAPES[usize::from(byte)];
+                self.buf[len..len + 6].copy_from_slice(&sequence);
+                len += length;
+            } else {
+                self.buf[len] = byte;
+                len += 1;
+            }
+        }
+        self.buf[len] = b'"';
+        self.len = len + 1;
     }
 
     fn number(&mut self, number: &Number) {
@@ -498,10 +517,33 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
 /// finite `x`, and `n` such that `x = 0.d1d2… × 10^n`.
 fn shortest_digits(x: f64) -> Option<(Digits, i32)> {
     use std::fmt::Write as _;
-    // Rust's `{:e}` prints the shortest round-tripping digits, like ECMAScript.
+    // Rust's `{:e}` prints the shortest round-tripping digits, as ECMAScript
+    // does, but breaks an exact tie between two shortest candidates upwards
+    // where ECMAScript (and RFC 8785) take the even one.
     let mut text = Digits::default();
     write!(text, "{x:e}").ok()?;
-    let rendered = text.as_slice();
+    let (mut digits, exponent) = split_exponential(text.as_slice())?;
+    let k = digits.len;
+    // A tie needs the exact value to be the k digits followed by a 5; the
+    // correctly rounded k+1 digits then end in 5. Only then look closer.
+    let mut longer = Digits::default();
+    write!(longer, "{x:.k$e}").ok()?;
+    let (longer, _) = split_exponential(longer.as_slice())?;
+    let mut n = exponent + 1;
+    if longer.as_slice().last() == Some(&b'5') {
+        if let Some((even, even_n)) = even_tie_break(x, k) {
+            digits = even;
+            n = even_n;
+        }
+    }
+    while digits.len > 1 && digits.as_slice().last() == Some(&b'0') {
+        digits.len -= 1;
+    }
+    Some((digits, n))
+}
+
+/// Splits Rust's `d.ddde±x` into its digits and the exponent.
+fn split_exponential(rendered: &[u8]) -> Option<(Digits, i32)> {
     let e_at = rendered.iter().position(|&b| b == b'e')?;
     let exponent: i32 = std::str::from_utf8(&rendered[e_at + 1..])
         .ok()?
@@ -513,15 +555,55 @@ fn shortest_digits(x: f64) -> Option<(Digits, i32)> {
             digits.push(b).ok()?;
         }
     }
-    // Rust never prints trailing zeros in the mantissa, but be exact anyway.
-    while digits.len > 1 && digits.as_slice().last() == Some(&b'0') {
-        digits.len -= 1;
+    Some((digits, exponent))
+}
+
+/// When `x` lies exactly halfway between two `k`-digit decimals that both
+/// read back as `x`, the even one and its `n` (ECMA-262 Number::toString,
+/// step 5).
+#[cold]
+fn even_tie_break(x: f64, k: usize) -> Option<(Digits, i32)> {
+    // 767 significant digits hold any double exactly.
+    let exact = format!("{x:.800e}");
+    let (mantissa, exponent) = exact.split_once('e')?;
+    let all: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    let (head, rest) = all.split_at_checked(k)?;
+    if rest.first() != Some(&b'5') || rest[1..].iter().any(|&d| d != b'0') {
+        return None;
     }
-    Some((digits, exponent + 1))
+    let mut candidate = Digits::default();
+    for &d in head {
+        candidate.push(d).ok()?;
+    }
+    if head.last().is_some_and(|d| (d - b'0') % 2 == 1) {
+        // Round the truncation up to the even neighbour, carrying.
+        let mut i = candidate.len;
+        loop {
+            if i == 0 {
+                // All nines: 99…9 + 1 = 100…0, one digit longer.
+                candidate.buf.copy_within(0..candidate.len, 1);
+                candidate.buf[0] = b'1';
+                candidate.len += 1;
+                break;
+            }
+            i -= 1;
+            if candidate.buf[i] == b'9' {
+                candidate.buf[i] = b'0';
+            } else {
+                candidate.buf[i] += 1;
+                break;
+            }
+        }
+    }
+    // Both neighbours are equally close; keep ours only if it reads back.
+    // A carry (…9 + 1) makes the candidate one digit longer: 10^n.
+    let n = exponent.parse::<i32>().ok()? + 1 + i32::from(candidate.len > k);
+    let text = format!("0.{}e{n}", std::str::from_utf8(candidate.as_slice()).ok()?);
+    (text.parse::<f64>().ok()? == x).then_some((candidate, n))
 }
 
 /// A small stack buffer for number text.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Digits {
     buf: [u8; 32],
     len: usize,
@@ -549,28 +631,91 @@ impl fmt::Write for Digits {
 /// `text` in NFC, borrowed when it already is (no allocation on the common path).
 pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
-    let Some(mut at) = next_non_ascii(bytes, 0) else {
-        return Cow::Borrowed(text);
-    };
+    let mut at = 0;
+    // Skip ASCII eight bytes at a time, and common non-ASCII characters
+    // that cannot take part in normalisation one at a time.
+    while let Some(next) = next_non_ascii(bytes, at) {
+        let Some((c, width)) = decode(bytes, next) else {
+            return nfc_from(text, 0);
+        };
+        if !is_inert(c) {
+            return nfc_from(text, next);
+        }
+        at = next + width;
+    }
+    Cow::Borrowed(text)
+}
+
+/// The code point starting at `bytes[at]` of valid UTF-8, and its width.
+#[inline]
+fn decode(bytes: &[u8], at: usize) -> Option<(u32, usize)> {
+    let lead = u32::from(*bytes.get(at)?);
+    let cont = |i: usize| bytes.get(at + i).map(|&b| u32::from(b) & 0x3f);
+    if lead < 0x80 {
+        Some((lead, 1))
+    } else if lead < 0xE0 {
+        Some((((lead & 0x1f) << 6) | cont(1)?, 2))
+    } else if lead < 0xF0 {
+        Some((((lead & 0x0f) << 12) | (cont(1)? << 6) | cont(2)?, 3))
+    } else {
+        Some((
+            ((lead & 0x07) << 18) | (cont(1)? << 12) | (cont(2)? << 6) | cont(3)?,
+            4,
+        ))
+    }
+}
+
+/// The quick check over `text[from..]`, everything before being ASCII or
+/// [`is_inert`]; then, only if needed, the full normalisation.
+fn nfc_from(text: &str, from: usize) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut at = from;
     // ASCII characters reset the quick check's state, so each non-ASCII run
     // can be checked on its own and the verdicts combined.
     let mut maybe = false;
-    loop {
-        let end = next_ascii(bytes, at);
-        match is_nfc_quick(text[at..end].chars()) {
+    while let Some(start) = next_non_ascii(bytes, at) {
+        let end = next_ascii(bytes, start);
+        let Some(run) = text.get(start..end) else {
+            maybe = true;
+            break;
+        };
+        match is_nfc_quick(run.chars()) {
             IsNormalized::Yes => {}
             IsNormalized::Maybe => maybe = true,
             IsNormalized::No => return Cow::Owned(text.nfc().collect()),
         }
-        match next_non_ascii(bytes, end) {
-            Some(next) => at = next,
-            None => break,
-        }
+        at = end;
     }
     if maybe && !text.chars().eq(text.nfc()) {
         return Cow::Owned(text.nfc().collect());
     }
     Cow::Borrowed(text)
+}
+
+/// Characters with NFC quick check `Yes` and combining class 0: like ASCII,
+/// they are normalised and leave the quick check's state as they found it,
+/// so a string of them and ASCII is NFC. A unit test checks every one.
+fn is_inert(c: u32) -> bool {
+    matches!(c,
+        0x00A0..=0x02FF       // Latin-1, Latin Extended-A/B, IPA, modifier letters
+        | 0x0388..=0x03FF     // Greek (after the singletons U+0374, U+037E, U+0387)
+        | 0x0400..=0x0482     // Cyrillic
+        | 0x048A..=0x052F
+        | 0x2010..=0x2027     // dashes, quotes, ellipsis
+        | 0x2030..=0x205E
+        | 0x20A0..=0x20C0     // currency
+        | 0x2190..=0x2328     // arrows, mathematical operators, technical
+        | 0x232B..=0x23FF
+        | 0x2500..=0x2ADB     // box drawing, shapes, symbols, dingbats
+        | 0x2ADD..=0x2BFF
+        | 0x3000..=0x3029     // CJK punctuation
+        | 0x3041..=0x3096     // Hiragana
+        | 0x30A1..=0x30FF     // Katakana
+        | 0x4E00..=0x9FFF     // CJK unified ideographs
+        | 0xAC00..=0xD7A3     // Hangul syllables
+        | 0xFF01..=0xFFEF     // fullwidth and halfwidth forms
+        | 0x1F000..=0x1FAFF   // emoji and pictographs
+    )
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -609,29 +754,50 @@ fn next_ascii(bytes: &[u8], at: usize) -> usize {
         .map_or(bytes.len(), |offset| at + offset)
 }
 
-/// Index of the first byte at or after `at` that JCS escapes (`"`, `\`,
-/// a control character), or `bytes.len()`. Eight bytes at a time: each mask
-/// below is exact at its lowest set bit, which is all we read.
+/// High bits set on the bytes of `w` that JCS escapes (`"`, `\`, control
+/// characters). Exact at the lowest set bit, which is all callers read:
+/// borrows only ever flag bytes above a true match.
 #[inline]
-fn next_special(bytes: &[u8], mut at: usize) -> usize {
-    while at + 8 <= bytes.len() {
-        let w = word(bytes, at);
-        let control = w.wrapping_sub(ONES * 0x20) & !w;
-        let quote = w ^ (ONES * u64::from(b'"'));
-        let quote = quote.wrapping_sub(ONES) & !quote;
-        let backslash = w ^ (ONES * u64::from(b'\\'));
-        let backslash = backslash.wrapping_sub(ONES) & !backslash;
-        let found = (control | quote | backslash) & HIGHS;
-        if found != 0 {
-            return at + (found.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    bytes[at..]
-        .iter()
-        .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
-        .map_or(bytes.len(), |offset| at + offset)
+fn special_mask(w: u64) -> u64 {
+    let control = w.wrapping_sub(ONES * 0x20) & !w;
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & HIGHS
 }
+
+/// The escape sequence (padded to six bytes) and its length, by byte; only
+/// the entries for `"`, `\` and controls are ever read.
+static ESCAPES: [([u8; 6], usize); 128] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut table = [([0u8; 6], 0usize); 128];
+    let mut byte = 0;
+    while byte < 128 {
+        table[byte] = match byte as u8 {
+            b'"' => (*b"\\\"    ", 2),
+            b'\\' => (*b"\\\\    ", 2),
+            0x08 => (*b"\\b    ", 2),
+            0x0c => (*b"\\f    ", 2),
+            b'\n' => (*b"\\n    ", 2),
+            b'\r' => (*b"\\r    ", 2),
+            b'\t' => (*b"\\t    ", 2),
+            b => (
+                [
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xf) as usize],
+                ],
+                6,
+            ),
+        };
+        byte += 1;
+    }
+    table
+};
 
 /// Compares two strings by their UTF-16 code units, as RFC 8785 sorts keys.
 pub(crate) fn cmp_utf16(a: &str, b: &str) -> Ordering {
@@ -697,20 +863,57 @@ mod tests {
     }
 
     #[test]
-    fn special_bytes_found_at_every_offset() {
-        for special in [b'"', b'\\', 0u8, 0x1f, b'\n'] {
+    fn special_bytes_escaped_at_every_offset() {
+        for (special, escape) in [
+            ("\"", "\\\""),
+            ("\\", "\\\\"),
+            ("\u{0}", "\\u0000"),
+            ("\u{1f}", "\\u001f"),
+            ("\n", "\\n"),
+        ] {
             for at in 0..20 {
-                let mut bytes = vec![b'a'; 20];
-                bytes[at] = special;
-                if at > 0 {
-                    bytes[at - 1] = 0xff; // a high byte must not hide it
-                }
-                assert_eq!(next_special(&bytes, 0), at, "{special:#x} at {at}");
+                let text = format!("{}{special}{}", "a".repeat(at), "\u{ff}".repeat(3));
+                let expected = format!("\"{}{escape}{}\"", "a".repeat(at), "\u{ff}".repeat(3));
+                let out = canonical_bytes(&Value::String(text));
+                assert_eq!(String::from_utf8(out).expect("UTF-8"), expected, "{at}");
             }
         }
         assert_eq!(
-            next_special(&[0x7f, 0x80, 0xa2, 0xdc, 0x20, 0x21, 0x5d], 0),
-            7
+            special_mask(u64::from_le_bytes([
+                0x7f, 0x80, 0xa2, 0xdc, 0x20, 0x21, 0x5d, 0xff
+            ])),
+            0
         );
+    }
+
+    #[test]
+    fn inert_characters_are_nfc_starters() {
+        use unicode_normalization::char::canonical_combining_class;
+        for c in (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|&c| is_inert(u32::from(c)))
+        {
+            assert_eq!(
+                is_nfc_quick(std::iter::once(c)),
+                IsNormalized::Yes,
+                "{:04X}",
+                u32::from(c)
+            );
+            assert_eq!(canonical_combining_class(c), 0, "{:04X}", u32::from(c));
+        }
+    }
+
+    #[test]
+    fn nfc_borrows_when_already_normal() {
+        assert!(matches!(nfc("café 🚀 漢字 한국"), Cow::Borrowed(_)));
+        assert!(matches!(nfc("cafe\u{301}"), Cow::Owned(ref s) if s == "café"));
+        assert!(
+            matches!(nfc("é\u{301}"), Cow::Borrowed(_)),
+            "nothing composes"
+        );
+        assert!(matches!(nfc("\u{212B}"), Cow::Owned(ref s) if s == "\u{C5}"));
+        // An inert starter followed by a combining mark that composes with it.
+        assert!(matches!(nfc("x\u{e0}\u{323}"), Cow::Owned(ref s) if s == "x\u{1EA1}\u{300}"));
+        assert!(matches!(nfc("\u{AC00}\u{11A8}"), Cow::Owned(ref s) if s == "\u{AC01}"));
     }
 }
