@@ -544,8 +544,8 @@ mod sqlite_only {
         };
         let store = SqliteStore::open(path).expect("child open");
         let mut out = std::io::stdout().lock();
-    // libtest has printed "test … ... " without a newline; start our lines clean.
-    writeln!(out).expect("stdout");
+        // libtest has printed "test … ... " without a newline; start our lines clean.
+        writeln!(out).expect("stdout");
         match role {
             // Record and admit until killed, acknowledging each on stdout once it returned.
             "writer" => {

@@ -29,8 +29,63 @@ struct Spend {
     reservation: u64,
 }
 
-/// The spend of one shard's servers, by (server_id, counter); rows in recording order.
-type SpendShard = HashMap<(String, String), VecDeque<Spend>>;
+/// The spend rows of one counter, sorted by `at`, and their running total, so
+/// that an admission costs O(1) however many rows its window holds.
+#[derive(Debug, Default)]
+struct Counter {
+    rows: VecDeque<Spend>,
+    total: u64,
+}
+
+impl Counter {
+    /// Drops rows before `floor`: they can no longer count (windows only move forward).
+    fn prune(&mut self, floor: Millis) {
+        while let Some(row) = self.rows.front().copied().filter(|row| row.at < floor) {
+            self.total = self.total.saturating_sub(row.amount);
+            self.rows.pop_front();
+        }
+    }
+
+    /// The spend that counts in `window`, once pruned to its floor. Rows from a
+    /// clock slightly ahead (at > now) count in a rolling window: fail closed.
+    fn spent(&self, window: LimitWindow) -> u64 {
+        match window {
+            LimitWindow::Rolling { .. } => self.total,
+            LimitWindow::Fixed { end, .. } => {
+                let after: u64 = self
+                    .rows
+                    .iter()
+                    .rev()
+                    .take_while(|row| row.at >= end)
+                    .map(|row| row.amount)
+                    .sum();
+                self.total.saturating_sub(after)
+            }
+        }
+    }
+
+    fn push(&mut self, spend: Spend) {
+        self.total = self.total.saturating_add(spend.amount);
+        if self.rows.back().is_none_or(|last| last.at <= spend.at) {
+            self.rows.push_back(spend);
+        } else {
+            // A caller with an older `now` (another thread's clock read): keep rows sorted.
+            let at = self.rows.partition_point(|row| row.at <= spend.at);
+            self.rows.insert(at, spend);
+        }
+    }
+}
+
+/// The floor below which rows can no longer count in `window` at `now`.
+fn floor_of(window: LimitWindow, now: Millis) -> Millis {
+    match window {
+        LimitWindow::Rolling { ms } => rolling_floor(now, ms),
+        LimitWindow::Fixed { start, .. } => start,
+    }
+}
+
+/// The counters of the servers of one shard: server_id → counter → spend.
+type SpendShard = HashMap<String, HashMap<String, Counter>>;
 
 /// An in-memory [`DecisionStore`]. Cheap to create; use one per process (or per
 /// test) and share it behind an `Arc`.
@@ -90,33 +145,76 @@ fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
     mutex.lock().map_err(|_| StoreError::Poisoned)
 }
 
-/// Sum of the rows of one counter that count in `window` at `now`.
-fn spent_in(rows: &VecDeque<Spend>, window: LimitWindow, now: Millis) -> u64 {
-    match window {
-        // Rows from a clock slightly ahead (at > now) still count: fail closed.
-        LimitWindow::Rolling { ms } => {
-            let floor = rolling_floor(now, ms);
-            rows.iter()
-                .filter(|row| row.at >= floor)
-                .fold(0u64, |sum, row| sum.saturating_add(row.amount))
-        }
-        LimitWindow::Fixed { start, end } => rows
+/// Checks `checks` against one server's counters and records them all if every one fits.
+fn admit_into(
+    counters: &mut HashMap<String, Counter>,
+    checks: &[LimitCheck],
+    now: Millis,
+    reservation: impl FnOnce() -> u64,
+) -> Admission {
+    for (index, check) in checks.iter().enumerate() {
+        let spent = match counters.get_mut(check.counter.as_str()) {
+            Some(counter) => {
+                counter.prune(floor_of(check.window, now));
+                counter.spent(check.window)
+            }
+            None => 0,
+        };
+        // Several checks may name one counter; count what earlier checks of this call add.
+        let pending: u64 = checks[..index]
             .iter()
-            .filter(|row| row.at >= start && row.at < end)
-            .fold(0u64, |sum, row| sum.saturating_add(row.amount)),
+            .filter(|earlier| earlier.counter == check.counter)
+            .map(|earlier| earlier.amount)
+            .sum();
+        let spent = spent.saturating_add(pending);
+        if spent.saturating_add(check.amount) <= check.limit {
+            continue;
+        }
+        let available_at = match check.window {
+            LimitWindow::Fixed { end, .. } => end,
+            LimitWindow::Rolling { ms } => {
+                let rows: Vec<(Millis, u64)> = counters
+                    .get(check.counter.as_str())
+                    .map(|counter| {
+                        counter
+                            .rows
+                            .iter()
+                            .map(|row| (row.at, row.amount))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                rolling_available_at(
+                    rows,
+                    must_free(spent, check.amount, check.limit),
+                    check.amount,
+                    check.limit,
+                    ms,
+                    now,
+                )
+            }
+        };
+        return Admission::Refused {
+            index,
+            counter: check.counter.clone(),
+            available_at,
+        };
     }
-}
-
-/// Drops rows that can no longer count in `window` (it only moves forward).
-fn prune(rows: &mut VecDeque<Spend>, window: LimitWindow, now: Millis) {
-    let floor = match window {
-        LimitWindow::Rolling { ms } => rolling_floor(now, ms),
-        LimitWindow::Fixed { start, .. } => start,
-    };
-    // Rows are appended in call order, which is nearly time order; stop at the first keeper.
-    while rows.front().is_some_and(|row| row.at < floor) {
-        rows.pop_front();
+    let reservation = reservation();
+    for check in checks {
+        let spend = Spend {
+            at: now,
+            amount: check.amount,
+            reservation,
+        };
+        match counters.get_mut(check.counter.as_str()) {
+            Some(counter) => counter.push(spend),
+            None => counters
+                .entry(check.counter.clone())
+                .or_default()
+                .push(spend),
+        }
     }
+    Admission::Admitted { reservation }
 }
 
 impl DecisionStore for MemoryStore {
@@ -147,56 +245,15 @@ impl DecisionStore for MemoryStore {
         }
         let shard_index = self.spend_shard_index(server_id);
         let mut shard = lock(&self.spend[shard_index])?;
-        for (index, check) in checks.iter().enumerate() {
-            let key = (server_id.to_owned(), check.counter.clone());
-            let rows = shard.entry(key).or_default();
-            prune(rows, check.window, now);
-            // Several checks may name one counter; count what earlier checks of this call add.
-            let pending: u64 = checks[..index]
-                .iter()
-                .filter(|earlier| earlier.counter == check.counter)
-                .map(|earlier| earlier.amount)
-                .sum();
-            let spent = spent_in(rows, check.window, now).saturating_add(pending);
-            if spent.saturating_add(check.amount) > check.limit {
-                let available_at = match check.window {
-                    LimitWindow::Fixed { end, .. } => end,
-                    LimitWindow::Rolling { ms } => {
-                        let floor = rolling_floor(now, ms);
-                        let mut counted: Vec<(Millis, u64)> = rows
-                            .iter()
-                            .filter(|row| row.at >= floor)
-                            .map(|row| (row.at, row.amount))
-                            .collect();
-                        counted.sort_by_key(|(at, _)| *at);
-                        rolling_available_at(
-                            counted,
-                            must_free(spent, check.amount, check.limit),
-                            check.amount,
-                            check.limit,
-                            ms,
-                            now,
-                        )
-                    }
-                };
-                return Ok(Admission::Refused {
-                    index,
-                    counter: check.counter.clone(),
-                    available_at,
-                });
-            }
+        let reservation = || {
+            let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+            (seq << SHARD_BITS) | shard_index as u64
+        };
+        if let Some(counters) = shard.get_mut(server_id) {
+            return Ok(admit_into(counters, checks, now, reservation));
         }
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let reservation = (seq << SHARD_BITS) | shard_index as u64;
-        for check in checks {
-            let key = (server_id.to_owned(), check.counter.clone());
-            shard.entry(key).or_default().push_back(Spend {
-                at: now,
-                amount: check.amount,
-                reservation,
-            });
-        }
-        Ok(Admission::Admitted { reservation })
+        let counters = shard.entry(server_id.to_owned()).or_default();
+        Ok(admit_into(counters, checks, now, reservation))
     }
 
     fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
@@ -212,11 +269,19 @@ impl DecisionStore for MemoryStore {
         let shard_index = (reservation as usize) & (SHARDS - 1);
         let mut shard = lock(&self.spend[shard_index])?;
         // Rows of a window that has passed may be pruned; settling them changes nothing that counts.
-        for ((_, name), rows) in shard.iter_mut() {
-            if name != counter {
+        for counters in shard.values_mut() {
+            let Some(counter) = counters.get_mut(counter) else {
                 continue;
-            }
-            if let Some(row) = rows.iter_mut().find(|row| row.reservation == reservation) {
+            };
+            if let Some(row) = counter
+                .rows
+                .iter_mut()
+                .find(|row| row.reservation == reservation)
+            {
+                counter.total = counter
+                    .total
+                    .saturating_sub(row.amount)
+                    .saturating_add(actual);
                 row.amount = actual;
                 return Ok(());
             }

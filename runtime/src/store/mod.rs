@@ -22,7 +22,7 @@ mod sqlite;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{SCHEMA_VERSION, SETTLE_WINDOW_MS, SqliteOptions, SqliteStore, Synchronous};
 
 use std::path::PathBuf;
 

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, Row, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params};
 
 use super::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, StoreError,
@@ -46,20 +46,36 @@ CREATE TABLE decisions (
     decided_at  INTEGER NOT NULL,
     PRIMARY KEY (server_id, identity)
 ) WITHOUT ROWID;
--- One row per counter per admission. AUTOINCREMENT: ids are never reused, so a
--- reservation handle (the id of its first row) can never name someone else's spend.
+-- One row per admission, for settle(): its id is the reservation handle. The
+-- newest row is never deleted, so ids only grow and are never reused.
+CREATE TABLE reservations (
+    id          INTEGER PRIMARY KEY,
+    server_id   TEXT    NOT NULL,
+    at          INTEGER NOT NULL
+);
+-- One row per counter per admission, clustered by counter and time: a
+-- window is one contiguous key range, and pruning deletes its left end.
 CREATE TABLE spend (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     server_id   TEXT    NOT NULL,
     counter     TEXT    NOT NULL,
     at          INTEGER NOT NULL,
+    reservation INTEGER NOT NULL,
     amount      INTEGER NOT NULL,
-    -- NULL on the first row of an admission (its own id is the reservation).
-    reservation INTEGER
-);
-CREATE INDEX spend_window ON spend (server_id, counter, at);
-CREATE INDEX spend_reservation ON spend (reservation) WHERE reservation IS NOT NULL;
+    PRIMARY KEY (server_id, counter, at, reservation)
+) WITHOUT ROWID;
+-- The sum of a counter's spend rows, kept in step with every insert, prune
+-- and settle, so an admission costs the same however full its window is.
+CREATE TABLE counters (
+    server_id   TEXT    NOT NULL,
+    counter     TEXT    NOT NULL,
+    total       INTEGER NOT NULL,
+    PRIMARY KEY (server_id, counter)
+) WITHOUT ROWID;
 ";
+
+/// How long after admission a reservation can still be settled; older ones
+/// are pruned and settling them is a no-op (the reserved amount stands).
+pub const SETTLE_WINDOW_MS: Millis = 7 * 86_400_000;
 
 /// How hard SQLite works to make a commit durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -387,26 +403,62 @@ fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail>
     })
 }
 
-/// Spend of `counter` that counts in `window` at `now`.
-fn spent_in(
+/// Adds `delta` (possibly negative) to a counter's running total.
+fn add_to_total(
+    conn: &Connection,
+    server_id: &str,
+    counter: &str,
+    delta: i64,
+) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(
+        "INSERT INTO counters (server_id, counter, total) VALUES (?1, ?2, ?3)
+         ON CONFLICT (server_id, counter) DO UPDATE SET total = total + excluded.total",
+    )?
+    .execute(params![server_id, counter, delta])?;
+    Ok(())
+}
+
+/// Prunes `counter` to `window`'s floor and returns the spend that counts in it.
+fn prune_and_sum(
     conn: &Connection,
     server_id: &str,
     counter: &str,
     window: LimitWindow,
     now: Millis,
 ) -> Result<u64, rusqlite::Error> {
-    // Rows from a clock slightly ahead (at > now) still count: fail closed.
-    let (from, until) = match window {
-        LimitWindow::Rolling { ms } => (rolling_floor(now, ms), Millis::MAX),
-        LimitWindow::Fixed { start, end } => (start, end),
+    let floor = match window {
+        LimitWindow::Rolling { ms } => rolling_floor(now, ms),
+        LimitWindow::Fixed { start, .. } => start,
     };
-    let total: i64 = conn
+    // Rows before the floor can never count again (windows only move forward).
+    let freed: i64 = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(amount), 0) FROM spend
-             WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND at < ?4",
+            "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3 RETURNING amount",
         )?
-        .query_row(params![server_id, counter, from, until], |row| row.get(0))?;
-    Ok(uint(total))
+        .query_map(params![server_id, counter, floor], |row| {
+            row.get::<_, i64>(0)
+        })?
+        .try_fold(0i64, |sum, amount| amount.map(|a| sum.saturating_add(a)))?;
+    if freed != 0 {
+        add_to_total(conn, server_id, counter, -freed)?;
+    }
+    let total: i64 = conn
+        .prepare_cached("SELECT total FROM counters WHERE server_id = ?1 AND counter = ?2")?
+        .query_row(params![server_id, counter], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0);
+    // Rows from a clock slightly ahead (at > now) count in a rolling window: fail
+    // closed. A fixed window counts only what was recorded before its end.
+    let after_end: i64 = match window {
+        LimitWindow::Rolling { .. } => 0,
+        LimitWindow::Fixed { end, .. } => conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(amount), 0) FROM spend
+                 WHERE server_id = ?1 AND counter = ?2 AND at >= ?3",
+            )?
+            .query_row(params![server_id, counter, end], |row| row.get(0))?,
+    };
+    Ok(uint(total.saturating_sub(after_end)))
 }
 
 impl DecisionStore for SqliteStore {
@@ -445,22 +497,13 @@ impl DecisionStore for SqliteStore {
         let conn = self.lock()?;
         in_immediate(&self.path, &conn, |conn| {
             for (index, check) in checks.iter().enumerate() {
-                // Opportunistic pruning: rows before the window's floor can never count again.
-                let floor = match check.window {
-                    LimitWindow::Rolling { ms } => rolling_floor(now, ms),
-                    LimitWindow::Fixed { start, .. } => start,
-                };
-                conn.prepare_cached(
-                    "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3",
-                )?
-                .execute(params![server_id, check.counter, floor])?;
                 // Several checks may name one counter; count what earlier checks of this call add.
                 let pending: u64 = checks[..index]
                     .iter()
                     .filter(|earlier| earlier.counter == check.counter)
                     .map(|earlier| earlier.amount)
                     .sum();
-                let spent = spent_in(conn, server_id, &check.counter, check.window, now)?
+                let spent = prune_and_sum(conn, server_id, &check.counter, check.window, now)?
                     .saturating_add(pending);
                 if spent.saturating_add(check.amount) <= check.limit {
                     continue;
@@ -470,11 +513,10 @@ impl DecisionStore for SqliteStore {
                     LimitWindow::Rolling { ms } => {
                         let mut stmt = conn.prepare_cached(
                             "SELECT at, amount FROM spend
-                             WHERE server_id = ?1 AND counter = ?2 AND at >= ?3
-                             ORDER BY at",
+                             WHERE server_id = ?1 AND counter = ?2 ORDER BY at",
                         )?;
                         let rows: Vec<(Millis, u64)> = stmt
-                            .query_map(params![server_id, check.counter, floor], |row| {
+                            .query_map(params![server_id, check.counter], |row| {
                                 Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
                             })?
                             .collect::<Result<_, _>>()?;
@@ -494,25 +536,33 @@ impl DecisionStore for SqliteStore {
                     available_at,
                 });
             }
+            conn.prepare_cached("INSERT INTO reservations (server_id, at) VALUES (?1, ?2)")?
+                .execute(params![server_id, now])?;
+            let reservation = conn.last_insert_rowid();
             let mut insert = conn.prepare_cached(
-                "INSERT INTO spend (server_id, counter, at, amount, reservation)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO spend (server_id, counter, at, reservation, amount)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
             )?;
-            let mut reservation: Option<i64> = None;
             for check in checks {
                 insert.execute(params![
                     server_id,
                     check.counter,
                     now,
-                    int(check.amount),
-                    reservation
+                    reservation,
+                    int(check.amount)
                 ])?;
-                if reservation.is_none() {
-                    reservation = Some(conn.last_insert_rowid());
-                }
+                add_to_total(conn, server_id, &check.counter, int(check.amount))?;
             }
+            // Forget reservations too old to settle; a few per admission keeps up.
+            conn.prepare_cached(
+                "DELETE FROM reservations WHERE id IN (
+                     SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 4
+                 ) AND at < ?2",
+            )?
+            .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
             Ok(Admission::Admitted {
-                reservation: reservation.map(uint).unwrap_or(0),
+                reservation: uint(reservation),
             })
         })
     }
@@ -525,9 +575,7 @@ impl DecisionStore for SqliteStore {
         let id = int(reservation);
         in_immediate(&self.path, &conn, |conn| {
             let issued: i64 = conn
-                .prepare_cached(
-                    "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'spend'",
-                )?
+                .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM reservations")?
                 .query_row([], |row| row.get(0))?;
             if id > issued {
                 return Err(Fail::Store(StoreError::UnknownReservation {
@@ -535,18 +583,31 @@ impl DecisionStore for SqliteStore {
                     counter: counter.to_owned(),
                 }));
             }
-            let first = conn
+            let place: Option<(String, i64)> = conn
+                .prepare_cached("SELECT server_id, at FROM reservations WHERE id = ?1")?
+                .query_row(params![id], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()?;
+            // A reservation too old to settle, or rows of a window that has passed:
+            // nothing that still counts would change.
+            let Some((server_id, at)) = place else {
+                return Ok(());
+            };
+            let old: Option<i64> = conn
                 .prepare_cached(
-                    "UPDATE spend SET amount = ?3
-                     WHERE id = ?1 AND reservation IS NULL AND counter = ?2",
+                    "SELECT amount FROM spend
+                     WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
                 )?
-                .execute(params![id, counter, int(actual)])?;
-            if first == 0 {
-                // Rows of a window that has passed may be pruned; settling them changes nothing that counts.
+                .query_row(params![server_id, counter, at, id], |row| row.get(0))
+                .optional()?;
+            if old.is_some() {
                 conn.prepare_cached(
-                    "UPDATE spend SET amount = ?3 WHERE reservation = ?1 AND counter = ?2",
+                    "UPDATE spend SET amount = ?5
+                     WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
                 )?
-                .execute(params![id, counter, int(actual)])?;
+                .execute(params![server_id, counter, at, id, int(actual)])?;
+            }
+            if let Some(old) = old {
+                add_to_total(conn, &server_id, counter, int(actual).saturating_sub(old))?;
             }
             Ok(())
         })
