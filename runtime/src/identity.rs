@@ -190,7 +190,7 @@ enum Frame<'a> {
 }
 
 /// Large enough that a hasher is fed whole blocks, small enough for the stack.
-const BUFFER: usize = 4096;
+const BUFFER: usize = 2048;
 
 /// Writes canonical JSON into a sink through a fixed buffer.
 struct Writer<'s, S: Sink + ?Sized> {
@@ -327,40 +327,78 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
     }
 
-    fn string(&mut self, text: &str) {
-        let normalised = nfc(text);
-        self.escaped(&normalised);
+    /// Like `flush`, but keeps the last `keep` bytes buffered so
+    /// that [`Writer::string`] can still take back the character it last wrote.
+    fn flush_keeping(&mut self, keep: usize) {
+        if self.len > keep {
+            self.sink.put(&self.buf[..self.len - keep]);
+            self.buf.copy_within(self.len - keep..self.len, 0);
+            self.len = keep;
+        }
     }
 
-    /// Writes `text` (already NFC) as a JSON string with RFC 8785 escaping:
+    /// Writes `text` as a JSON string of its NFC form.
+    ///
+    /// One pass does both jobs: [`Writer::body`] copies and escapes until the
+    /// first character that is neither ASCII nor [`is_inert`], and only from
+    /// there is the rest checked (and, rarely, normalised).
+    fn string(&mut self, text: &str) {
+        self.byte(b'"');
+        if let Some(stop) = self.body(text, true) {
+            let bytes = text.as_bytes();
+            // The character before may compose with this one: take it back.
+            // Everything before that is NFC and stays, since a quick-check
+            // `Yes` starter never composes with what precedes it.
+            let mut start = stop;
+            if start > 0 {
+                start -= 1;
+                while start > 0 && bytes[start] & 0xC0 == 0x80 {
+                    start -= 1;
+                }
+                let written = match bytes[start] {
+                    b if b < 0x80 && needs_escape(b) => ESCAPES[usize::from(b)].1,
+                    b if b < 0x80 => 1,
+                    _ => stop - start,
+                };
+                self.len = self.len.saturating_sub(written);
+            }
+            let rest = text.get(start..).unwrap_or_default();
+            let normalised = nfc(rest);
+            self.body(&normalised, false);
+        }
+        self.byte(b'"');
+    }
+
+    /// Writes `text` as the inside of a JSON string with RFC 8785 escaping:
     /// only `"`, `\` and control characters are escaped.
+    ///
+    /// With `check`, stops at the first character that is neither ASCII nor
+    /// [`is_inert`] (so might not be NFC) and returns its index, everything
+    /// before it written. Characters up to U+02FF are inert, so their lead
+    /// bytes (below 0xCC) never stop the scan.
     ///
     /// Scans and copies eight bytes at a time: each word is stored whole and
     /// the length advanced only past its clean prefix, so a later store
     /// overwrites whatever followed a special byte.
-    fn escaped(&mut self, text: &str) {
-        // Room for the quote and a whole escaped tail (7 bytes of 6 each).
+    fn body(&mut self, text: &str, check: bool) -> Option<usize> {
+        // Room for a whole escaped tail (7 bytes of 6 each).
         const SLACK: usize = 64;
+        // Output that must stay buffered for `string` to take back.
+        const KEEP: usize = 8;
+        let stop_mask = if check { u64::MAX } else { 0 };
         let bytes = text.as_bytes();
         // The length lives in a local so the loop keeps it in a register.
         let mut len = self.len;
-        if BUFFER - len < SLACK {
-            self.len = len;
-            self.flush();
-            len = 0;
-        }
-        self.buf[len] = b'"';
-        len += 1;
         let mut at = 0;
         while at + 8 <= bytes.len() {
             if BUFFER - len < 16 {
                 self.len = len;
-                self.flush();
-                len = 0;
+                self.flush_keeping(KEEP);
+                len = self.len;
             }
             let w = word(bytes, at);
             self.buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
-            let found = special_mask(w);
+            let found = special_mask(w) | (wide_lead_mask(w) & stop_mask);
             if found == 0 {
                 len += 8;
                 at += 8;
@@ -368,28 +406,65 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
             let clean = (found.trailing_zeros() / 8) as usize;
             len += clean;
-            let (sequence, length) = ESCAPES[usize::from(bytes[at + clean] & 0x7f)];
-            self.buf[len..len + 6].copy_from_slice(&sequence);
-            len += length;
-            at += clean + 1;
-        }
-        if BUFFER - len < SLACK {
-            self.len = len;
-            self.flush();
-            len = 0;
-        }
-        for &byte in &bytes[at..] {
-            if byte < 0x20 || byte == b'"' || byte == b'\\' {
+            at += clean;
+            let byte = bytes[at];
+            if byte < 0x80 {
                 let (sequence, length) = ESCAPES[usize::from(byte)];
                 self.buf[len..len + 6].copy_from_slice(&sequence);
                 len += length;
+                at += 1;
+            } else {
+                match decode(bytes, at) {
+                    Some((c, width)) if is_inert(c) => {
+                        self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
+                        len += width;
+                        at += width;
+                    }
+                    _ => {
+                        self.len = len;
+                        return Some(at);
+                    }
+                }
+            }
+        }
+        if BUFFER - len < SLACK {
+            self.len = len;
+            self.flush_keeping(KEEP);
+            len = self.len;
+        }
+        while let Some(&byte) = bytes.get(at) {
+            if needs_escape(byte) {
+                let (sequence, length) = ESCAPES[usize::from(byte)];
+                self.buf[len..len + 6].copy_from_slice(&sequence);
+                len += length;
+                at += 1;
+            } else if check && byte >= 0xCC {
+                match decode(bytes, at) {
+                    Some((c, width)) if is_inert(c) => {
+                        self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
+                        len += width;
+                        at += width;
+                    }
+                    _ => {
+                        self.len = len;
+                        return Some(at);
+                    }
+                }
             } else {
                 self.buf[len] = byte;
                 len += 1;
+                at += 1;
             }
         }
-        self.buf[len] = b'"';
-        self.len = len + 1;
+        self.len = len;
+        None
+    }
+
+    /// Writes `text` (already NFC) as a JSON string.
+    fn escaped(&mut self, text: &str) {
+        self.byte(b'"');
+        self.body(text, false);
+        self.byte(b'"');
     }
 
     fn number(&mut self, number: &Number) {
@@ -524,13 +599,17 @@ fn shortest_digits(x: f64) -> Option<(Digits, i32)> {
     write!(text, "{x:e}").ok()?;
     let (mut digits, exponent) = split_exponential(text.as_slice())?;
     let k = digits.len;
-    // A tie needs the exact value to be the k digits followed by a 5; the
-    // correctly rounded k+1 digits then end in 5. Only then look closer.
+    // A tie needs both k-digit neighbours within half an ulp of x, so
+    // k >= 16 (15 for margin); and the exact value to be the k digits
+    // followed by a 5, so the correctly rounded k+1 digits end in 5. Only
+    // then look closer.
     let mut longer = Digits::default();
-    write!(longer, "{x:.k$e}").ok()?;
-    let (longer, _) = split_exponential(longer.as_slice())?;
+    if k >= 15 {
+        write!(longer, "{x:.k$e}").ok()?;
+        longer = split_exponential(longer.as_slice())?.0;
+    }
     let mut n = exponent + 1;
-    if longer.as_slice().last() == Some(&b'5') {
+    if k >= 15 && longer.as_slice().last() == Some(&b'5') {
         if let Some((even, even_n)) = even_tie_break(x, k) {
             digits = even;
             n = even_n;
@@ -695,9 +774,14 @@ fn nfc_from(text: &str, from: usize) -> Cow<'_, str> {
 /// Characters with NFC quick check `Yes` and combining class 0: like ASCII,
 /// they are normalised and leave the quick check's state as they found it,
 /// so a string of them and ASCII is NFC. A unit test checks every one.
+#[inline]
 fn is_inert(c: u32) -> bool {
+    if c < 0x300 {
+        // The common case first: C1, Latin-1 to the modifier letters.
+        return c >= 0x80;
+    }
     matches!(c,
-        0x00A0..=0x02FF       // Latin-1, Latin Extended-A/B, IPA, modifier letters
+        0x0080..=0x02FF       // C1, Latin-1, Latin Extended-A/B, IPA, modifier letters
         | 0x0388..=0x03FF     // Greek (after the singletons U+0374, U+037E, U+0387)
         | 0x0400..=0x0482     // Cyrillic
         | 0x048A..=0x052F
@@ -765,6 +849,18 @@ fn special_mask(w: u64) -> u64 {
     let backslash = w ^ (ONES * u64::from(b'\\'));
     let backslash = backslash.wrapping_sub(ONES) & !backslash;
     (control | quote | backslash) & HIGHS
+}
+
+/// High bits set on the bytes of `w` that are UTF-8 lead bytes of U+0300
+/// or above (0xCC and up). Exact per byte: the 7-bit sums never carry.
+#[inline]
+fn wide_lead_mask(w: u64) -> u64 {
+    ((w & !HIGHS).wrapping_add(ONES * 0x34)) & w & HIGHS
+}
+
+#[inline]
+fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
 /// The escape sequence (padded to six bytes) and its length, by byte; only
@@ -884,6 +980,50 @@ mod tests {
             ])),
             0
         );
+    }
+
+    #[test]
+    fn composing_after_any_prefix_and_across_flushes() {
+        for prefix in ["a", "\\", "\u{1}", "\u{e9}", "\u{4e00}"] {
+            for repeat in (0..40).chain(330..350).chain(2030..2060) {
+                let head = prefix.repeat(repeat);
+                for tail in [
+                    "e\u{301}x",
+                    "\u{301}",
+                    "\u{5d3}\u{5bc}",
+                    "\u{fb33}",
+                    "\u{1100}\u{1161}",
+                ] {
+                    let text = format!("{head}{tail}");
+                    let expected = canonical_bytes_naive(&text);
+                    assert_eq!(
+                        canonical_bytes(&Value::String(text)),
+                        expected,
+                        "{prefix:?}×{repeat} {tail:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// NFC, then JCS string escaping, the slow and obvious way.
+    fn canonical_bytes_naive(text: &str) -> Vec<u8> {
+        let mut out = String::from("\"");
+        for c in text.nfc() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out.into_bytes()
     }
 
     #[test]
