@@ -45,7 +45,7 @@ use std::fmt::Write as _;
 use crate::check;
 use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
-use crate::parse;
+use crate::parse::{self, Parsed};
 use crate::syntax::*;
 
 /// Why a file was not formatted: it has syntax errors, and the formatter
@@ -61,12 +61,17 @@ pub struct FormatError {
 /// Formats a policy, or says why it cannot: the text must parse with no
 /// unreadable item or statement, no unclosed block and no lexical finding.
 pub fn format(text: &str) -> Result<String, FormatError> {
-    let parsed = parse::parse(text);
+    format_parsed(&parse::parse(text), text)
+}
+
+/// `format` over a tree already parsed from `text` (the language server
+/// keeps one in its database).
+pub fn format_parsed(parsed: &Parsed, text: &str) -> Result<String, FormatError> {
     let problems = syntax_problems(&parsed.file);
     if parsed.diagnostics.is_empty() && problems.is_empty() {
         return Ok(format_file(&parsed.file, text));
     }
-    let mut diagnostics = parsed.diagnostics;
+    let mut diagnostics = parsed.diagnostics.clone();
     if !problems.is_empty() {
         let checked = check::check(&parsed.file).diagnostics;
         for problem in &problems {
@@ -108,7 +113,11 @@ impl Problem {
     fn explained_by(&self, diagnostic: &Diagnostic) -> bool {
         match self {
             Problem::BadItem(span) | Problem::BadStmt(span) => {
+                // Findings about the text the grammar could not read; an
+                // empty span (such as "no version line" at offset 0) is a
+                // consequence, not the error itself.
                 diagnostic.severity() == crate::codes::Severity::Error
+                    && !diagnostic.span.is_empty()
                     && span.start <= diagnostic.span.start
                     && diagnostic.span.end <= span.end
             }
@@ -260,8 +269,9 @@ impl<'a> Formatter<'a> {
         let file = self.file;
         for comment in &file.comments {
             let start = comment.span.start;
-            let line_start = self.text[..start].rfind(['\n', '\r']).map_or(0, |i| i + 1);
-            let alone = self.text[line_start..start].chars().all(is_blank_char);
+            let before = self.text.get(..start).unwrap_or("");
+            let line_start = before.rfind(['\n', '\r']).map_or(0, |i| i + 1);
+            let alone = before[line_start..].chars().all(is_blank_char);
             if !alone {
                 let before = anchors.partition_point(|(end, _)| *end <= start);
                 if let Some((_, anchor)) = before.checked_sub(1).and_then(|k| anchors.get(k)) {
@@ -298,7 +308,7 @@ impl<'a> Formatter<'a> {
 
     /// Whether the user left a blank line right before `offset`.
     fn blank_before(&self, offset: usize) -> bool {
-        let before = &self.text[..offset.min(self.text.len())];
+        let before = self.text.get(..offset).unwrap_or(self.text);
         let gap = &before[before
             .trim_end_matches(|c| is_blank_char(c) || c == '\n' || c == '\r')
             .len()..];
@@ -659,5 +669,87 @@ server "github-*" {}
                 # the end
             "#]],
         );
+    }
+
+    #[test]
+    fn trailing_comment_goes_to_the_last_element_of_its_line() {
+        check(
+            "mcpolicy 1; protocol 2025-11-25  # both\nserver \"a\" { sampling off; tools off  # tools\n}\n",
+            expect![[r#"
+                mcpolicy 1
+                protocol 2025-11-25  # both
+
+                server "a" {
+                  sampling off
+                  tools off  # tools
+                }
+            "#]],
+        );
+    }
+
+    #[test]
+    fn reason_layout_depends_on_size_and_comments() {
+        check(
+            "reason a.b {\n  retryable true\n  ttl 1s\n}\nreason a.c { # why\n  ttl 2s }\nreason a.d { ttl 1s; ttl 2s; ttl 3s; ttl 4s; ttl 5s }\n",
+            expect![[r#"
+                reason a.b { retryable true; ttl 1s }
+
+                reason a.c {  # why
+                  ttl 2s
+                }
+
+                reason a.d {
+                  ttl 1s
+                  ttl 2s
+                  ttl 3s
+                  ttl 4s
+                  ttl 5s
+                }
+            "#]],
+        );
+    }
+
+    #[test]
+    fn quantities_and_lists() {
+        check(
+            "defaults { max_input 64KiB; max_input 1\tMiB ;rate 1_0 per 1m; models \"a\",\"b\" }\n",
+            expect![[r#"
+                defaults {
+                  max_input 64 KiB
+                  max_input 1 MiB
+                  rate 1_0 per 1m
+                  models "a", "b"
+                }
+            "#]],
+        );
+    }
+
+    #[test]
+    fn strings_are_requoted_canonically() {
+        assert_eq!(quote("plain"), r#""plain""#);
+        assert_eq!(quote("a\\b\"c"), r#""a\\b\"c""#);
+        assert_eq!(
+            quote("\n\t\r\0\u{7f}\u{85}é😀"),
+            r#""\n\t\u{D}\u{0}\u{7F}\u{85}é😀""#
+        );
+        check(
+            "server \"\\u{41}\\u{9}\" {}\n",
+            expect![[r#"
+                server "A\t" {}
+            "#]],
+        );
+    }
+
+    #[test]
+    fn refuses_broken_files_with_their_diagnostics() {
+        let error = format("mcpolicy 1\nserver \"a\" {\n  sampling off\n").expect_err("unclosed");
+        assert_eq!(error.diagnostics.len(), 1);
+        assert_eq!(error.diagnostics[0].code, Code::E0003);
+        assert!(format("mcpolicy 1\nservr \"x\" {}\n").is_err());
+        assert!(format("mcpolicy 1\ndefaults { max_tokens lots }\n").is_err());
+        assert!(format("mcpolicy 1\nserver \"\\q\" {}\n").is_err());
+        assert_eq!(format(""), Ok(String::new()));
+        assert_eq!(is_formatted("mcpolicy 1\n"), Ok(true));
+        assert_eq!(is_formatted("mcpolicy  1\n"), Ok(false));
     }
 }
