@@ -7,6 +7,7 @@ pub mod check;
 pub mod codes;
 pub mod db;
 pub mod diagnostic;
+pub mod ide;
 pub mod format;
 pub mod input;
 pub mod line_index;

@@ -4,6 +4,7 @@ mod check;
 mod compile;
 mod eval;
 mod explain;
+mod fmt;
 mod identity;
 mod policy;
 
@@ -29,6 +30,8 @@ struct Cli {
 enum Command {
     /// Check policies and report every finding.
     Check(check::Args),
+    /// Rewrite policies in the canonical layout (`--check` only reports).
+    Fmt(fmt::Args),
     /// Compile a policy into its decision table (mcpolicy-table/1 JSON).
     Compile(compile::Args),
     /// Decide one sampling request against a policy and print the frame or the forwarded request.
@@ -93,6 +96,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check::run(args),
         Command::Compile(args) => compile::run(args),
+        Command::Fmt(args) => fmt::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Identity(args) => identity::run(args),
         Command::Explain(args) => explain::run(args),

@@ -1,0 +1,77 @@
+//! Inlay hints: after each `server` block, the statements it inherits from
+//! `defaults`.
+
+use super::render::{budget, effective_lines};
+use super::{effective_blocks, overlaps, policy_model};
+use crate::db::{SourceText, parse_file};
+use crate::model::PartialBlock;
+use crate::syntax::{ItemKind, Span};
+
+/// One hint: text shown at a byte offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlayHint {
+    /// Where the hint is drawn (it is drawn after this byte).
+    pub offset: usize,
+    /// The text.
+    pub label: String,
+    /// A longer explanation.
+    pub tooltip: String,
+}
+
+fn inherited(own: &PartialBlock, defaults: &PartialBlock, keyword: &str, line: &str) -> bool {
+    let states = |b: &PartialBlock| match keyword {
+        "sampling" => b.sampling.is_some(),
+        "tools" => b.tools.is_some(),
+        "max_context" => b.max_context.is_some(),
+        "max_input" => b.max_input.is_some(),
+        "max_messages" => b.max_messages.is_some(),
+        "max_tokens" => b.max_tokens.is_some(),
+        "rate" => b.rate.is_some(),
+        "deadline" => b.deadline.is_some(),
+        "consent" => b.consent.is_some(),
+        "models" => b.models.is_some(),
+        "budget" => b.budgets.iter().any(|x| budget(x) == line),
+        _ => false,
+    };
+    states(defaults) && !states(own)
+}
+
+/// Hints for the server blocks that overlap `range`.
+pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) -> Vec<InlayHint> {
+    let file = &parse_file(db, source).file;
+    let model = policy_model(db, source);
+    let blocks = effective_blocks(db, source);
+    let mut hints = Vec::new();
+    let servers = file.items.iter().filter_map(|item| match &item.kind {
+        ItemKind::Server(server) => Some((item, server)),
+        _ => None,
+    });
+    for (index, (item, server)) in servers.enumerate() {
+        if !overlaps(item.span, range) {
+            continue;
+        }
+        let (Some((_, own)), Some((pattern, effective))) =
+            (model.servers.get(index), blocks.servers.get(index))
+        else {
+            continue;
+        };
+        let lines: Vec<String> = effective_lines(effective)
+            .into_iter()
+            .filter(|(keyword, line)| inherited(own, &model.defaults, keyword, line))
+            .map(|(_, line)| line)
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let offset = server.body.close.map_or(item.span.end, |close| close.end);
+        hints.push(InlayHint {
+            offset,
+            label: format!("defaults: {}", lines.join(" · ")),
+            tooltip: format!(
+                "`{pattern}` inherits from `defaults`:\n\n```mcpolicy\n{}\n```",
+                lines.join("\n")
+            ),
+        });
+    }
+    hints
+}

@@ -1,0 +1,24 @@
+//! One file per LSP method. Request handlers read a [`Snapshot`] and return
+//! the method's result; notification handlers change the [`World`].
+
+pub mod code_action;
+pub mod completion;
+pub mod did_change;
+pub mod did_close;
+pub mod did_open;
+pub mod did_save;
+pub mod document_symbol;
+pub mod formatting;
+pub mod goto_definition;
+pub mod hover;
+pub mod inlay_hint;
+pub mod references;
+pub mod semantic_tokens;
+
+pub use lsp_server::ResponseError;
+
+#[allow(unused_imports)]
+use crate::world::{Snapshot, World};
+
+/// What a request handler returns.
+pub type Result<T> = std::result::Result<T, ResponseError>;

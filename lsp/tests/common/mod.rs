@@ -1,0 +1,282 @@
+//! A scripted LSP client: the real server in-process over
+//! `Connection::memory()`, or the built binary over stdio.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, unbounded};
+use lsp_server::{Connection, Message, Notification, Request, RequestId, Response};
+use mcpolicy_lsp::Exit;
+use serde_json::{Value, json};
+
+/// Repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A fixture under `tests/cases/lsp/`.
+pub fn fixture(name: &str) -> String {
+    std::fs::read_to_string(root().join("tests/cases/lsp").join(name)).unwrap()
+}
+
+pub const URI: &str = "file:///work/session.mcpolicy";
+
+enum Transport {
+    Memory {
+        connection: Connection,
+        server: Option<JoinHandle<Exit>>,
+    },
+    Stdio {
+        child: Child,
+        stdin: Option<ChildStdin>,
+        receiver: Receiver<Message>,
+    },
+}
+
+/// One client session.
+pub struct Client {
+    transport: Transport,
+    next_id: i32,
+    /// Every message the server sent, in order.
+    pub transcript: Vec<Value>,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Client {
+    /// The server on a thread of this process.
+    pub fn memory() -> Client {
+        let (server, client) = Connection::memory();
+        let handle = std::thread::spawn(move || mcpolicy_lsp::run(&server).expect("session"));
+        Client {
+            transport: Transport::Memory {
+                connection: client,
+                server: Some(handle),
+            },
+            next_id: 0,
+            transcript: Vec::new(),
+        }
+    }
+
+    /// The built binary over stdio.
+    pub fn stdio() -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcpolicy-lsp"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn mcpolicy-lsp");
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take();
+        let (sender, receiver) = unbounded();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            while let Ok(Some(message)) = Message::read(&mut reader) {
+                if sender.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        Client {
+            transport: Transport::Stdio {
+                child,
+                stdin,
+                receiver,
+            },
+            next_id: 0,
+            transcript: Vec::new(),
+        }
+    }
+
+    /// Sends any message.
+    pub fn send(&mut self, message: Message) {
+        match &mut self.transport {
+            Transport::Memory { connection, .. } => connection.sender.send(message).unwrap(),
+            Transport::Stdio { stdin, .. } => {
+                message.write(stdin.as_mut().unwrap()).unwrap();
+            }
+        }
+    }
+
+    /// Writes raw bytes (stdio only).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        if let Transport::Stdio { stdin, .. } = &mut self.transport {
+            let stdin = stdin.as_mut().unwrap();
+            stdin.write_all(bytes).unwrap();
+            stdin.flush().unwrap();
+        }
+    }
+
+    /// Sends a notification.
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(Message::Notification(Notification::new(method.to_owned(), params)));
+    }
+
+    /// Sends a request and returns its id.
+    pub fn request_async(&mut self, method: &str, params: Value) -> RequestId {
+        self.next_id += 1;
+        let id = RequestId::from(self.next_id);
+        self.send(Message::Request(Request::new(id.clone(), method.to_owned(), params)));
+        id
+    }
+
+    /// The next message from the server.
+    pub fn recv(&mut self) -> Message {
+        let received = match &self.transport {
+            Transport::Memory { connection, .. } => connection.receiver.recv_timeout(TIMEOUT),
+            Transport::Stdio { receiver, .. } => receiver.recv_timeout(TIMEOUT),
+        };
+        let message = match received {
+            Ok(message) => message,
+            Err(RecvTimeoutError::Timeout) => panic!("no message from the server in {TIMEOUT:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the server hung up"),
+        };
+        self.transcript.push(serde_json::to_value(&message).unwrap());
+        message
+    }
+
+    /// Sends a request and waits for its response (notifications that come
+    /// first are recorded in the transcript).
+    pub fn request(&mut self, method: &str, params: Value) -> Response {
+        let id = self.request_async(method, params);
+        self.response(id)
+    }
+
+    /// Waits for the response to `id`.
+    pub fn response(&mut self, id: RequestId) -> Response {
+        loop {
+            if let Message::Response(response) = self.recv() {
+                if response.id == id {
+                    return response;
+                }
+            }
+        }
+    }
+
+    /// The result of a request that must succeed.
+    pub fn ok(&mut self, method: &str, params: Value) -> Value {
+        let response = self.request(method, params);
+        match response.response_result {
+            Ok(value) => value,
+            Err(e) => panic!("{method} failed: {e:?}"),
+        }
+    }
+
+    /// Waits for the next `publishDiagnostics` for `uri`.
+    pub fn diagnostics(&mut self, uri: &str) -> Value {
+        loop {
+            if let Message::Notification(n) = self.recv() {
+                if n.method == "textDocument/publishDiagnostics" && n.params["uri"] == uri {
+                    return n.params;
+                }
+            }
+        }
+    }
+
+    /// Waits for the `publishDiagnostics` of document version `version`.
+    pub fn diagnostics_for(&mut self, uri: &str, version: i64) -> Value {
+        loop {
+            let params = self.diagnostics(uri);
+            if params["version"] == version {
+                return params;
+            }
+        }
+    }
+
+    /// `initialize` + `initialized`, offering the given position encodings.
+    pub fn initialize(&mut self, encodings: &[&str]) -> Value {
+        let result = self.ok(
+            "initialize",
+            json!({
+                "processId": null,
+                "rootUri": null,
+                "capabilities": { "general": { "positionEncodings": encodings } },
+            }),
+        );
+        self.notify("initialized", json!({}));
+        result
+    }
+
+    pub fn open(&mut self, uri: &str, text: &str) {
+        self.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "mcpolicy", "version": 1, "text": text } }),
+        );
+    }
+
+    pub fn change(&mut self, uri: &str, version: i64, changes: Value) {
+        self.notify(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": changes }),
+        );
+    }
+
+    /// `shutdown` then `exit`; returns whether the server ended cleanly
+    /// (exit code 0 for the binary).
+    pub fn shutdown(mut self) -> bool {
+        let result = self.ok("shutdown", Value::Null);
+        assert_eq!(result, Value::Null);
+        self.notify("exit", Value::Null);
+        match &mut self.transport {
+            Transport::Memory { server, .. } => {
+                server.take().unwrap().join().unwrap() == Exit::Clean
+            }
+            Transport::Stdio { child, stdin, .. } => {
+                drop(stdin.take());
+                let status = child.wait().unwrap();
+                status.code() == Some(0)
+            }
+        }
+    }
+}
+
+/// A `textDocument/position` params object.
+pub fn at(uri: &str, line: u32, character: u32) -> Value {
+    json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": character } })
+}
+
+/// Applies LSP text edits (UTF-16 positions) to `text`.
+pub fn apply_edits(text: &str, edits: &[Value]) -> String {
+    let mut spans: Vec<(usize, usize, String)> = edits
+        .iter()
+        .map(|e| {
+            let start = offset(text, &e["range"]["start"]);
+            let end = offset(text, &e["range"]["end"]);
+            (start, end, e["newText"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    spans.sort_by_key(|s| std::cmp::Reverse(s.0));
+    let mut out = text.to_owned();
+    for (start, end, new) in spans {
+        out.replace_range(start..end, &new);
+    }
+    out
+}
+
+/// A UTF-16 position as a byte offset (lines end at `\n`).
+pub fn offset(text: &str, position: &Value) -> usize {
+    let line = position["line"].as_u64().unwrap() as usize;
+    let character = position["character"].as_u64().unwrap() as usize;
+    let start: usize = text.split_inclusive('\n').take(line).map(str::len).sum();
+    let mut units = 0;
+    for (i, c) in text[start..].char_indices() {
+        if units >= character || c == '\n' {
+            return start + i;
+        }
+        units += c.len_utf16();
+    }
+    text.len()
+}
+
+/// A byte offset as a UTF-16 position.
+pub fn position(text: &str, offset: usize) -> Value {
+    let before = &text[..offset];
+    let line = before.matches('\n').count();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    json!({ "line": line, "character": before[line_start..].encode_utf16().count() })
+}
