@@ -461,3 +461,100 @@ fn large_policy_formats() {
     assert_eq!(once.lines().count(), 6 + 2_000 * 5);
     assert_eq!(format(&once).expect("formats again"), once);
 }
+
+/// Random edits (deleting, duplicating or inserting characters the grammar
+/// cares about) turn the cases into many odd files. The formatter must never
+/// panic; whenever it accepts one, the result must be idempotent, keep the
+/// meaning and keep every comment.
+#[test]
+fn mutated_inputs_are_refused_or_formatted_faithfully() {
+    const PIECES: &[&str] = &[
+        "{",
+        "}",
+        ";",
+        "\n",
+        "\r\n",
+        "\r",
+        " ",
+        "\t",
+        "# c",
+        "#",
+        "\"",
+        ",",
+        "server \"m\" {",
+        "}\n",
+        "defaults {",
+        "reason m.n {",
+        "ttl 1s",
+        "sampling off",
+        "\u{FEFF}",
+        "1",
+        "k",
+        " KiB",
+        "\\",
+        "\\u{41}",
+        "mcpolicy 1\n",
+    ];
+    // More rounds for a longer hunt: FORMAT_MUTATION_ROUNDS=5000.
+    let rounds = std::env::var("FORMAT_MUTATION_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(80);
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut accepted = 0;
+    for (name, input) in cases() {
+        for round in 0..rounds {
+            let mut text = input.clone();
+            for _ in 0..1 + rng.below(3) {
+                let boundaries: Vec<usize> = (0..=text.len())
+                    .filter(|&i| text.is_char_boundary(i))
+                    .collect();
+                let at = boundaries[rng.below(boundaries.len() as u64) as usize];
+                match rng.below(3) {
+                    0 => {
+                        let end = boundaries.iter().copied().find(|&b| b > at).unwrap_or(at);
+                        text.replace_range(at..end, "");
+                    }
+                    _ => {
+                        let piece = PIECES[rng.below(PIECES.len() as u64) as usize];
+                        text.insert_str(at, piece);
+                    }
+                }
+            }
+            let Ok(once) = format(&text) else {
+                continue;
+            };
+            accepted += 1;
+            let context = format!("{name} round {round}: {text:?}");
+            assert_eq!(
+                format(&once).as_ref(),
+                Ok(&once),
+                "{context}: not idempotent"
+            );
+            let before = lower::lower(&check::check(&parse::parse(&text).file).model);
+            let after = lower::lower(&check::check(&parse::parse(&once).file).model);
+            assert_eq!(after, before, "{context}: meaning changed");
+            let comments = |t: &str| -> Vec<String> {
+                parse::parse(t)
+                    .file
+                    .comments
+                    .iter()
+                    .map(|c| c.text.trim_end().to_owned())
+                    .collect()
+            };
+            assert_eq!(
+                comments(&once),
+                comments(&text),
+                "{context}: comments changed"
+            );
+            assert!(
+                codes(&once).len() <= codes(&text).len(),
+                "{context}: diagnostics added"
+            );
+        }
+    }
+    assert!(
+        accepted > rounds,
+        "only {accepted} mutated files were accepted"
+    );
+}
