@@ -51,7 +51,11 @@ use crate::syntax::*;
 /// Why a file was not formatted: it has syntax errors, and the formatter
 /// does not guess what was meant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} syntax error(s): the file was not formatted", .diagnostics.len())]
+#[error(
+    "the file has {} syntax error{}",
+    .diagnostics.len(),
+    if .diagnostics.len() == 1 { "" } else { "s" }
+)]
 pub struct FormatError {
     /// The syntax findings (unreadable items and statements, unclosed
     /// blocks, lexical errors), in source order.
@@ -745,6 +749,7 @@ server "github-*" {}
         let error = format("mcpolicy 1\nserver \"a\" {\n  sampling off\n").expect_err("unclosed");
         assert_eq!(error.diagnostics.len(), 1);
         assert_eq!(error.diagnostics[0].code, Code::E0003);
+        assert_eq!(error.to_string(), "the file has 1 syntax error");
         assert!(format("mcpolicy 1\nservr \"x\" {}\n").is_err());
         assert!(format("mcpolicy 1\ndefaults { max_tokens lots }\n").is_err());
         assert!(format("mcpolicy 1\nserver \"\\q\" {}\n").is_err());

@@ -206,7 +206,7 @@ fn refuses_files_with_syntax_errors() {
                     path.display(),
                     error.diagnostics
                 );
-                assert!(error.to_string().contains("not formatted"));
+                assert!(error.to_string().contains("syntax error"));
             }
         }
     }
