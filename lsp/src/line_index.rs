@@ -123,7 +123,10 @@ mod tests {
         let text = "a😀b\r\nx\ry";
         let index = LineIndex::new(text);
         // `b` is byte 5, UTF-16 unit 3, UTF-8 byte 5.
-        assert_eq!(index.position(text, 5, Encoding::Utf16), Position::new(0, 3));
+        assert_eq!(
+            index.position(text, 5, Encoding::Utf16),
+            Position::new(0, 3)
+        );
         assert_eq!(index.position(text, 5, Encoding::Utf8), Position::new(0, 5));
         assert_eq!(index.offset(text, Position::new(0, 3), Encoding::Utf16), 5);
         // Half a surrogate pair snaps to the emoji's start.
@@ -132,7 +135,13 @@ mod tests {
         assert_eq!(index.offset(text, Position::new(0, 99), Encoding::Utf16), 6);
         assert_eq!(index.offset(text, Position::new(1, 0), Encoding::Utf16), 8);
         assert_eq!(index.offset(text, Position::new(2, 1), Encoding::Utf16), 11);
-        assert_eq!(index.offset(text, Position::new(9, 0), Encoding::Utf16), text.len());
-        assert_eq!(index.position(text, 99, Encoding::Utf16), Position::new(2, 1));
+        assert_eq!(
+            index.offset(text, Position::new(9, 0), Encoding::Utf16),
+            text.len()
+        );
+        assert_eq!(
+            index.position(text, 99, Encoding::Utf16),
+            Position::new(2, 1)
+        );
     }
 }

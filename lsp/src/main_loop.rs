@@ -28,8 +28,8 @@ use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
     InitializeParams, OneOf, PositionEncodingKind, PublishDiagnosticsParams, SaveOptions,
     SemanticTokensFullOptions, SemanticTokensOptions, SemanticTokensServerCapabilities,
-    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind,
-    TextDocumentSyncOptions, TextDocumentSyncSaveOptions, Uri,
+    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    TextDocumentSyncSaveOptions, Uri,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -58,7 +58,11 @@ pub fn negotiate(params: &InitializeParams) -> Encoding {
         .as_ref()
         .and_then(|g| g.position_encodings.as_ref())
         .is_some_and(|encodings| encodings.contains(&PositionEncodingKind::UTF8));
-    if utf8 { Encoding::Utf8 } else { Encoding::Utf16 }
+    if utf8 {
+        Encoding::Utf8
+    } else {
+        Encoding::Utf16
+    }
 }
 
 /// What the server offers.
@@ -68,14 +72,16 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
             Encoding::Utf8 => PositionEncodingKind::UTF8,
             Encoding::Utf16 => PositionEncodingKind::UTF16,
         }),
-        text_document_sync: Some(TextDocumentSyncCapability::Options(TextDocumentSyncOptions {
-            open_close: Some(true),
-            change: Some(TextDocumentSyncKind::INCREMENTAL),
-            save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions {
-                include_text: Some(false),
-            })),
-            ..TextDocumentSyncOptions::default()
-        })),
+        text_document_sync: Some(TextDocumentSyncCapability::Options(
+            TextDocumentSyncOptions {
+                open_close: Some(true),
+                change: Some(TextDocumentSyncKind::INCREMENTAL),
+                save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions {
+                    include_text: Some(false),
+                })),
+                ..TextDocumentSyncOptions::default()
+            },
+        )),
         hover_provider: Some(true.into()),
         completion_provider: Some(CompletionOptions {
             trigger_characters: Some(vec![" ".to_owned()]),
@@ -221,21 +227,31 @@ fn dispatch(world: &World, request: Request) -> Response {
 
 /// Runs a notification handler on readable params; unknown notifications
 /// and unreadable params are ignored, as the protocol asks.
-fn notify(connection: &Connection, world: &mut World, notification: Notification) -> Result<(), Error> {
+fn notify(
+    connection: &Connection,
+    world: &mut World,
+    notification: Notification,
+) -> Result<(), Error> {
     fn params<P: DeserializeOwned>(n: Notification) -> Option<P> {
         serde_json::from_value(n.params).ok()
     }
     let outcome = catch_unwind(AssertUnwindSafe(|| match notification.method.as_str() {
         DidOpenTextDocument::METHOD => {
-            params(notification).map(|p| handlers::did_open::handle(world, p));
+            if let Some(p) = params(notification) {
+                handlers::did_open::handle(world, p);
+            }
             None
         }
         DidChangeTextDocument::METHOD => {
-            params(notification).map(|p| handlers::did_change::handle(world, p));
+            if let Some(p) = params(notification) {
+                handlers::did_change::handle(world, p);
+            }
             None
         }
         DidSaveTextDocument::METHOD => {
-            params(notification).map(|p| handlers::did_save::handle(world, p));
+            if let Some(p) = params(notification) {
+                handlers::did_save::handle(world, p);
+            }
             None
         }
         DidCloseTextDocument::METHOD => {
@@ -272,7 +288,7 @@ fn publish(
 /// Publishes diagnostics for every document edited since the last batch.
 fn publish_dirty(connection: &Connection, world: &mut World) -> Result<(), Error> {
     for key in world.take_dirty() {
-        let Ok(snapshot) = world.snapshot_by_key(&key) else {
+        let Some(snapshot) = world.snapshot_by_key(&key) else {
             continue;
         };
         let diagnostics = catch_unwind(AssertUnwindSafe(|| crate::diagnostics::all(&snapshot)))

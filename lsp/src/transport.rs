@@ -68,7 +68,11 @@ pub fn read_loop(input: &mut impl BufRead, sender: &Sender<Message>) {
         let value: Value = match serde_json::from_slice(&body) {
             Ok(value) => value,
             Err(e) => {
-                write_raw(&error_frame(Value::Null, -32700, format!("parse error: {e}")));
+                write_raw(&error_frame(
+                    Value::Null,
+                    -32700,
+                    format!("parse error: {e}"),
+                ));
                 continue;
             }
         };
@@ -109,10 +113,10 @@ fn read_frame(input: &mut impl BufRead) -> io::Result<Option<Vec<u8>>> {
                 continue;
             }
             saw_header = true;
-            if let Some((name, value)) = line.split_once(':') {
-                if name.trim().eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse().ok();
-                }
+            if let Some((name, value)) = line.split_once(':')
+                && name.trim().eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().ok();
             }
         }
         let Some(length) = length else {

@@ -118,15 +118,12 @@ impl World {
     }
 
     /// [`World::snapshot`] by the key a document is stored under.
-    pub fn snapshot_by_key(&self, key: &str) -> Result<Snapshot<'_>, ()> {
-        self.documents
-            .get(key)
-            .map(|document| Snapshot {
-                db: &self.db,
-                document,
-                encoding: self.encoding,
-            })
-            .ok_or(())
+    pub fn snapshot_by_key(&self, key: &str) -> Option<Snapshot<'_>> {
+        self.documents.get(key).map(|document| Snapshot {
+            db: &self.db,
+            document,
+            encoding: self.encoding,
+        })
     }
 
     /// Opens (or reopens) a document.

@@ -22,17 +22,34 @@ fn session(mut client: Client) -> (Vec<Value>, bool) {
     client.open(URI, &text);
     let published = client.diagnostics_for(URI, 1);
     let diagnostics = published["diagnostics"].as_array().unwrap().clone();
-    let codes: Vec<&str> = diagnostics.iter().map(|d| d["code"].as_str().unwrap()).collect();
+    let codes: Vec<&str> = diagnostics
+        .iter()
+        .map(|d| d["code"].as_str().unwrap())
+        .collect();
     assert_eq!(codes, ["E0101", "E0401"], "{published:#}");
     let typo = text.find("max_tokns").unwrap();
     assert_eq!(diagnostics[0]["range"]["start"], position(&text, typo));
-    assert_eq!(diagnostics[0]["range"]["start"], json!({"line": 5, "character": 18}));
-    assert_eq!(diagnostics[0]["range"]["end"], json!({"line": 5, "character": 27}));
-    assert!(diagnostics[0]["message"].as_str().unwrap().contains("help: did you mean `max_tokens`?"));
+    assert_eq!(
+        diagnostics[0]["range"]["start"],
+        json!({"line": 5, "character": 18})
+    );
+    assert_eq!(
+        diagnostics[0]["range"]["end"],
+        json!({"line": 5, "character": 27})
+    );
+    assert!(
+        diagnostics[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("help: did you mean `max_tokens`?")
+    );
 
     // didChange (incremental, UTF-16 range) fixes the first: one remains.
     let edit = json!({ "range": diagnostics[0]["range"], "text": "max_tokens" });
-    text = apply_edits(&text, &[json!({ "range": edit["range"], "newText": "max_tokens" })]);
+    text = apply_edits(
+        &text,
+        &[json!({ "range": edit["range"], "newText": "max_tokens" })],
+    );
     client.change(URI, 2, json!([edit]));
     let published = client.diagnostics_for(URI, 2);
     let remaining = published["diagnostics"].as_array().unwrap().clone();
@@ -43,19 +60,36 @@ fn session(mut client: Client) -> (Vec<Value>, bool) {
     let hover = client.ok("textDocument/hover", at(URI, 5, 20));
     let markdown = hover["contents"]["value"].as_str().unwrap();
     assert!(markdown.contains("clamped"), "{markdown}");
-    assert!(markdown.contains("Effective for `😀-bot`: `max_tokens 100`"), "{markdown}");
+    assert!(
+        markdown.contains("Effective for `😀-bot`: `max_tokens 100`"),
+        "{markdown}"
+    );
     // Hover on the server pattern: the effective block, inherited lines marked.
     let hover = client.ok("textDocument/hover", at(URI, 5, 9));
     let markdown = hover["contents"]["value"].as_str().unwrap();
-    assert!(markdown.contains("max_input 64 KiB as acme.cap  # from defaults"), "{markdown}");
+    assert!(
+        markdown.contains("max_input 64 KiB as acme.cap  # from defaults"),
+        "{markdown}"
+    );
 
     // Completion inside `defaults`: statements not yet stated.
     let line = text.lines().nth(3).unwrap();
     let brace = line.find('{').unwrap() as u32 + 1;
     let items = client.ok("textDocument/completion", at(URI, 3, brace));
-    let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
-    assert!(labels.contains(&"sampling") && labels.contains(&"budget"), "{labels:?}");
-    assert!(!labels.contains(&"max_tokens"), "already stated: {labels:?}");
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        labels.contains(&"sampling") && labels.contains(&"budget"),
+        "{labels:?}"
+    );
+    assert!(
+        !labels.contains(&"max_tokens"),
+        "already stated: {labels:?}"
+    );
 
     // A quick fix for the undeclared reason, applied by the client.
     let actions = client.ok(
@@ -72,7 +106,11 @@ fn session(mut client: Client) -> (Vec<Value>, bool) {
         .find(|a| a["title"] == "replace with `acme.cap`")
         .unwrap_or_else(|| panic!("{actions:#?}"));
     assert_eq!(fix["isPreferred"], true);
-    assert!(actions.iter().any(|a| a["title"] == "declare reason `acme.cpa`"));
+    assert!(
+        actions
+            .iter()
+            .any(|a| a["title"] == "declare reason `acme.cpa`")
+    );
     let edits = fix["edit"]["changes"][URI].as_array().unwrap().clone();
     let changes: Vec<Value> = edits
         .iter()
@@ -89,7 +127,10 @@ fn session(mut client: Client) -> (Vec<Value>, bool) {
         "textDocument/definition",
         json!({ "textDocument": { "uri": URI }, "position": use_at }),
     );
-    assert_eq!(definition[0]["targetSelectionRange"]["start"], json!({"line": 1, "character": 7}));
+    assert_eq!(
+        definition[0]["targetSelectionRange"]["start"],
+        json!({"line": 1, "character": 7})
+    );
     let references = client.ok(
         "textDocument/references",
         json!({ "textDocument": { "uri": URI }, "position": use_at, "context": { "includeDeclaration": true } }),
@@ -103,18 +144,32 @@ fn session(mut client: Client) -> (Vec<Value>, bool) {
     );
     let formatted = apply_edits(&text, edits.as_array().unwrap());
     assert_eq!(formatted, mcpolicy_compiler::format::format(&text).unwrap());
-    assert!(formatted.contains("server \"😀-bot\" {\n  max_tokens 100"), "{formatted}");
+    assert!(
+        formatted.contains("server \"😀-bot\" {\n  max_tokens 100"),
+        "{formatted}"
+    );
 
     // Symbols, inlay hints and semantic tokens answer too.
-    let symbols = client.ok("textDocument/documentSymbol", json!({ "textDocument": { "uri": URI } }));
-    let names: Vec<&str> = symbols.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let symbols = client.ok(
+        "textDocument/documentSymbol",
+        json!({ "textDocument": { "uri": URI } }),
+    );
+    let names: Vec<&str> = symbols
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["mcpolicy", "acme.cap", "defaults", "😀-bot", "b"]);
     let hints = client.ok(
         "textDocument/inlayHint",
         json!({ "textDocument": { "uri": URI }, "range": { "start": {"line": 0, "character": 0}, "end": {"line": 99, "character": 0} } }),
     );
     assert_eq!(hints[0]["label"], "defaults: max_input 64 KiB as acme.cap");
-    let tokens = client.ok("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": URI } }));
+    let tokens = client.ok(
+        "textDocument/semanticTokens/full",
+        json!({ "textDocument": { "uri": URI } }),
+    );
     assert!(tokens["data"].as_array().unwrap().len() > 20);
 
     let transcript = client.transcript.clone();
@@ -147,6 +202,9 @@ fn utf8_is_negotiated_when_offered() {
     client.open(URI, &text);
     let published = client.diagnostics_for(URI, 1);
     // `server "😀-bot" { ` is 20 bytes.
-    assert_eq!(published["diagnostics"][0]["range"]["start"], json!({"line": 5, "character": 20}));
+    assert_eq!(
+        published["diagnostics"][0]["range"]["start"],
+        json!({"line": 5, "character": 20})
+    );
     assert!(client.shutdown());
 }

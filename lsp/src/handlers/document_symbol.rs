@@ -7,7 +7,10 @@ use super::Result;
 use crate::world::{Snapshot, World};
 
 /// The outline.
-pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<DocumentSymbolResponse>> {
+pub fn handle(
+    world: &World,
+    params: DocumentSymbolParams,
+) -> Result<Option<DocumentSymbolResponse>> {
     let snapshot = world.snapshot(&params.text_document.uri)?;
     let symbols = ide::document_symbols(snapshot.db, snapshot.document.source)
         .iter()
@@ -32,7 +35,12 @@ fn convert(snapshot: &Snapshot<'_>, symbol: &Symbol) -> DocumentSymbol {
         deprecated: None,
         range: snapshot.range(symbol.span),
         selection_range: snapshot.range(symbol.selection),
-        children: (!symbol.children.is_empty())
-            .then(|| symbol.children.iter().map(|c| convert(snapshot, c)).collect()),
+        children: (!symbol.children.is_empty()).then(|| {
+            symbol
+                .children
+                .iter()
+                .map(|c| convert(snapshot, c))
+                .collect()
+        }),
     }
 }

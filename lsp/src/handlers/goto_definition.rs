@@ -7,7 +7,10 @@ use super::Result;
 use crate::world::World;
 
 /// The declaration of the reason under the cursor.
-pub fn handle(world: &World, params: GotoDefinitionParams) -> Result<Option<GotoDefinitionResponse>> {
+pub fn handle(
+    world: &World,
+    params: GotoDefinitionParams,
+) -> Result<Option<GotoDefinitionResponse>> {
     let at = params.text_document_position_params;
     let snapshot = world.snapshot(&at.text_document.uri)?;
     let offset = snapshot.offset(at.position);

@@ -1,6 +1,8 @@
 //! `textDocument/inlayHint`: what each server block inherits from `defaults`.
 
-use lsp_types::{InlayHint, InlayHintLabel, InlayHintParams, InlayHintTooltip, MarkupContent, MarkupKind};
+use lsp_types::{
+    InlayHint, InlayHintLabel, InlayHintParams, InlayHintTooltip, MarkupContent, MarkupKind,
+};
 use mcpolicy_compiler::ide;
 
 use super::Result;

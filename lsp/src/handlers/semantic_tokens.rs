@@ -1,8 +1,8 @@
 //! `textDocument/semanticTokens/full`.
 
 use lsp_types::{
-    SemanticToken, SemanticTokenModifier, SemanticTokenType, SemanticTokens,
-    SemanticTokensLegend, SemanticTokensParams, SemanticTokensResult,
+    SemanticToken, SemanticTokenModifier, SemanticTokenType, SemanticTokens, SemanticTokensLegend,
+    SemanticTokensParams, SemanticTokensResult,
 };
 use mcpolicy_compiler::ide::{self, TokenKind, TokenModifier};
 

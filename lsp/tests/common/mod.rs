@@ -114,14 +114,21 @@ impl Client {
 
     /// Sends a notification.
     pub fn notify(&mut self, method: &str, params: Value) {
-        self.send(Message::Notification(Notification::new(method.to_owned(), params)));
+        self.send(Message::Notification(Notification::new(
+            method.to_owned(),
+            params,
+        )));
     }
 
     /// Sends a request and returns its id.
     pub fn request_async(&mut self, method: &str, params: Value) -> RequestId {
         self.next_id += 1;
         let id = RequestId::from(self.next_id);
-        self.send(Message::Request(Request::new(id.clone(), method.to_owned(), params)));
+        self.send(Message::Request(Request::new(
+            id.clone(),
+            method.to_owned(),
+            params,
+        )));
         id
     }
 
@@ -136,7 +143,8 @@ impl Client {
             Err(RecvTimeoutError::Timeout) => panic!("no message from the server in {TIMEOUT:?}"),
             Err(RecvTimeoutError::Disconnected) => panic!("the server hung up"),
         };
-        self.transcript.push(serde_json::to_value(&message).unwrap());
+        self.transcript
+            .push(serde_json::to_value(&message).unwrap());
         message
     }
 
@@ -150,10 +158,10 @@ impl Client {
     /// Waits for the response to `id`.
     pub fn response(&mut self, id: RequestId) -> Response {
         loop {
-            if let Message::Response(response) = self.recv() {
-                if response.id == id {
-                    return response;
-                }
+            if let Message::Response(response) = self.recv()
+                && response.id == id
+            {
+                return response;
             }
         }
     }
@@ -170,10 +178,11 @@ impl Client {
     /// Waits for the next `publishDiagnostics` for `uri`.
     pub fn diagnostics(&mut self, uri: &str) -> Value {
         loop {
-            if let Message::Notification(n) = self.recv() {
-                if n.method == "textDocument/publishDiagnostics" && n.params["uri"] == uri {
-                    return n.params;
-                }
+            if let Message::Notification(n) = self.recv()
+                && n.method == "textDocument/publishDiagnostics"
+                && n.params["uri"] == uri
+            {
+                return n.params;
             }
         }
     }
