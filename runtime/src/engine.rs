@@ -383,18 +383,61 @@ struct Plan {
     checks: Vec<(String, CheckKind)>,
 }
 
-/// A reason's effective spec, shared.
+/// A reason's effective spec, shared, with what its template needs.
 #[derive(Debug, Clone)]
 struct ReasonRt {
     spec: ReasonSpec,
     template: Arc<str>,
+    needs_limit: bool,
+    needs_window: bool,
+    needs_deadline: bool,
 }
+
+impl ReasonRt {
+    fn new(spec: ReasonSpec) -> Self {
+        let has = |p: &str| spec.message.contains(p);
+        ReasonRt {
+            template: Arc::from(spec.message.as_str()),
+            needs_limit: has("{limit}"),
+            needs_window: has("{window}"),
+            needs_deadline: has("{deadline}"),
+            spec,
+        }
+    }
+}
+
+/// FNV-1a: server ids and reason names come from the client's own
+/// configuration and table, not from the far side, so a keyed hash buys
+/// nothing here and SipHash costs more than the rest of a replay.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
 
 /// Finds the governing entry of a server id fast: exact patterns by hash,
 /// globs in source order.
 #[derive(Debug)]
 struct ServerIndex {
-    exact: HashMap<String, usize>,
+    exact: FastMap<String, usize>,
     globs: Vec<usize>,
 }
 
@@ -406,29 +449,26 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     index: ServerIndex,
     plans: Vec<Arc<Plan>>,
-    reasons: HashMap<String, ReasonRt>,
+    reasons: FastMap<String, ReasonRt>,
     purged: RwLock<HashSet<String>>,
 }
 
 /// Builds the reason spec for a name the table lacks (cannot happen with a
 /// verified table): unknown retryability is `false`, nothing is stored.
 fn unknown_reason(error_code: i64) -> ReasonRt {
-    ReasonRt {
-        spec: ReasonSpec {
-            retryable: false,
-            ttl: Ttl::None,
-            code: error_code,
-            message: "Sampling denied: {reason} for server '{server}'".to_owned(),
-        },
-        template: Arc::from("Sampling denied: {reason} for server '{server}'"),
-    }
+    ReasonRt::new(ReasonSpec {
+        retryable: false,
+        ttl: Ttl::None,
+        code: error_code,
+        message: "Sampling denied: {reason} for server '{server}'".to_owned(),
+    })
 }
 
 impl Engine {
     /// An engine over `table` (verify it first, e.g. with [`Table::from_json`]),
     /// remembering decisions in `store`, reading time from `clock`.
     pub fn new(table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
-        let mut exact = HashMap::new();
+        let mut exact = FastMap::default();
         let mut globs = Vec::new();
         for (i, entry) in table.servers.iter().enumerate() {
             if glob::is_glob(&entry.pattern) {
@@ -446,15 +486,7 @@ impl Engine {
         let reasons = table
             .reasons
             .iter()
-            .map(|(name, spec)| {
-                (
-                    name.clone(),
-                    ReasonRt {
-                        spec: spec.clone(),
-                        template: Arc::from(spec.message.as_str()),
-                    },
-                )
-            })
+            .map(|(name, spec)| (name.clone(), ReasonRt::new(spec.clone())))
             .collect();
         Engine {
             table,
@@ -486,7 +518,7 @@ impl Engine {
             if i > bound {
                 break;
             }
-            if glob::matches(&self.table.servers[i].pattern, server_id) {
+            if pattern_matches(&self.table.servers[i].pattern, server_id) {
                 return i;
             }
         }
@@ -587,8 +619,6 @@ impl Engine {
                 }
                 Verdict::Allow => approved_before = true,
             }
-        } else {
-            self.purge_once(server_id, &plan.digest, now)?;
         }
 
         // 4. Switches.
@@ -687,8 +717,10 @@ impl Engine {
         })
     }
 
-    /// Stored decisions of a server made under another block digest are
-    /// dropped the first time this engine meets the server.
+    /// Stored decisions of a server made under another block digest (and
+    /// expired ones) are dropped the first time this engine records a
+    /// decision for the server. Only housekeeping: a replay never matches
+    /// another digest anyway.
     fn purge_once(&self, server_id: &str, digest: &str, now: Millis) -> Result<(), EngineError> {
         let seen = self
             .purged
@@ -876,6 +908,7 @@ impl Engine {
         .to_json();
         let expiry = expiry(rt.spec.ttl, now, produced.reset);
         if let Some(expires_at) = expiry {
+            self.purge_once(&key.server_id, &plan.digest, now)?;
             self.store.record(
                 &key,
                 &StoredDecision {
@@ -928,16 +961,16 @@ impl Engine {
             }
             .to_json()
         });
-        let limit = template
-            .contains("{limit}")
+        let limit = rt
+            .needs_limit
             .then(|| replay_limit(block, &stored.reason, params))
             .flatten();
-        let window = template
-            .contains("{window}")
+        let window = rt
+            .needs_window
             .then(|| replay_window(block, &stored.reason, &data, stored.decided_at))
             .flatten();
-        let deadline = template
-            .contains("{deadline}")
+        let deadline = rt
+            .needs_deadline
             .then(|| {
                 block
                     .deadline
@@ -984,6 +1017,7 @@ impl Engine {
             if block.consent == Consent::First
                 && let Some(expires_at) = expiry(rt.spec.ttl, now, None)
             {
+                self.purge_once(&key.server_id, &ticket.digest, now)?;
                 self.store.record(
                     &key,
                     &StoredDecision {
@@ -1227,6 +1261,38 @@ fn plan_for(block: &EffectiveBlock, digest: &str) -> Plan {
     }
 }
 
+/// [`glob::matches`] without allocating for ASCII patterns and ids (the
+/// common case, checked on every request against every earlier glob).
+fn pattern_matches(pattern: &str, text: &str) -> bool {
+    if !(pattern.is_ascii() && text.is_ascii()) {
+        return glob::matches(pattern, text);
+    }
+    let (pattern, text) = (pattern.as_bytes(), text.as_bytes());
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
 /// Whether the request offers tools to the model (`tools` non-empty, or a `toolChoice`).
 fn carries_tools(params: &Map<String, Value>) -> bool {
     let tools = match params.get("tools") {
@@ -1297,4 +1363,60 @@ fn replay_window(
         })
         .or(candidates.first())?;
     Some(window_label(chosen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ascii_fast_path_agrees_with_glob() {
+        let patterns = [
+            "*", "a*", "*b", "a?c", "a*b*c", "", "?", "**", "é*", "*-notes",
+        ];
+        let texts = [
+            "",
+            "a",
+            "abc",
+            "ab",
+            "aXbYbZc",
+            "release-notes",
+            "é",
+            "éa",
+            "b",
+        ];
+        for p in patterns {
+            for t in texts {
+                assert_eq!(pattern_matches(p, t), glob::matches(p, t), "{p} vs {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn timing_is_read_back_from_data() {
+        let data =
+            r#"{"reason":"r","server":",\"retryAfter\":9","retryable":true,"retryAfter":12}"#;
+        assert_eq!(parse_timing(data), Some(Timing::RetryAfter(12)));
+        let data =
+            r#"{"reason":"r","server":"s","retryable":false,"resetsAt":"2026-03-11T00:00:00Z"}"#;
+        assert_eq!(
+            parse_timing(data),
+            Some(Timing::ResetsAt(calendar::timestamp(2026, 3, 11, 0, 0, 0)))
+        );
+        assert_eq!(parse_timing(r#"{"reason":"r"}"#), None);
+    }
+
+    #[test]
+    fn expiry_never_outlives_the_condition() {
+        assert_eq!(expiry(Ttl::None, 0, Some(5)), None);
+        assert_eq!(expiry(Ttl::Forever, 0, Some(5)), Some(None));
+        assert_eq!(expiry(Ttl::UntilReset, 0, Some(5)), Some(Some(5)));
+        assert_eq!(expiry(Ttl::UntilReset, 0, None), Some(None));
+        assert_eq!(expiry(Ttl::AfterMs(10), 0, Some(5)), Some(Some(5)));
+        assert_eq!(expiry(Ttl::AfterMs(10), 0, None), Some(Some(10)));
+        assert_eq!(
+            expiry(Ttl::AfterMs(u64::MAX), 1, None),
+            Some(Some(i64::MAX))
+        );
+    }
 }
