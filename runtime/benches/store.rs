@@ -116,6 +116,63 @@ fn sqlite(c: &mut Criterion) {
     }
     group.finish();
 
+    // The same cycle timed in on-CPU time of this thread (user + kernel, from
+    // /proc/thread-self/schedstat): on a shared machine, wall time also counts
+    // the run-queue wait behind other processes. It leaves out blocking I/O
+    // waits, i.e. the checkpoint fsyncs; STORE.md reports both.
+    if on_cpu().is_some() {
+        let mut group = c.benchmark_group("sqlite_cycle_oncpu");
+        group.throughput(Throughput::Elements(1));
+        let store = sqlite_store(&dir, "oncpu.db", Synchronous::Normal);
+        let mut n = 0u64;
+        group.bench_function("normal", |b| {
+            b.iter_custom(|iters| {
+                let start = on_cpu().unwrap_or_default();
+                for _ in 0..iters {
+                    n += 1;
+                    cycle(&store, n, clock(n));
+                }
+                on_cpu().unwrap_or_default().saturating_sub(start)
+            })
+        });
+        group.finish();
+    }
+
+    // Each operation of the cycle alone, on-CPU: where the time goes.
+    if on_cpu().is_some() {
+        let mut group = c.benchmark_group("sqlite_op_oncpu");
+        let store = sqlite_store(&dir, "ops.db", Synchronous::Normal);
+        let digest = "3f1c9a0e5b7d2468ace013579bdf2468";
+        let mut n = 0u64;
+        let mut oncpu = |name: &str, op: &mut dyn FnMut(u64)| {
+            group.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    let start = on_cpu().unwrap_or_default();
+                    for _ in 0..iters {
+                        n += 1;
+                        op(n);
+                    }
+                    on_cpu().unwrap_or_default().saturating_sub(start)
+                })
+            });
+        };
+        oncpu("replay_miss", &mut |n| {
+            let server_id = server(n);
+            let key = DecisionKey::new(server_id.clone(), format!("{server_id}:{n:032x}"));
+            black_box(store.replay(&key, digest, clock(n)).expect("replay"));
+        });
+        oncpu("admit", &mut |n| {
+            let now = clock(n);
+            black_box(store.admit(&server(n), &checks(now), now).expect("admit"));
+        });
+        oncpu("record", &mut |n| {
+            let server_id = server(n);
+            let key = DecisionKey::new(server_id.clone(), format!("{server_id}:{n:032x}"));
+            store.record(&key, &decision(clock(n))).expect("record");
+        });
+        group.finish();
+    }
+
     // Two threads share one store: what the mutex and SQLite's lock cost.
     let mut group = c.benchmark_group("sqlite_cycle_threads");
     group.throughput(Throughput::Elements(1));
@@ -165,6 +222,13 @@ fn threaded(store: &Arc<SqliteStore>, next: &Arc<AtomicU64>, iters: u64, threads
     start.elapsed()
 }
 
+/// On-CPU time of the calling thread (Linux only).
+fn on_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 fn memory(c: &mut Criterion) {
     let store = MemoryStore::new();
     let keys: Vec<DecisionKey> = (0..1_000u64)
@@ -205,12 +269,13 @@ fn memory(c: &mut Criterion) {
             cycle(&fresh, n, clock(n));
         })
     });
+    let admits = MemoryStore::new();
     let mut n = 0u64;
     c.bench_function("memory/admit", |b| {
         b.iter(|| {
             n += 1;
             let now = clock(n);
-            black_box(fresh.admit(&server(n), &checks(now), now).expect("admit"));
+            black_box(admits.admit(&server(n), &checks(now), now).expect("admit"));
         })
     });
 }

@@ -73,6 +73,13 @@ CREATE TABLE counters (
 ) WITHOUT ROWID;
 ";
 
+/// Page size of a new store file (bytes). Each commit writes whole pages to the WAL.
+const PAGE_SIZE: i64 = 4096;
+
+/// WAL pages after which a commit checkpoints the WAL into the main file
+/// (SQLite's default; 10,000 measured no better, see STORE.md).
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
+
 /// How long after admission a reservation can still be settled; older ones
 /// are pruned and settling them is a no-op (the reserved amount stands).
 pub const SETTLE_WINDOW_MS: Millis = 7 * 86_400_000;
@@ -188,6 +195,9 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(32);
         // Read-only look first: a foreign or newer file must not even be switched to WAL.
         check_identity(path, &conn)?;
+        // Takes effect only on a file that has no pages yet; an existing store keeps its size.
+        conn.pragma_update(None, "page_size", PAGE_SIZE)
+            .map_err(sql)?;
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(sql)?;
@@ -203,6 +213,8 @@ impl SqliteStore {
             Synchronous::Normal => "NORMAL",
             Synchronous::Full => "FULL",
         };
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            .map_err(sql)?;
         conn.pragma_update(None, "synchronous", level)
             .map_err(sql)?;
         if options.verify_on_open {
@@ -430,35 +442,34 @@ fn prune_and_sum(
         LimitWindow::Rolling { ms } => rolling_floor(now, ms),
         LimitWindow::Fixed { start, .. } => start,
     };
-    // Rows before the floor can never count again (windows only move forward).
-    let freed: i64 = conn
+    // A fixed window counts only what was recorded before its end; a rolling
+    // one also counts rows from a clock slightly ahead (at > now): fail closed.
+    let until = match window {
+        LimitWindow::Rolling { .. } => Millis::MAX,
+        LimitWindow::Fixed { end, .. } => end,
+    };
+    // One statement: rows below the floor (to prune), the running total, and
+    // rows past the window's end. (No DELETE … RETURNING: SQLite buffers
+    // RETURNING rows in a temporary b-tree, dearer than this look-up.)
+    let (stale_rows, freed, total, after_end): (i64, i64, i64, i64) = conn
         .prepare_cached(
-            "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3 RETURNING amount",
+            "SELECT stale.n, stale.amount,
+                    COALESCE((SELECT total FROM counters WHERE server_id = ?1 AND counter = ?2), 0),
+                    (SELECT COALESCE(SUM(amount), 0) FROM spend
+                     WHERE server_id = ?1 AND counter = ?2 AND at >= ?4)
+             FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount FROM spend
+                   WHERE server_id = ?1 AND counter = ?2 AND at < ?3) AS stale",
         )?
-        .query_map(params![server_id, counter, floor], |row| {
-            row.get::<_, i64>(0)
-        })?
-        .try_fold(0i64, |sum, amount| amount.map(|a| sum.saturating_add(a)))?;
-    if freed != 0 {
+        .query_row(params![server_id, counter, floor, until], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?;
+    if stale_rows > 0 {
+        // Rows before the floor can never count again (windows only move forward).
+        conn.prepare_cached("DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3")?
+            .execute(params![server_id, counter, floor])?;
         add_to_total(conn, server_id, counter, -freed)?;
     }
-    let total: i64 = conn
-        .prepare_cached("SELECT total FROM counters WHERE server_id = ?1 AND counter = ?2")?
-        .query_row(params![server_id, counter], |row| row.get(0))
-        .optional()?
-        .unwrap_or(0);
-    // Rows from a clock slightly ahead (at > now) count in a rolling window: fail
-    // closed. A fixed window counts only what was recorded before its end.
-    let after_end: i64 = match window {
-        LimitWindow::Rolling { .. } => 0,
-        LimitWindow::Fixed { end, .. } => conn
-            .prepare_cached(
-                "SELECT COALESCE(SUM(amount), 0) FROM spend
-                 WHERE server_id = ?1 AND counter = ?2 AND at >= ?3",
-            )?
-            .query_row(params![server_id, counter, end], |row| row.get(0))?,
-    };
-    Ok(uint(total.saturating_sub(after_end)))
+    Ok(uint(total.saturating_sub(freed).saturating_sub(after_end)))
 }
 
 impl DecisionStore for SqliteStore {
@@ -471,17 +482,24 @@ impl DecisionStore for SqliteStore {
         let conn = self.lock()?;
         in_immediate(&self.path, &conn, |conn| {
             let mut stmt = conn.prepare_cached(&format!(
-                "UPDATE decisions SET represented = represented + 1
+                "SELECT {DECISION_COLUMNS} FROM decisions
                  WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
-                   AND (expires_at IS NULL OR expires_at > ?4)
-                 RETURNING {DECISION_COLUMNS}"
+                   AND (expires_at IS NULL OR expires_at > ?4)"
             ))?;
             let mut rows = stmt.query(params![key.server_id, key.identity, digest, now])?;
-            let found = match rows.next()? {
-                Some(row) => Some(decision_from_row(&self.path, row)?),
-                None => None,
+            let Some(row) = rows.next()? else {
+                return Ok(None); // a miss writes nothing, so its commit costs no I/O
             };
-            Ok(found)
+            let mut found = decision_from_row(&self.path, row)?;
+            drop(rows);
+            // Same transaction, write lock held since BEGIN: nobody can count in between.
+            conn.prepare_cached(
+                "UPDATE decisions SET represented = represented + 1
+                 WHERE server_id = ?1 AND identity = ?2",
+            )?
+            .execute(params![key.server_id, key.identity])?;
+            found.represented = found.represented.saturating_add(1);
+            Ok(Some(found))
         })
     }
 
@@ -554,13 +572,15 @@ impl DecisionStore for SqliteStore {
                 ])?;
                 add_to_total(conn, server_id, &check.counter, int(check.amount))?;
             }
-            // Forget reservations too old to settle; a few per admission keeps up.
-            conn.prepare_cached(
-                "DELETE FROM reservations WHERE id IN (
+            // Forget reservations too old to settle: 4 of the oldest every 2nd admission keeps up.
+            if reservation % 2 == 0 {
+                conn.prepare_cached(
+                    "DELETE FROM reservations WHERE id IN (
                      SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 4
                  ) AND at < ?2",
-            )?
-            .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
+                )?
+                .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
+            }
             Ok(Admission::Admitted {
                 reservation: uint(reservation),
             })
