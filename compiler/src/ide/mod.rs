@@ -90,3 +90,6 @@ pub(crate) fn item_at(
 pub(crate) fn overlaps(a: Span, b: Span) -> bool {
     a.start <= b.end && b.start <= a.end
 }
+
+#[cfg(test)]
+mod tests;
