@@ -385,16 +385,32 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         const SLACK: usize = 64;
         // Output that must stay buffered for `string` to take back.
         const KEEP: usize = 8;
-        let stop_mask = if check { u64::MAX } else { 0 };
+        // Bytes from this one up need a look (0xFF never occurs in UTF-8).
+        let limit = if check { 0xCC } else { 0xFF };
         let bytes = text.as_bytes();
-        // The length lives in a local so the loop keeps it in a register.
+        // The length lives in a local so the loops keep it in a register.
         let mut len = self.len;
         let mut at = 0;
+        let stop_mask = if check { u64::MAX } else { 0 };
+        // Clean chunks are tested with a few SIMD compares and copied whole;
+        // a dirty one is walked a word at a time up to `dirty_end`.
+        let mut dirty_end = 0;
         while at + 8 <= bytes.len() {
-            if BUFFER - len < 16 {
+            if BUFFER - len < CHUNK + 16 {
                 self.len = len;
                 self.flush_keeping(KEEP);
                 len = self.len;
+            }
+            if at >= dirty_end {
+                if let Some(chunk) = bytes[at..].first_chunk::<CHUNK>() {
+                    if is_clean(chunk, limit) {
+                        self.buf[len..len + CHUNK].copy_from_slice(chunk);
+                        len += CHUNK;
+                        at += CHUNK;
+                        continue;
+                    }
+                    dirty_end = at + CHUNK;
+                }
             }
             let w = word(bytes, at);
             self.buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
@@ -407,23 +423,14 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             let clean = (found.trailing_zeros() / 8) as usize;
             len += clean;
             at += clean;
-            let byte = bytes[at];
-            if byte < 0x80 {
-                let (sequence, length) = ESCAPES[usize::from(byte)];
-                self.buf[len..len + 6].copy_from_slice(&sequence);
-                len += length;
-                at += 1;
-            } else {
-                match decode(bytes, at) {
-                    Some((c, width)) if is_inert(c) => {
-                        self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
-                        len += width;
-                        at += width;
-                    }
-                    _ => {
-                        self.len = len;
-                        return Some(at);
-                    }
+            match self.special(bytes, at, len) {
+                Some((read, wrote)) => {
+                    at += read;
+                    len += wrote;
+                }
+                None => {
+                    self.len = len;
+                    return Some(at);
                 }
             }
         }
@@ -433,19 +440,13 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             len = self.len;
         }
         while let Some(&byte) = bytes.get(at) {
-            if needs_escape(byte) {
-                let (sequence, length) = ESCAPES[usize::from(byte)];
-                self.buf[len..len + 6].copy_from_slice(&sequence);
-                len += length;
-                at += 1;
-            } else if check && byte >= 0xCC {
-                match decode(bytes, at) {
-                    Some((c, width)) if is_inert(c) => {
-                        self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
-                        len += width;
-                        at += width;
+            if needs_escape(byte) || byte >= limit {
+                match self.special(bytes, at, len) {
+                    Some((read, wrote)) => {
+                        at += read;
+                        len += wrote;
                     }
-                    _ => {
+                    None => {
                         self.len = len;
                         return Some(at);
                     }
@@ -458,6 +459,27 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
         self.len = len;
         None
+    }
+
+    /// Writes, at `buf[len..]`, the byte at `bytes[at]` that stopped a scan:
+    /// its escape, or the whole [`is_inert`] character it starts. Returns the
+    /// bytes read and written, or `None` for a character that might not be NFC.
+    /// The caller leaves at least 6 bytes of room.
+    #[inline(always)]
+    fn special(&mut self, bytes: &[u8], at: usize, len: usize) -> Option<(usize, usize)> {
+        let byte = *bytes.get(at)?;
+        if byte < 0x80 {
+            let (sequence, length) = ESCAPES[usize::from(byte)];
+            self.buf[len..len + 6].copy_from_slice(&sequence);
+            return Some((1, length));
+        }
+        match decode(bytes, at) {
+            Some((c, width)) if is_inert(c) => {
+                self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
+                Some((width, width))
+            }
+            _ => None,
+        }
     }
 
     /// Writes `text` (already NFC) as a JSON string.
@@ -851,6 +873,18 @@ fn special_mask(w: u64) -> u64 {
     (control | quote | backslash) & HIGHS
 }
 
+/// Bytes scanned per step on the fast path.
+const CHUNK: usize = 32;
+
+/// Whether no byte of `chunk` needs escaping or is `>= limit`. Written
+/// without early exits so that it compiles to a few SIMD compares.
+#[inline]
+fn is_clean(chunk: &[u8; CHUNK], limit: u8) -> bool {
+    !chunk.iter().fold(false, |dirty, &b| {
+        dirty | (b < 0x20) | (b == b'"') | (b == b'\\') | (b >= limit)
+    })
+}
+
 /// High bits set on the bytes of `w` that are UTF-8 lead bytes of U+0300
 /// or above (0xCC and up). Exact per byte: the 7-bit sums never carry.
 #[inline]
@@ -897,9 +931,14 @@ static ESCAPES: [([u8; 6], usize); 128] = {
 
 /// Compares two strings by their UTF-16 code units, as RFC 8785 sorts keys.
 pub(crate) fn cmp_utf16(a: &str, b: &str) -> Ordering {
-    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
-    if common == a.len() || common == b.len() {
-        return a.len().cmp(&b.len());
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let Some(common) = x.iter().zip(y).position(|(p, q)| p != q) else {
+        return x.len().cmp(&y.len());
+    };
+    // UTF-8 byte order is code point order, which UTF-16 keeps except
+    // between U+E000..U+FFFF (lead 0xEE, 0xEF) and astral (0xF0..).
+    if x[common] < 0xEE || y[common] < 0xEE {
+        return x[common].cmp(&y[common]);
     }
     // The byte prefixes agree, so a boundary in `a` is one in `b` too.
     let mut start = common;
@@ -907,8 +946,8 @@ pub(crate) fn cmp_utf16(a: &str, b: &str) -> Ordering {
         start -= 1;
     }
     match (a[start..].chars().next(), b[start..].chars().next()) {
-        (Some(x), Some(y)) => utf16_weight(x).cmp(&utf16_weight(y)),
-        _ => a.as_bytes()[common].cmp(&b.as_bytes()[common]),
+        (Some(p), Some(q)) => utf16_weight(p).cmp(&utf16_weight(q)),
+        _ => x[common].cmp(&y[common]),
     }
 }
 
