@@ -1,0 +1,372 @@
+//! Strict request parsing and `sampling/createMessage` validation.
+
+use mcpolicy_runtime::request::{
+    INVALID_PARAMS, INVALID_REQUEST, Limits, PARSE_ERROR, RequestError, envelope_id, parse_strict,
+    parse_strict_with, validate_sampling,
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const PARAMS: &str =
+    r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":100}"#;
+
+fn request_with(params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{params}}}"#)
+}
+
+fn refuse(text: &str) -> RequestError {
+    match parse_strict(text.as_bytes()) {
+        Err(error) => error,
+        Ok(value) => validate_sampling(value).expect_err("must be refused"),
+    }
+}
+
+#[test]
+fn a_whole_request_is_accepted() {
+    let value = parse_strict(request_with(PARAMS).as_bytes()).expect("parses");
+    let request = validate_sampling(value).expect("valid");
+    assert_eq!(request.id, Some(json!(1)));
+    assert_eq!(request.max_tokens(), 100);
+    assert_eq!(request.messages().len(), 1);
+}
+
+#[test]
+fn bare_params_are_accepted() {
+    let request = validate_sampling(parse_strict(PARAMS.as_bytes()).expect("parses")).expect("ok");
+    assert_eq!(request.id, None);
+    assert_eq!(request.params["maxTokens"], json!(100));
+}
+
+#[test]
+fn string_ids_and_integral_max_tokens_forms() {
+    let text = r#"{"jsonrpc":"2.0","id":"abc","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1e2}}"#;
+    let request = validate_sampling(parse_strict(text.as_bytes()).expect("parses")).expect("ok");
+    assert_eq!(request.id, Some(json!("abc")));
+    assert_eq!(request.max_tokens(), 100);
+}
+
+#[test]
+fn duplicate_keys_are_invalid_requests() {
+    let text = request_with(
+        r#"{"messages":[{"role":"user","role":"assistant","content":{"type":"text","text":"x"}}],"maxTokens":1}"#,
+    );
+    let error = refuse(&text);
+    assert_eq!(error.code(), INVALID_REQUEST);
+    assert_eq!(
+        error.to_string(),
+        r#"duplicate key "role" at $.params.messages[0]"#
+    );
+}
+
+#[test]
+fn duplicate_keys_at_the_top_level() {
+    let error = refuse(r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1}"#);
+    assert_eq!(error.code(), INVALID_REQUEST);
+    assert_eq!(error.to_string(), r#"duplicate key "jsonrpc" at $"#);
+}
+
+#[test]
+fn keys_equal_after_nfc_are_duplicates() {
+    // Precomposed first, then decomposed (as an escape).
+    let error = refuse(r#"{"messages":[],"maxTokens":1,"_meta":{"é":1,"e\u0301":2}}"#);
+    assert_eq!(error.code(), INVALID_REQUEST);
+    assert_eq!(
+        error.to_string(),
+        r#"duplicate key "e\u0301" at $._meta: equal after Unicode NFC normalisation to the earlier key "\u00e9""#
+    );
+    // Decomposed first, then precomposed (literally).
+    let error = refuse("{\"_meta\":{\"e\u{301}\":1,\"\u{e9}\":2}}");
+    assert!(matches!(
+        &error,
+        RequestError::DuplicateKey { key, earlier, .. } if key == "\u{e9}" && earlier == "e\u{301}"
+    ));
+    // Two spellings that both need NFC, and a singleton (KELVIN SIGN is K).
+    assert!(matches!(
+        refuse("{\"x\":{\"e\u{301}\":1,\"e\\u0301\":2}}"),
+        RequestError::DuplicateKey { .. }
+    ));
+    assert!(matches!(
+        refuse(r#"{"K":1,"\u212a":2}"#),
+        RequestError::DuplicateKey { .. }
+    ));
+}
+
+#[test]
+fn paths_quote_unusual_keys() {
+    let error = refuse(r#"{"a b":[{"x":1,"x":2}]}"#);
+    assert_eq!(error.to_string(), r#"duplicate key "x" at $["a b"][0]"#);
+}
+
+#[test]
+fn lone_surrogates_are_parse_errors() {
+    for text in [
+        r#"{"messages":[],"maxTokens":1,"systemPrompt":"\ud800"}"#,
+        r#"{"systemPrompt":"\ud800x"}"#,
+        r#"{"systemPrompt":"\udc00"}"#,
+        r#"{"systemPrompt":"\ud800\u0041"}"#,
+        r#"{"\ud83d":1}"#,
+    ] {
+        let error = refuse(text);
+        assert_eq!(error.code(), PARSE_ERROR, "{text}");
+        assert!(
+            matches!(error, RequestError::LoneSurrogate { .. }),
+            "{text}: {error}"
+        );
+    }
+    // A proper pair is fine.
+    assert!(parse_strict(br#"{"s":"\ud83d\ude00"}"#).is_ok());
+}
+
+#[test]
+fn invalid_utf8_and_invalid_json_are_parse_errors() {
+    let error = parse_strict(b"{\"s\":\"\xff\"}").expect_err("invalid UTF-8");
+    assert_eq!(error.code(), PARSE_ERROR);
+    assert_eq!(error, RequestError::InvalidUtf8 { offset: 6 });
+    for text in [
+        "",
+        "{",
+        r#"{"a":1,}"#,
+        r#"{"a":1} x"#,
+        "nul",
+        r#"{"a":01}"#,
+        "1e999",
+    ] {
+        let error = parse_strict(text.as_bytes()).expect_err(text);
+        assert_eq!(error.code(), PARSE_ERROR, "{text}: {error}");
+    }
+}
+
+#[test]
+fn ten_thousand_deep_nesting_is_a_clean_error() {
+    for (open, close) in [("[", "]"), (r#"{"a":"#, "}")] {
+        let text = format!("{}1{}", open.repeat(10_000), close.repeat(10_000));
+        let error = parse_strict(text.as_bytes()).expect_err("too deep");
+        assert_eq!(error.code(), PARSE_ERROR);
+        assert!(
+            error
+                .to_string()
+                .starts_with("nesting deeper than 64 levels at $"),
+            "{error}"
+        );
+    }
+    // Only an opening run, never closed.
+    let error = parse_strict("[".repeat(10_000).as_bytes()).expect_err("too deep");
+    assert!(matches!(error, RequestError::TooDeep { .. }), "{error}");
+}
+
+#[test]
+fn depth_limit_is_exact_and_configurable() {
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(parse_strict(nested(64).as_bytes()).is_ok());
+    assert!(parse_strict(nested(65).as_bytes()).is_err());
+    let limits = Limits {
+        max_depth: 3,
+        ..Limits::default()
+    };
+    assert!(parse_strict_with(nested(3).as_bytes(), &limits).is_ok());
+    let error = parse_strict_with(br#"{"a":[{"b":[]}]}"#, &limits).expect_err("depth 4");
+    assert_eq!(
+        error,
+        RequestError::TooDeep {
+            limit: 3,
+            path: "$.a[0].b".into()
+        }
+    );
+    // Beyond serde_json's own bound the error is still TooDeep.
+    let limits = Limits {
+        max_depth: 10_000,
+        ..Limits::default()
+    };
+    let error = parse_strict_with(nested(500).as_bytes(), &limits).expect_err("capped");
+    assert!(
+        matches!(error, RequestError::TooDeep { limit: 127, .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn twenty_mebibytes_are_too_large() {
+    let mut text = String::from(r#"{"messages":[],"maxTokens":1,"systemPrompt":""#);
+    text.push_str(&"a".repeat(20 * 1024 * 1024));
+    text.push_str("\"}");
+    let error = parse_strict(text.as_bytes()).expect_err("too large");
+    assert_eq!(error.code(), PARSE_ERROR);
+    assert!(matches!(error, RequestError::TooLarge { limit, .. } if limit == 16 * 1024 * 1024));
+    let small = Limits {
+        max_bytes: 10,
+        ..Limits::default()
+    };
+    assert!(parse_strict_with(b"[1,2,3,4,5]", &small).is_err());
+    assert!(parse_strict_with(b"[1,2,3,4]", &small).is_ok());
+}
+
+#[test]
+fn non_object_params_are_invalid_params() {
+    for params in ["[]", "\"x\"", "null", "1"] {
+        let error = refuse(&request_with(params));
+        assert_eq!(error.code(), INVALID_PARAMS, "{params}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("$.params must be an object, got "),
+            "{error}"
+        );
+    }
+    let error = refuse(r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage"}"#);
+    assert_eq!(error.code(), INVALID_PARAMS);
+    assert_eq!(error.to_string(), "$.params must be an object, got nothing");
+}
+
+#[test]
+fn missing_or_ill_typed_max_tokens_and_messages() {
+    let cases = [
+        (
+            r#"{"messages":[]}"#,
+            "$.params.maxTokens must be a non-negative integer, got nothing",
+        ),
+        (
+            r#"{"messages":[],"maxTokens":-1}"#,
+            "$.params.maxTokens must be a non-negative integer, got -1",
+        ),
+        (
+            r#"{"messages":[],"maxTokens":1.5}"#,
+            "$.params.maxTokens must be a non-negative integer, got 1.5",
+        ),
+        (
+            r#"{"messages":[],"maxTokens":"10"}"#,
+            r#"$.params.maxTokens must be a non-negative integer, got "10""#,
+        ),
+        (
+            r#"{"maxTokens":10}"#,
+            "$.params.messages must be an array, got nothing",
+        ),
+        (
+            r#"{"messages":{},"maxTokens":10}"#,
+            "$.params.messages must be an array, got an object",
+        ),
+    ];
+    for (params, message) in cases {
+        let error = refuse(&request_with(params));
+        assert_eq!(error.code(), INVALID_PARAMS, "{params}");
+        assert_eq!(error.to_string(), message);
+    }
+    // Bare params name their path from the root.
+    let error = refuse(r#"{"messages":[]}"#);
+    assert_eq!(
+        error.to_string(),
+        "$.maxTokens must be a non-negative integer, got nothing"
+    );
+}
+
+#[test]
+fn envelope_errors_are_invalid_requests() {
+    let cases = [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            r#"not a sampling request: method is "tools/call", expected "sampling/createMessage""#,
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":1,"method":"sampling/createMessage","params":{}}"#,
+            r#"$.jsonrpc must be "2.0", got "1.0""#,
+        ),
+        (
+            r#"{"id":1,"method":"sampling/createMessage","params":{}}"#,
+            r#"$.jsonrpc must be "2.0", got nothing"#,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"params":{}}"#,
+            "$.method must be a string, got nothing",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"sampling/createMessage","params":{}}"#,
+            "$.id must be a string or a number (a sampling request needs a response), got nothing",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"method":"sampling/createMessage","params":{}}"#,
+            "$.id must be a string or a number (a sampling request needs a response), got null",
+        ),
+        ("[]", "a request must be a JSON object, got an array"),
+        ("42", "a request must be a JSON object, got 42"),
+    ];
+    for (text, message) in cases {
+        let error = refuse(text);
+        assert_eq!(error.code(), INVALID_REQUEST, "{text}");
+        assert_eq!(error.to_string(), message);
+    }
+}
+
+#[test]
+fn the_id_survives_for_an_invalid_params_frame() {
+    let value = parse_strict(request_with("[]").as_bytes()).expect("parses");
+    let id = envelope_id(&value).cloned();
+    assert_eq!(id, Some(json!(1)));
+    assert_eq!(
+        validate_sampling(value).expect_err("bad params").code(),
+        INVALID_PARAMS
+    );
+    assert_eq!(envelope_id(&json!({"id": null})), None);
+}
+
+#[test]
+fn parsed_values_keep_their_text() {
+    let value =
+        parse_strict("{\"k\":\"e\u{301}\",\"n\":[1,-2,3.5,18446744073709551615]}".as_bytes())
+            .expect("parses");
+    // Parsing never normalises: identity does, so the stored request is what was sent.
+    assert_eq!(value["k"], json!("e\u{301}"));
+    assert_eq!(value["n"], json!([1, -2, 3.5, 18446744073709551615u64]));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// No input makes the parser or the validator panic.
+    #[test]
+    fn never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        if let Ok(value) = parse_strict(&bytes) {
+            let _ = validate_sampling(value);
+        }
+    }
+
+    /// Nor on JSON-ish text built from the characters that matter.
+    #[test]
+    fn never_panics_on_jsonish_text(
+        pieces in proptest::collection::vec(
+            prop::sample::select(vec![
+                "{", "}", "[", "]", ",", ":", "\"", "\\u", "d800", "dc00", "\\", "e\u{301}",
+                "\u{e9}", "1", "-", ".", "e", "null", "\"jsonrpc\"", "\"2.0\"", "\"params\"",
+                "\"messages\"", "\"maxTokens\"", "\"id\"", " ",
+            ]),
+            0..60,
+        )
+    ) {
+        let text: String = pieces.concat();
+        if let Ok(value) = parse_strict(text.as_bytes()) {
+            let _ = validate_sampling(value);
+        }
+    }
+
+    /// Whatever serde_json accepts without duplicate keys, we accept identically.
+    #[test]
+    fn agrees_with_serde_json_on_plain_values(value in plain_value()) {
+        let text = serde_json::to_string(&value).expect("serialise");
+        prop_assert_eq!(parse_strict(text.as_bytes()).expect("parses"), value);
+    }
+}
+
+fn plain_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        "[a-z]{0,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 32, 5, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            proptest::collection::btree_map("[a-z]{1,4}", inner, 0..5)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
