@@ -401,16 +401,16 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 self.flush_keeping(KEEP);
                 len = self.len;
             }
-            if at >= dirty_end {
-                if let Some(chunk) = bytes[at..].first_chunk::<CHUNK>() {
-                    if is_clean(chunk, limit) {
-                        self.buf[len..len + CHUNK].copy_from_slice(chunk);
-                        len += CHUNK;
-                        at += CHUNK;
-                        continue;
-                    }
-                    dirty_end = at + CHUNK;
+            if at >= dirty_end
+                && let Some(chunk) = bytes[at..].first_chunk::<CHUNK>()
+            {
+                if is_clean(chunk, limit) {
+                    self.buf[len..len + CHUNK].copy_from_slice(chunk);
+                    len += CHUNK;
+                    at += CHUNK;
+                    continue;
                 }
+                dirty_end = at + CHUNK;
             }
             let w = word(bytes, at);
             self.buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
@@ -631,11 +631,12 @@ fn shortest_digits(x: f64) -> Option<(Digits, i32)> {
         longer = split_exponential(longer.as_slice())?.0;
     }
     let mut n = exponent + 1;
-    if k >= 15 && longer.as_slice().last() == Some(&b'5') {
-        if let Some((even, even_n)) = even_tie_break(x, k) {
-            digits = even;
-            n = even_n;
-        }
+    if k >= 15
+        && longer.as_slice().last() == Some(&b'5')
+        && let Some((even, even_n)) = even_tie_break(x, k)
+    {
+        digits = even;
+        n = even_n;
     }
     while digits.len > 1 && digits.as_slice().last() == Some(&b'0') {
         digits.len -= 1;
