@@ -17,6 +17,7 @@ use unicode_normalization::UnicodeNormalization;
 
 /// English chat text: mostly ASCII; now and then a quoted word, a curly
 /// apostrophe, an accent, a dash or an emoji; a newline every line or so.
+#[rustfmt::skip]
 const ENGLISH: &[&str] = &[
     "the", "release", "notes", "for", "version", "two", "summarise", "changes", "since",
     "last", "tag", "and", "list", "every", "pull", "request", "that", "was", "merged", "into",
@@ -28,6 +29,7 @@ const ENGLISH: &[&str] = &[
 
 /// A stress mix: a quarter of the words carry an accent, a dash, an emoji,
 /// quotes or backslashes (every one of which the canonicaliser must look at).
+#[rustfmt::skip]
 const DENSE: &[&str] = &[
     "the", "release", "notes", "for", "version", "summarise", "changes", "since", "last",
     "tag", "café", "naïve", "über", "pull", "request", "merged", "fixes", "\"quoted\"",

@@ -339,9 +339,8 @@ fn number() -> impl Strategy<Value = Value> {
             Number::from_f64(m as f64 / 10f64.powi(e as i32)).map(Value::Number)
         }),
         // Exact ties between two shortest decimals (ECMAScript takes the even one).
-        ((1u64 << 50)..(1u64 << 56), 1u32..4).prop_map(|(m, shift)| {
-            Value::from(m as f64 / f64::from(1u32 << shift))
-        }),
+        ((1u64 << 50)..(1u64 << 56), 1u32..4)
+            .prop_map(|(m, shift)| { Value::from(m as f64 / f64::from(1u32 << shift)) }),
         (1u32..10, -330i32..310).prop_filter_map("finite", |(m, e)| {
             Number::from_f64(format!("{m}e{e}").parse::<f64>().ok()?).map(Value::Number)
         }),
