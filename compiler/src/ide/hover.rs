@@ -205,7 +205,12 @@ fn unit_hover(q: &Quantity, offset: usize) -> Option<Hover> {
             _ => "",
         };
         if let Some(total) = u64::try_from(n).ok().and_then(|n| n.checked_mul(factor)) {
-            md.push_str(&format!("\n\n`{q}` = {} {base}", group(total)));
+            let written = if base == "bytes" {
+                format!("{} {}", q.number.text, unit.value)
+            } else {
+                q.to_string()
+            };
+            md.push_str(&format!("\n\n`{written}` = {} {base}", group(total)));
         }
     }
     Some(Hover {

@@ -1,0 +1,118 @@
+//! Incrementality of the editor queries, and a few direct checks.
+
+use salsa::Setter;
+
+use super::*;
+use crate::db::{Database, SourceText, lower_file};
+
+const POLICY: &str = "mcpolicy 1\n\
+reason acme.cap { retryable false; ttl forever }\n\
+defaults {\n  max_tokens 4096\n  max_input 64 KiB as acme.cap\n}\n\
+server \"a\" { sampling off }\n\
+server \"b\" {\n  budget 10 requests per day\n}\n";
+
+fn executed(db: &Database) -> Vec<String> {
+    db.take_log()
+}
+
+/// A whitespace- or comment-only edit re-runs the parser and the checker
+/// (spans moved) but nothing past `analyze`: `policy_model` re-executes,
+/// finds an equal value and is backdated, so `effective_blocks` and
+/// `lower_file` do not run again.
+#[test]
+fn layout_only_edit_stops_at_analyze() {
+    let mut db = Database::with_log();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
+    let _ = effective_blocks(&db, source);
+    let _ = lower_file(&db, source);
+    let _ = inlay_hints(&db, source, Span::new(0, POLICY.len()));
+    executed(&db);
+
+    let edited =
+        POLICY.replace("  max_tokens 4096", "\n    max_tokens   4096   # wider") + "\n# end\n";
+    source.set_text(&mut db).to(edited.clone());
+    let _ = effective_blocks(&db, source);
+    let _ = lower_file(&db, source);
+    let hints = inlay_hints(&db, source, Span::new(0, edited.len()));
+    let log = executed(&db);
+    assert!(log.iter().any(|q| q.contains("analyze")), "{log:?}");
+    for downstream in ["effective_blocks", "lower_file"] {
+        assert!(
+            !log.iter().any(|q| q.contains(downstream)),
+            "{downstream} re-ran after a layout-only edit: {log:?}"
+        );
+    }
+    assert_eq!(hints.len(), 2);
+}
+
+/// An edit that changes a value does re-run them.
+#[test]
+fn semantic_edit_recomputes_effective_blocks() {
+    let mut db = Database::with_log();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
+    let before = effective_blocks(&db, source).clone();
+    executed(&db);
+    source.set_text(&mut db).to(POLICY.replace("4096", "2048"));
+    let after = effective_blocks(&db, source).clone();
+    assert!(executed(&db).iter().any(|q| q.contains("effective_blocks")));
+    assert_ne!(before, after);
+    assert_eq!(after.servers[1].1.max_tokens, Some(2048));
+}
+
+/// The symbol index depends on the tree only: a hover or a check does not
+/// rebuild it, and an edit that leaves the tree equal does not either.
+#[test]
+fn symbol_index_is_shared_by_features() {
+    let db = Database::with_log();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
+    let use_at = POLICY.rfind("acme.cap").unwrap_or(0) + 1;
+    let _ = definition(&db, source, use_at);
+    let _ = references(&db, source, use_at, true);
+    let _ = hover(&db, source, use_at);
+    let runs = executed(&db)
+        .iter()
+        .filter(|q| q.contains("symbol_index"))
+        .count();
+    assert_eq!(runs, 1);
+}
+
+#[test]
+fn definition_and_references_of_a_reason() {
+    let db = Database::default();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
+    let use_at = POLICY.rfind("acme.cap").unwrap_or(0);
+    let decl = POLICY.find("acme.cap").unwrap_or(0);
+    let (origin, target) = definition(&db, source, use_at + 3).expect("definition");
+    assert_eq!(origin, Span::new(use_at, use_at + 8));
+    assert_eq!(target, Span::new(decl, decl + 8));
+    assert_eq!(references(&db, source, decl, true).len(), 2);
+    assert_eq!(references(&db, source, decl, false).len(), 1);
+}
+
+#[test]
+fn completion_contexts() {
+    let db = Database::default();
+    let labels = |text: &str| {
+        let at = text.find('|').unwrap_or(0);
+        let source = SourceText::new(&db, "p.mcpolicy".into(), text.replace('|', ""));
+        completions(&db, source, at)
+            .into_iter()
+            .map(|c| c.insert)
+            .collect::<Vec<_>>()
+    };
+    assert!(labels("mcpolicy 1\n|").contains(&"server".to_owned()));
+    assert!(labels("mcpolicy 1\nreason r { | }").contains(&"retryable".to_owned()));
+    assert!(
+        labels("mcpolicy 1\nserver \"a\" { max_context | }").contains(&"thisServer".to_owned())
+    );
+    assert!(labels("mcpolicy 1\nserver \"a\" { deadline 60| }").contains(&"60s".to_owned()));
+    assert!(labels("mcpolicy 1\nserver \"a\" { max_input 64| }").contains(&"64 KiB".to_owned()));
+    assert!(
+        labels("mcpolicy 1\nserver \"a\" { rate 3 per 1m as | }")
+            .contains(&"policy.rate_limit".to_owned())
+    );
+    assert!(
+        labels("mcpolicy 1\nserver \"a\" { budget 5 requests per | }").contains(&"day".to_owned())
+    );
+    assert!(labels("mcpolicy 1\nserver \"a\" { # max_| }").is_empty());
+}

@@ -1,0 +1,178 @@
+//! The server answers per the protocol and never dies: malformed frames,
+//! unknown methods, documents never opened, bad params, a 10 MB document,
+//! a burst of 1,000 edits.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Client, URI, at, fixture};
+use lsp_server::{ErrorCode, Message};
+use serde_json::{Value, json};
+
+fn error_code(response: &lsp_server::Response) -> i32 {
+    response
+        .response_result
+        .as_ref()
+        .err()
+        .map_or(0, |e| e.code)
+}
+
+fn protocol_errors(client: &mut Client) {
+    // An unknown request: MethodNotFound. An unknown notification: ignored.
+    let response = client.request("textDocument/unknownThing", json!({}));
+    assert_eq!(error_code(&response), ErrorCode::MethodNotFound as i32);
+    client.notify("$/unknownNotification", json!({ "x": 1 }));
+    client.notify("textDocument/didChange", json!("not params"));
+    // A request for a document never opened: an error, not a crash.
+    let response = client.request(
+        "textDocument/hover",
+        at("file:///never-opened.mcpolicy", 0, 0),
+    );
+    assert_eq!(error_code(&response), ErrorCode::RequestFailed as i32);
+    let response = client.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": "file:///never-opened.mcpolicy" }, "options": { "tabSize": 2, "insertSpaces": true } }),
+    );
+    assert_eq!(error_code(&response), ErrorCode::RequestFailed as i32);
+    // Params of the wrong shape: InvalidParams.
+    let response = client.request("textDocument/hover", json!([1, 2, 3]));
+    assert_eq!(error_code(&response), ErrorCode::InvalidParams as i32);
+    // Positions far outside the document are clamped.
+    client.open(URI, &fixture("session.mcpolicy"));
+    let response = client.request("textDocument/completion", at(URI, 4_000_000, 4_000_000));
+    assert!(response.response_result.is_ok());
+    let response = client.request("textDocument/hover", at(URI, 5, 9_999));
+    assert!(response.response_result.is_ok());
+}
+
+#[test]
+fn protocol_errors_in_process() {
+    let mut client = Client::memory();
+    client.initialize(&[]);
+    protocol_errors(&mut client);
+    assert!(client.shutdown());
+}
+
+#[test]
+fn malformed_frames_over_stdio_are_answered_and_skipped() {
+    let mut client = Client::stdio();
+    client.initialize(&[]);
+    // Not JSON: a parse error with a null id.
+    client.send_raw(b"Content-Length: 9\r\n\r\n{not json");
+    let reply = client.recv_value();
+    assert_eq!(reply["id"], Value::Null, "{reply}");
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    // JSON, but not a message: answered as an invalid request when it has an id.
+    let body = br#"{"id":7,"nonsense":true}"#;
+    client.send_raw(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+    client.send_raw(body);
+    let Message::Response(response) = client.recv() else {
+        panic!("expected an error response");
+    };
+    assert_eq!(error_code(&response), -32600);
+    // A header block without a length is answered and skipped.
+    client.send_raw(b"X-Whatever: 1\r\n\r\n");
+    let reply = client.recv_value();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    protocol_errors(&mut client);
+    assert!(client.shutdown(), "mcpolicy-lsp did not exit with code 0");
+}
+
+#[test]
+fn exit_without_shutdown_is_exit_code_1() {
+    let client = Client::stdio();
+    let mut client = client;
+    client.initialize(&[]);
+    client.notify("exit", Value::Null);
+    assert!(!client.wait_exit_code_zero());
+}
+
+/// A policy of about `bytes` bytes: a thousand server blocks, each with a
+/// long comment above it (a debug build parses comments faster than blocks,
+/// and the test must stay bearable in CI).
+fn big_policy(bytes: usize) -> String {
+    let mut text = String::from("mcpolicy 1\ndefaults { max_tokens 4096; rate 30 per 1m }\n");
+    let comment = format!("# {}\n", "generated ".repeat(10));
+    let per_block = bytes / 1000;
+    let mut i = 0;
+    while text.len() < bytes {
+        while text.len() < (i + 1) * per_block {
+            text.push_str(&comment);
+        }
+        text.push_str(&format!(
+            "server \"srv-{i}\" {{\n  budget 50 requests per day\n  max_input 64 KiB\n  consent first\n}}\n"
+        ));
+        i += 1;
+    }
+    text
+}
+
+#[test]
+fn ten_megabyte_document() {
+    let mut client = Client::memory();
+    client.initialize(&[]);
+    let text = big_policy(10 << 20);
+    client.open(URI, &text);
+    let published = client.diagnostics_for(URI, 1);
+    assert_eq!(published["diagnostics"], json!([]));
+    // An edit near the end, then a hover: still answering.
+    let lines = text.lines().count() as u32;
+    client.change(
+        URI,
+        2,
+        json!([{ "range": { "start": { "line": lines - 2, "character": 2 }, "end": { "line": lines - 2, "character": 9 } }, "text": "consnt" }]),
+    );
+    let published = client.diagnostics_for(URI, 2);
+    assert_eq!(
+        published["diagnostics"][0]["code"], "E0101",
+        "{published:#}"
+    );
+    let hover = client.ok("textDocument/hover", at(URI, 1, 12));
+    assert!(
+        hover["contents"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("maxTokens")
+    );
+    assert!(client.shutdown());
+}
+
+#[test]
+fn a_burst_of_a_thousand_edits_coalesces() {
+    for mut client in [Client::memory(), Client::stdio()] {
+        client.initialize(&[]);
+        let text = fixture("session.mcpolicy");
+        client.open(URI, &text);
+        client.diagnostics_for(URI, 1);
+        // 1,000 single-character insertions at the end of line 0 (`mcpolicy 1`).
+        for i in 0..1000 {
+            client.change(
+                URI,
+                2 + i,
+                json!([{ "range": { "start": { "line": 0, "character": 10 + i }, "end": { "line": 0, "character": 10 + i } }, "text": "0" }]),
+            );
+        }
+        let published = client.diagnostics_for(URI, 1001);
+        // `mcpolicy 10000…` is an unsupported version: reported once, for the last text.
+        assert_eq!(
+            published["diagnostics"][0]["code"], "E0202",
+            "{published:#}"
+        );
+        let diagnostics_sent = client
+            .transcript
+            .iter()
+            .filter(|m| m["method"] == "textDocument/publishDiagnostics")
+            .count();
+        assert!(diagnostics_sent < 1000, "no coalescing: {diagnostics_sent}");
+        // The text really is the sum of the edits.
+        let hover = client.ok("textDocument/hover", at(URI, 0, 1));
+        assert!(
+            hover["contents"]["value"]
+                .as_str()
+                .unwrap()
+                .contains("mcpolicy 1")
+        );
+        assert!(client.shutdown());
+    }
+}
