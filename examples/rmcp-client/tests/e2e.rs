@@ -1,0 +1,448 @@
+//! End to end through the real SDK: an adversary MCP server built on rmcp
+//! samples from inside a tool call; the `PolicyClient` (rmcp client, mcpolicy
+//! runtime embedded, SQLite store in a temp dir) answers. The policy is
+//! compiled from `.mcpolicy` text by the compiler. Time is a manual clock.
+//!
+//! The seed's `test_retry_cannot_bypass_denial`, restated: a denied request
+//! re-sent byte for byte gets the same `error.data`, the user was asked once,
+//! nothing was spent on either, and `represented` is 1.
+#![expect(deprecated, reason = "sampling/createMessage is what is under test")]
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpolicy_compiler::db::{self, Database, SourceText};
+use mcpolicy_example_rmcp_client::PolicyClient;
+use mcpolicy_example_rmcp_client::fake::{FakeProvider, ScriptedConsent};
+use mcpolicy_runtime::calendar;
+use mcpolicy_runtime::clock::ManualClock;
+use mcpolicy_runtime::engine::Engine;
+use mcpolicy_runtime::identity;
+use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
+use mcpolicy_runtime::table::Table;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContextInclusion,
+    CreateMessageRequestParams, ListToolsResult, PaginatedRequestParams, SamplingMessage,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService, ServiceError};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+const POLICY: &str = r#"
+mcpolicy 1
+protocol 2025-11-25
+error_code -32010
+identity systemPrompt, messages, includeContext, modelPreferences
+
+defaults {
+  max_context allServers
+  max_tokens 4096
+  rate 100 per 1m
+  deadline 10s
+  consent never
+}
+
+# The seed's server: one request a day, and the user is asked once.
+server "release-notes" {
+  budget 1 requests per day
+  consent first
+}
+
+# A server the user refuses.
+server "web-fetch" {
+  consent first
+}
+
+# May see its own context, never other servers'.
+server "summarizer" {
+  max_context thisServer
+}
+
+# A tight rate limit.
+server "chatty" {
+  rate 3 per 1m
+}
+
+# A completion must finish in 50 ms.
+server "slow" {
+  deadline 50ms
+}
+"#;
+
+/// 2026-03-10T12:00:00Z, frozen: windows and retryAfter are deterministic.
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 12, 0, 0)))
+}
+
+/// The policy compiled by the compiler, loaded as a client loads `mcpc compile` output.
+fn table() -> Table {
+    let db = Database::default();
+    let source = SourceText::new(&db, "e2e.mcpolicy".into(), POLICY.into());
+    let Some(table) = db::lower_file(&db, source).clone() else {
+        panic!("policy has errors: {:#?}", db::diagnostics(&db, source));
+    };
+    Table::from_json(table.to_json().as_bytes()).unwrap()
+}
+
+fn engine(path: &Path, clock: Arc<ManualClock>) -> (Arc<Engine>, Arc<SqliteStore>) {
+    let store = Arc::new(SqliteStore::open(path).unwrap());
+    let engine = Arc::new(Engine::new(table(), store.clone(), clock));
+    (engine, store)
+}
+
+// ---------------------------------------------------------------- adversary
+
+/// A server that samples from inside its `sample` tool: the tool's `params`
+/// argument is sent verbatim as `sampling/createMessage`, and the tool result
+/// reports exactly what came back over the wire.
+#[derive(Debug, Clone, Default)]
+struct Adversary;
+
+impl ServerHandler for Adversary {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = json!({"type": "object", "properties": {"params": {"type": "object"}}});
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        Ok(ListToolsResult::with_all_items(vec![Tool::new(
+            "sample",
+            "asks the client for a completion",
+            schema,
+        )]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let params = request
+            .arguments
+            .and_then(|mut args| args.remove("params"))
+            .ok_or_else(|| ErrorData::invalid_params("missing params", None))?;
+        let params: CreateMessageRequestParams = serde_json::from_value(params)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let outcome = match context.peer.create_message(params).await {
+            Ok(result) => json!({"result": serde_json::to_value(&result).unwrap()}),
+            Err(ServiceError::McpError(error)) => json!({
+                "error": {"code": error.code.0, "message": error.message, "data": error.data},
+                // `data` as the bytes the server's SDK would print.
+                "dataText": serde_json::to_string(&error.data).unwrap(),
+            }),
+            Err(other) => json!({"transport": other.to_string()}),
+        };
+        Ok(CallToolResult::structured(outcome).into())
+    }
+}
+
+type Client = PolicyClient<FakeProvider, ScriptedConsent>;
+
+/// One connection: the adversary in a task, the policy client serving the
+/// other end of an in-process duplex pipe.
+struct Connection {
+    client: Client,
+    session: RunningService<RoleClient, Client>,
+}
+
+async fn connect(client: Client) -> Connection {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = Adversary.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let session = client.clone().serve(client_io).await.unwrap();
+    Connection { client, session }
+}
+
+impl Connection {
+    /// The adversary sends `params` as a sampling request; what it received.
+    async fn sample(&self, params: &CreateMessageRequestParams) -> Value {
+        let mut args = serde_json::Map::new();
+        args.insert("params".into(), serde_json::to_value(params).unwrap());
+        let result = self
+            .session
+            .call_tool(CallToolRequestParams::new("sample").with_arguments(args))
+            .await
+            .unwrap();
+        result.structured_content.unwrap()
+    }
+
+    async fn close(self) {
+        self.session.cancel().await.unwrap();
+    }
+}
+
+fn request(prompt: &str, context: ContextInclusion) -> CreateMessageRequestParams {
+    CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 500)
+        .with_system_prompt("You write release notes.")
+        .with_include_context(context)
+}
+
+/// The identity the runtime stores the decision under.
+fn identity_of(engine: &Engine, server: &str, params: &CreateMessageRequestParams) -> DecisionKey {
+    let Value::Object(map) = serde_json::to_value(params).unwrap() else {
+        unreachable!()
+    };
+    let id = identity::request_identity(server, &map, &engine.table().identity);
+    DecisionKey::new(server, id.into_string())
+}
+
+fn represented(store: &SqliteStore, key: &DecisionKey) -> u64 {
+    store
+        .get(key)
+        .unwrap()
+        .expect("a stored decision")
+        .represented
+}
+
+// -------------------------------------------------------------------- tests
+
+/// The seed's test with the budget: one request a day, spent by a first
+/// (approved) request; the adversary's next request is denied, and re-sending
+/// it byte for byte changes nothing but `represented`.
+#[tokio::test]
+async fn test_retry_cannot_bypass_denial() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, store) = engine(&dir.path().join("decisions.sqlite3"), clock());
+    let client = PolicyClient::new(
+        engine.clone(),
+        "release-notes",
+        FakeProvider::new("Notes.", 120),
+        ScriptedConsent::approve(),
+    );
+    let conn = connect(client).await;
+
+    // Spends the day's one request (the user is asked, and approves).
+    let warm_up = conn
+        .sample(&request("v1.0 changes", ContextInclusion::None))
+        .await;
+    assert!(warm_up.get("result").is_some(), "{warm_up}");
+    assert_eq!(conn.client.consent().prompts(), 1);
+    assert_eq!(conn.client.provider().calls(), 1);
+
+    let p = request("v1.1 changes", ContextInclusion::AllServers);
+    let first = conn.sample(&p).await;
+    assert_eq!(first["error"]["code"], -32010, "{first}");
+    assert_eq!(first["error"]["data"]["reason"], "policy.budget_exhausted");
+    assert_eq!(first["error"]["data"]["server"], "release-notes");
+    assert_eq!(first["error"]["data"]["retryable"], false);
+    assert_eq!(first["error"]["data"]["resetsAt"], "2026-03-11T00:00:00Z");
+
+    let second = conn.sample(&p).await;
+    assert_eq!(second["error"]["data"], first["error"]["data"]);
+    assert_eq!(second["dataText"], first["dataText"], "same bytes");
+    assert_eq!(second["error"], first["error"], "same code and message too");
+
+    assert_eq!(
+        conn.client.consent().prompts(),
+        1,
+        "the user was asked once"
+    );
+    assert_eq!(
+        conn.client.provider().calls(),
+        1,
+        "nothing was spent on either denial"
+    );
+    let key = identity_of(&engine, "release-notes", &p);
+    assert_eq!(represented(&store, &key), 1);
+
+    let stats = conn.client.stats();
+    assert_eq!((stats.denied, stats.replayed_denials), (2, 1));
+    assert_eq!(stats.consent_prompts, 1);
+    assert_eq!(stats.provider_calls, 1);
+    conn.close().await;
+}
+
+/// The user refuses: `user.denied` with code -1, replayed without a second
+/// dialog — and still replayed after the client restarts on the same file.
+#[tokio::test]
+async fn consent_denial_is_asked_once_and_survives_reopening_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("decisions.sqlite3");
+    let p = request("Summarise this page", ContextInclusion::AllServers);
+
+    let first = {
+        let (engine, store) = engine(&path, clock());
+        let conn = connect(PolicyClient::new(
+            engine.clone(),
+            "web-fetch",
+            FakeProvider::new("Summary.", 50),
+            ScriptedConsent::deny(),
+        ))
+        .await;
+        let first = conn.sample(&p).await;
+        assert_eq!(first["error"]["code"], -1, "{first}");
+        assert_eq!(
+            first["error"]["data"],
+            json!({"reason": "user.denied", "server": "web-fetch", "retryable": false})
+        );
+        let second = conn.sample(&p).await;
+        assert_eq!(second["dataText"], first["dataText"]);
+        assert_eq!(second["error"], first["error"]);
+        assert_eq!(conn.client.consent().prompts(), 1);
+        assert_eq!(conn.client.provider().calls(), 0);
+        assert_eq!(
+            represented(&store, &identity_of(&engine, "web-fetch", &p)),
+            1
+        );
+        // The dialog showed what would run, after trims (none here).
+        let asked = conn.client.consent().asked();
+        assert_eq!(asked[0].server_id, "web-fetch");
+        assert_eq!(asked[0].params, p);
+        conn.close().await;
+        first
+    };
+
+    // A new process: new store handle, new engine, new dialog, same file.
+    let (engine, store) = engine(&path, clock());
+    let conn = connect(PolicyClient::new(
+        engine.clone(),
+        "web-fetch",
+        FakeProvider::new("Summary.", 50),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+    let again = conn.sample(&p).await;
+    assert_eq!(again["dataText"], first["dataText"]);
+    assert_eq!(again["error"], first["error"]);
+    assert_eq!(conn.client.consent().prompts(), 0, "not asked again");
+    assert_eq!(conn.client.provider().calls(), 0);
+    assert_eq!(
+        represented(&store, &identity_of(&engine, "web-fetch", &p)),
+        2
+    );
+    conn.close().await;
+}
+
+/// A request for `allServers` from a server allowed `thisServer` runs
+/// narrowed, and the server learns it from `_meta.context`.
+#[tokio::test]
+async fn trim_arrives_with_meta_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _store) = engine(&dir.path().join("decisions.sqlite3"), clock());
+    let conn = connect(PolicyClient::new(
+        engine,
+        "summarizer",
+        FakeProvider::new("A summary.", 80),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+
+    let outcome = conn
+        .sample(&request(
+            "Summarise the session",
+            ContextInclusion::AllServers,
+        ))
+        .await;
+    let result = &outcome["result"];
+    assert_eq!(
+        result["_meta"]["context"],
+        json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"}),
+        "{outcome}"
+    );
+    assert_eq!(result["content"]["text"], "A summary.");
+    assert_eq!(result["model"], "fake-model");
+    assert_eq!(result["role"], "assistant");
+
+    // The provider ran the narrowed request; nobody was asked (`consent never`).
+    let seen = conn.client.provider().seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].include_context, Some(ContextInclusion::ThisServer));
+    assert_eq!(conn.client.consent().prompts(), 0);
+    assert_eq!(conn.client.stats().trimmed, 1);
+
+    // maxTokens above the clamp is a trim too, announced the same way.
+    let big = CreateMessageRequestParams::new(vec![SamplingMessage::user_text("Long one")], 9000);
+    let outcome = conn.sample(&big).await;
+    assert_eq!(
+        outcome["result"]["_meta"]["maxTokens"],
+        json!({"requested": 9000, "applied": 4096, "reason": "policy.max_tokens"}),
+        "{outcome}"
+    );
+    assert_eq!(conn.client.provider().seen()[1].max_tokens, 4096);
+    conn.close().await;
+}
+
+/// Five different requests in a burst against `rate 3 per 1m`: three run,
+/// two are refused as retryable with `retryAfter`; re-sending a refused one
+/// is answered from the store.
+#[tokio::test]
+async fn rate_limited_burst() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, store) = engine(&dir.path().join("decisions.sqlite3"), clock());
+    let conn = connect(PolicyClient::new(
+        engine.clone(),
+        "chatty",
+        FakeProvider::new("ok", 10),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+
+    let mut outcomes = Vec::new();
+    for i in 0..5 {
+        let p = request(&format!("variant {i}"), ContextInclusion::None);
+        outcomes.push((p.clone(), conn.sample(&p).await));
+    }
+    let allowed = outcomes
+        .iter()
+        .filter(|(_, o)| o.get("result").is_some())
+        .count();
+    assert_eq!(allowed, 3);
+    for (_, denied) in &outcomes[3..] {
+        assert_eq!(
+            denied["error"]["data"],
+            json!({"reason": "policy.rate_limit", "server": "chatty", "retryable": true, "retryAfter": 60}),
+            "{denied}"
+        );
+    }
+    assert_eq!(conn.client.provider().calls(), 3);
+
+    let (p, denied) = &outcomes[4];
+    let again = conn.sample(p).await;
+    assert_eq!(again["dataText"], denied["dataText"]);
+    assert_eq!(represented(&store, &identity_of(&engine, "chatty", p)), 1);
+    assert_eq!(conn.client.provider().calls(), 3);
+    conn.close().await;
+}
+
+/// A completion slower than `deadline 50ms` is abandoned and answered with
+/// `policy.deadline`; the immediate identical retry is refused from the store
+/// without calling the provider again.
+#[tokio::test]
+async fn deadline_miss_is_a_retryable_denial() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _store) = engine(&dir.path().join("decisions.sqlite3"), clock());
+    let conn = connect(PolicyClient::new(
+        engine,
+        "slow",
+        FakeProvider::new("late", 10).with_delay(Duration::from_secs(30)),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+
+    let p = request("Take your time", ContextInclusion::None);
+    let started = std::time::Instant::now();
+    let first = conn.sample(&p).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        first["error"]["data"],
+        json!({"reason": "policy.deadline", "server": "slow", "retryable": true, "retryAfter": 30}),
+        "{first}"
+    );
+    let second = conn.sample(&p).await;
+    assert_eq!(second["dataText"], first["dataText"]);
+    assert_eq!(conn.client.provider().calls(), 1);
+    assert_eq!(conn.client.stats().deadline_misses, 1);
+    conn.close().await;
+}
