@@ -918,3 +918,46 @@ fn compile_refuses_a_policy_with_errors() {
     assert!(run.stdout.is_empty(), "no table for a broken policy");
     assert!(run.stderr.contains("E0107"), "{run:?}");
 }
+
+#[test]
+fn several_files_in_one_run() {
+    let (_a, clean) = temp_file("clean.mcpolicy", b"mcpolicy 1\n");
+    let (_b, warn) = temp_file("warn.mcpolicy", WARNING_ONLY.as_bytes());
+    let (_c, err) = temp_file("err.mcpolicy", ONE_ERROR.as_bytes());
+    let run = Mcpc::new(&["check", path_str(&clean), path_str(&warn), path_str(&err)]).run();
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("1 error, 1 warning in 3 files"),
+        "{run:?}"
+    );
+    let json = Mcpc::new(&[
+        "check",
+        "--format",
+        "json",
+        path_str(&clean),
+        path_str(&warn),
+    ])
+    .run();
+    assert_eq!(json.code, 0, "{json:?}");
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(doc["files"].as_array().map(Vec::len), Some(2));
+    assert_eq!(doc["summary"]["warnings"], 1);
+}
+
+#[test]
+fn compile_writes_a_table_for_each_example() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in ["personal-laptop", "team-gateway", "ci-agent", "cost-capped"] {
+        let policy = repo_root().join(format!("examples/{name}.mcpolicy"));
+        let table = dir.path().join(format!("{name}.json"));
+        let run = Mcpc::new(&["compile", path_str(&policy), "-o", path_str(&table)]).run();
+        assert_eq!(run.code, 0, "{name}: {run:?}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&read(&table)).expect("the table is JSON");
+        assert_eq!(doc["format"], "mcpolicy-table/1", "{name}");
+        assert!(
+            doc["servers"].as_array().is_some_and(|s| !s.is_empty()),
+            "{name}"
+        );
+    }
+}
