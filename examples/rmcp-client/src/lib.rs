@@ -299,11 +299,13 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
             Decision::Deny(denial) => Err(self.deny(&denial)),
             Decision::Allow(grant) => {
                 bump(&self.counters.allowed);
-                self.run(grant, &request.params).await
+                self.run(grant, &request.params, context.ct.cancelled())
+                    .await
             }
             Decision::Trim(grant) => {
                 bump(&self.counters.trimmed);
-                self.run(grant, &request.params).await
+                self.run(grant, &request.params, context.ct.cancelled())
+                    .await
             }
             // `resolve_consent` answers with an allow, a trim or a denial.
             Decision::NeedsConsent(_) => Err(internal(
@@ -322,33 +324,35 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     }
 
     /// Runs the completion under the grant's deadline, settles the token
-    /// budgets and announces any trim in `result._meta`.
+    /// budgets and announces any trim in `result._meta`. If the server cancels
+    /// its request (`cancelled` resolves) the completion is abandoned.
     async fn run(
         &self,
         grant: Grant,
         original: &Map<String, Value>,
+        cancelled: impl Future<Output = ()>,
     ) -> Result<CreateMessageResult, ErrorData> {
         let params = to_rmcp_params(grant.params(original), &self.server_id)?;
         bump(&self.counters.provider_calls);
-        let call = self.provider.complete(params);
-        let outcome = match grant.deadline_ms {
-            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), call).await {
-                Ok(outcome) => outcome,
-                Err(_elapsed) => {
-                    // The completion is abandoned (its future dropped). Its
-                    // reservation stays counted: the provider may have billed it.
-                    bump(&self.counters.deadline_misses);
-                    let ticket = grant.ticket.clone();
-                    let denial = self
-                        .on_store(move |engine| engine.report_deadline_miss(&ticket))
-                        .await?
-                        .map_err(|err| {
-                            error_from_frame(&err.frame(None, &self.server_id), &self.server_id)
-                        })?;
-                    return Err(self.deny(&denial));
-                }
-            },
-            None => call.await,
+        let call = within(grant.deadline_ms, self.provider.complete(params));
+        // An abandoned completion (deadline or cancel) keeps its reservation
+        // counted: the provider may have billed it.
+        let outcome = tokio::select! {
+            outcome = call => outcome,
+            () = cancelled => {
+                return Err(ErrorData::internal_error("sampling cancelled by the server", None));
+            }
+        };
+        let Some(outcome) = outcome else {
+            bump(&self.counters.deadline_misses);
+            let ticket = grant.ticket.clone();
+            let denial = self
+                .on_store(move |engine| engine.report_deadline_miss(&ticket))
+                .await?
+                .map_err(|err| {
+                    error_from_frame(&err.frame(None, &self.server_id), &self.server_id)
+                })?;
+            return Err(self.deny(&denial));
         };
         match outcome {
             Ok(Completion {
@@ -396,6 +400,16 @@ impl<P: Provider, C: ConsentPrompt> ClientHandler for PolicyClient<P, C> {
 
     fn get_info(&self) -> ClientConfig {
         self.config.clone()
+    }
+}
+
+/// `call` under an optional deadline; `None` when the deadline passed.
+async fn within<T>(deadline_ms: Option<u64>, call: impl Future<Output = T>) -> Option<T> {
+    match deadline_ms {
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call)
+            .await
+            .ok(),
+        None => Some(call.await),
     }
 }
 
@@ -509,5 +523,69 @@ fn error_from_frame(frame: &str, server_id: &str) -> ErrorData {
                 json!({"reason": "runtime.store_unavailable", "server": server_id, "retryable": true}),
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use mcpolicy_runtime::frame::{ContextTrim, MaxTokensTrim};
+    use mcpolicy_runtime::table::ContextScope;
+    use rmcp::model::SamplingMessage;
+
+    use super::*;
+
+    #[test]
+    fn annotate_writes_result_meta_and_keeps_provider_keys() {
+        let annotations = Annotations {
+            context: Some(ContextTrim {
+                requested: ContextScope::AllServers,
+                applied: ContextScope::None,
+            }),
+            max_tokens: Some(MaxTokensTrim {
+                requested: 9000,
+                applied: 4096,
+            }),
+            model: None,
+        };
+        let mut result =
+            CreateMessageResult::new(SamplingMessage::assistant_text("hi"), "m".to_owned());
+        let mut provider_meta = MetaObject::default();
+        provider_meta
+            .0
+            .insert("maxTokens".into(), json!("provider's own"));
+        result.message.meta = Some(provider_meta);
+
+        annotate(&mut result, &annotations);
+        let wire = serde_json::to_value(&result).unwrap();
+        assert_eq!(
+            wire["_meta"]["context"],
+            json!({"requested": "allServers", "applied": "none", "reason": "policy.max_scope"})
+        );
+        assert_eq!(wire["_meta"]["maxTokens"], "provider's own");
+    }
+
+    #[test]
+    fn annotate_leaves_an_allow_untouched() {
+        let mut result =
+            CreateMessageResult::new(SamplingMessage::assistant_text("hi"), "m".to_owned());
+        annotate(&mut result, &Annotations::default());
+        assert!(result.message.meta.is_none());
+    }
+
+    #[test]
+    fn engine_failure_frames_become_fail_closed_errors() {
+        let frame =
+            mcpolicy_runtime::frame::internal_error_response(Some(&json!(7)), "srv", "disk full");
+        let error = error_from_frame(&frame, "srv");
+        assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
+        let data = error.data.unwrap();
+        assert_eq!(data["reason"], "runtime.store_unavailable");
+        assert_eq!(data["server"], "srv");
+
+        let garbage = error_from_frame("not json", "srv");
+        assert_eq!(garbage.code, ErrorCode::INTERNAL_ERROR);
+        assert_eq!(garbage.data.unwrap()["reason"], "runtime.store_unavailable");
     }
 }

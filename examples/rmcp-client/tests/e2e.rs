@@ -24,12 +24,30 @@ use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
 use mcpolicy_runtime::table::Table;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContextInclusion,
-    CreateMessageRequestParams, ListToolsResult, PaginatedRequestParams, SamplingMessage,
+    CreateMessageRequest, CreateMessageRequestParams, InputRequest, InputRequests,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion, SamplingMessage,
     ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService, ServiceError};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, RequestContext, RoleClient, RoleServer, RunningService,
+    ServiceError,
+};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
+
+/// The same product under MCP 2026-07-28, where codes inside
+/// -32768..-32000 are the spec's: the policy picks one outside.
+const POLICY_2026: &str = r#"
+mcpolicy 1
+protocol 2026-07-28
+error_code -42010
+identity systemPrompt, messages, includeContext, modelPreferences
+
+defaults {
+  max_context thisServer
+  consent first
+}
+"#;
 
 const POLICY: &str = r#"
 mcpolicy 1
@@ -79,8 +97,12 @@ fn clock() -> Arc<ManualClock> {
 
 /// The policy compiled by the compiler, loaded as a client loads `mcpc compile` output.
 fn table() -> Table {
+    compile(POLICY)
+}
+
+fn compile(policy: &str) -> Table {
     let db = Database::default();
-    let source = SourceText::new(&db, "e2e.mcpolicy".into(), POLICY.into());
+    let source = SourceText::new(&db, "e2e.mcpolicy".into(), policy.into());
     let Some(table) = db::lower_file(&db, source).clone() else {
         panic!("policy has errors: {:#?}", db::diagnostics(&db, source));
     };
@@ -133,6 +155,23 @@ impl ServerHandler for Adversary {
             .ok_or_else(|| ErrorData::invalid_params("missing params", None))?;
         let params: CreateMessageRequestParams = serde_json::from_value(params)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        if request.name == "sample_input_required" {
+            // MCP 2026-07-28: no server-to-client requests; sampling rides in
+            // the tool's InputRequiredResult and its answer in the retry.
+            return Ok(match request.input_responses {
+                None => {
+                    let mut asks = InputRequests::new();
+                    asks.insert(
+                        "s".into(),
+                        InputRequest::CreateMessage(CreateMessageRequest::new(params)),
+                    );
+                    InputRequiredResult::new(Some(asks), Some("round-1".into())).into()
+                }
+                Some(answers) => {
+                    CallToolResult::structured(json!({"result": answers.get("s")})).into()
+                }
+            });
+        }
         let outcome = match context.peer.create_message(params).await {
             Ok(result) => json!({"result": serde_json::to_value(&result).unwrap()}),
             Err(ServiceError::McpError(error)) => json!({
@@ -153,6 +192,26 @@ type Client = PolicyClient<FakeProvider, ScriptedConsent>;
 struct Connection {
     client: Client,
     session: RunningService<RoleClient, Client>,
+}
+
+/// Like [`connect`], on MCP 2026-07-28 (`server/discover`, no initialize).
+async fn connect_2026(client: Client) -> Connection {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = Adversary.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let session = client
+        .clone()
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    Connection { client, session }
 }
 
 async fn connect(client: Client) -> Connection {
@@ -176,6 +235,23 @@ impl Connection {
             .await
             .unwrap();
         result.structured_content.unwrap()
+    }
+
+    /// MCP 2026-07-28: the server asks through `inputRequests`; rmcp's
+    /// `call_tool` fulfils them with the same `create_message` handler. A
+    /// denial fails the client's own call, carrying the denial's `data`.
+    async fn sample_input_required(&self, params: &CreateMessageRequestParams) -> Value {
+        let mut args = serde_json::Map::new();
+        args.insert("params".into(), serde_json::to_value(params).unwrap());
+        let call = CallToolRequestParams::new("sample_input_required").with_arguments(args);
+        match self.session.call_tool(call).await {
+            Ok(result) => result.structured_content.unwrap(),
+            Err(ServiceError::McpError(error)) => json!({
+                "error": {"code": error.code.0, "message": error.message, "data": error.data},
+                "dataText": serde_json::to_string(&error.data).unwrap(),
+            }),
+            Err(other) => panic!("{other}"),
+        }
     }
 
     async fn close(self) {
@@ -240,6 +316,7 @@ async fn test_retry_cannot_bypass_denial() {
     assert_eq!(first["error"]["data"]["resetsAt"], "2026-03-11T00:00:00Z");
 
     let second = conn.sample(&p).await;
+    assert!(first["dataText"].is_string(), "{first}");
     assert_eq!(second["error"]["data"], first["error"]["data"]);
     assert_eq!(second["dataText"], first["dataText"], "same bytes");
     assert_eq!(second["error"], first["error"], "same code and message too");
@@ -416,6 +493,49 @@ async fn rate_limited_burst() {
     conn.close().await;
 }
 
+/// Twenty different requests at once against `rate 3 per 1m`: concurrent
+/// decisions through the SQLite store admit exactly three.
+#[tokio::test]
+async fn concurrent_burst_never_overspends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _store) = engine(&dir.path().join("decisions.sqlite3"), clock());
+    let conn = connect(PolicyClient::new(
+        engine,
+        "chatty",
+        FakeProvider::new("ok", 10),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let peer = conn.session.peer().clone();
+        let mut args = serde_json::Map::new();
+        let p = request(&format!("burst {i}"), ContextInclusion::None);
+        args.insert("params".into(), serde_json::to_value(&p).unwrap());
+        burst.spawn(async move {
+            let call = CallToolRequestParams::new("sample").with_arguments(args);
+            peer.call_tool(call)
+                .await
+                .unwrap()
+                .structured_content
+                .unwrap()
+        });
+    }
+    let outcomes = burst.join_all().await;
+    let allowed = outcomes
+        .iter()
+        .filter(|o| o.get("result").is_some())
+        .count();
+    let limited = outcomes
+        .iter()
+        .filter(|o| o["error"]["data"]["reason"] == "policy.rate_limit")
+        .count();
+    assert_eq!((allowed, limited), (3, 17));
+    assert_eq!(conn.client.provider().calls(), 3);
+    conn.close().await;
+}
+
 /// A completion slower than `deadline 50ms` is abandoned and answered with
 /// `policy.deadline`; the immediate identical retry is refused from the store
 /// without calling the provider again.
@@ -445,4 +565,66 @@ async fn deadline_miss_is_a_retryable_denial() {
     assert_eq!(conn.client.provider().calls(), 1);
     assert_eq!(conn.client.stats().deadline_misses, 1);
     conn.close().await;
+}
+
+/// MCP 2026-07-28: sampling arrives inside the tool call's
+/// `InputRequiredResult`. The same handler decides it; a denial answers the
+/// client's own pending `tools/call` with the same `data` (the server never
+/// gets a completion), is asked once, spends nothing, and is replayed; a
+/// trim reaches the server inside its `inputResponses` with `_meta.context`.
+#[tokio::test]
+async fn input_required_2026_07_28() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("decisions.sqlite3")).unwrap());
+    let engine = Arc::new(Engine::new(compile(POLICY_2026), store.clone(), clock()));
+
+    let refuse = connect_2026(PolicyClient::new(
+        engine.clone(),
+        "web-fetch",
+        FakeProvider::new("Summary.", 50),
+        ScriptedConsent::deny(),
+    ))
+    .await;
+    let negotiated = refuse.session.peer_info().unwrap().protocol_version.clone();
+    assert_eq!(negotiated, ProtocolVersion::V_2026_07_28);
+    let p = request("Summarise this page", ContextInclusion::None);
+    let first = refuse.sample_input_required(&p).await;
+    assert_eq!(first["error"]["code"], -1, "{first}");
+    assert_eq!(
+        first["error"]["data"],
+        json!({"reason": "user.denied", "server": "web-fetch", "retryable": false})
+    );
+    let second = refuse.sample_input_required(&p).await;
+    assert_eq!(second["dataText"], first["dataText"]);
+    assert_eq!(second["error"], first["error"]);
+    assert_eq!(refuse.client.consent().prompts(), 1);
+    assert_eq!(refuse.client.provider().calls(), 0);
+    assert_eq!(
+        represented(&store, &identity_of(&engine, "web-fetch", &p)),
+        1
+    );
+    refuse.close().await;
+
+    let approve = connect_2026(PolicyClient::new(
+        engine.clone(),
+        "summarizer",
+        FakeProvider::new("A summary.", 80),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+    let outcome = approve
+        .sample_input_required(&request(
+            "Summarise the session",
+            ContextInclusion::AllServers,
+        ))
+        .await;
+    assert_eq!(
+        outcome["result"]["_meta"]["context"],
+        json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"}),
+        "{outcome}"
+    );
+    assert_eq!(outcome["result"]["content"]["text"], "A summary.");
+    assert_eq!(approve.client.consent().prompts(), 1);
+    assert_eq!(approve.client.provider().calls(), 1);
+    approve.close().await;
 }
