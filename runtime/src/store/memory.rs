@@ -8,7 +8,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -84,6 +84,30 @@ fn floor_of(window: LimitWindow, now: Millis) -> Millis {
     }
 }
 
+/// Hashes a key's precomputed 64-bit hash to itself: a decision key is hashed
+/// once (SipHash, keyed per store) to pick its shard and its bucket.
+#[derive(Debug, Default, Clone, Copy)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; fold anything else rather than misbehave.
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+/// The decisions of one shard, by the key's hash; collisions share a bucket.
+type DecisionShard =
+    HashMap<u64, Vec<(DecisionKey, StoredDecision)>, BuildHasherDefault<PassThrough>>;
+
 /// The counters of the servers of one shard: server_id → counter → spend.
 type SpendShard = HashMap<String, HashMap<String, Counter>>;
 
@@ -92,7 +116,7 @@ type SpendShard = HashMap<String, HashMap<String, Counter>>;
 #[derive(Debug)]
 pub struct MemoryStore {
     hasher: RandomState,
-    decisions: Vec<Mutex<HashMap<DecisionKey, StoredDecision>>>,
+    decisions: Vec<Mutex<DecisionShard>>,
     spend: Vec<Mutex<SpendShard>>,
     /// The next reservation sequence number (reservation = seq << SHARD_BITS | shard).
     next_seq: AtomicU64,
@@ -109,7 +133,9 @@ impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore {
             hasher: RandomState::new(),
-            decisions: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            decisions: (0..SHARDS)
+                .map(|_| Mutex::new(DecisionShard::default()))
+                .collect(),
             spend: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_seq: AtomicU64::new(1),
         }
@@ -119,7 +145,11 @@ impl MemoryStore {
     pub fn len(&self) -> usize {
         self.decisions
             .iter()
-            .map(|shard| lock(shard).map(|map| map.len()).unwrap_or(0))
+            .map(|shard| {
+                lock(shard)
+                    .map(|map| map.values().map(Vec::len).sum())
+                    .unwrap_or(0)
+            })
             .sum()
     }
 
@@ -128,12 +158,15 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// The key's hash and its shard. The shard comes from middle bits, so the
+    /// map's bucket (low bits) and tag (top bits) keep their entropy.
     fn decision_shard(
         &self,
         key: &DecisionKey,
-    ) -> Result<MutexGuard<'_, HashMap<DecisionKey, StoredDecision>>, StoreError> {
-        let index = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
-        lock(&self.decisions[index])
+    ) -> Result<(u64, MutexGuard<'_, DecisionShard>), StoreError> {
+        let hash = self.hasher.hash_one(key);
+        let index = ((hash >> 32) as usize) & (SHARDS - 1);
+        Ok((hash, lock(&self.decisions[index])?))
     }
 
     fn spend_shard_index(&self, server_id: &str) -> usize {
@@ -224,9 +257,12 @@ impl DecisionStore for MemoryStore {
         digest: &str,
         now: Millis,
     ) -> Result<Option<StoredDecision>, StoreError> {
-        let mut shard = self.decision_shard(key)?;
-        match shard.get_mut(key) {
-            Some(found) if found.digest == digest && !found.is_expired(now) => {
+        let (hash, mut shard) = self.decision_shard(key)?;
+        let found = shard
+            .get_mut(&hash)
+            .and_then(|bucket| bucket.iter_mut().find(|(k, _)| k == key));
+        match found {
+            Some((_, found)) if found.digest == digest && !found.is_expired(now) => {
                 found.represented = found.represented.saturating_add(1);
                 Ok(Some(found.clone()))
             }
@@ -292,24 +328,36 @@ impl DecisionStore for MemoryStore {
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         let mut stored = decision.clone();
         stored.represented = 0;
-        self.decision_shard(key)?.insert(key.clone(), stored);
+        let (hash, mut shard) = self.decision_shard(key)?;
+        let bucket = shard.entry(hash).or_default();
+        match bucket.iter_mut().find(|(k, _)| k == key) {
+            Some((_, slot)) => *slot = stored,
+            None => bucket.push((key.clone(), stored)),
+        }
         Ok(())
     }
 
     fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError> {
-        Ok(self.decision_shard(key)?.get(key).cloned())
+        let (hash, shard) = self.decision_shard(key)?;
+        Ok(shard
+            .get(&hash)
+            .and_then(|bucket| bucket.iter().find(|(k, _)| k == key))
+            .map(|(_, decision)| decision.clone()))
     }
 
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
         let mut removed = 0u64;
         for shard in &self.decisions {
             let mut map = lock(shard)?;
-            let before = map.len();
-            map.retain(|key, decision| {
-                key.server_id != server_id
-                    || (decision.digest == digest && !decision.is_expired(now))
+            map.retain(|_, bucket| {
+                let before = bucket.len();
+                bucket.retain(|(key, decision)| {
+                    key.server_id != server_id
+                        || (decision.digest == digest && !decision.is_expired(now))
+                });
+                removed += (before - bucket.len()) as u64;
+                !bucket.is_empty()
             });
-            removed += (before - map.len()) as u64;
         }
         Ok(removed)
     }

@@ -149,6 +149,7 @@ pub enum Admission {
         /// Its counter name.
         counter: String,
         /// When enough spend leaves a rolling window for `amount` to fit, or the fixed window's end.
+        /// `Millis::MAX` when `amount` alone exceeds a rolling window's limit (it can never fit).
         available_at: Millis,
     },
 }
@@ -252,6 +253,11 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<StoredDecision>, StoreError>;
     /// Check every limit against its window and, only if all fit, record all spends at `now`. Atomic with
     /// respect to every other call on the same store (also across processes for SQLite).
+    ///
+    /// Spend rows older than a counter's window are pruned here, so a counter
+    /// name must keep one window: a later check with a longer window does not
+    /// see spend pruned under the shorter one (the engine's counter names carry
+    /// the window, e.g. `budget:tokens:rolling:86400000`).
     fn admit(
         &self,
         server_id: &str,
@@ -259,6 +265,10 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
         now: Millis,
     ) -> Result<Admission, StoreError>;
     /// Replace the reserved amount of `counter` in `reservation` with the real spend (token settlement).
+    ///
+    /// Reservation 0 (an admission with no checks) and spend that has already left its window
+    /// (pruned) are no-ops; a reservation this store never issued is
+    /// [`StoreError::UnknownReservation`].
     fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError>;
     /// Store (insert or replace) the decision for `key` (represented starts at 0).
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError>;
