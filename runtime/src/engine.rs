@@ -644,7 +644,7 @@ impl Engine {
             }
         }
         if let Some(limit) = &block.max_input
-            && input_bytes(params) > limit.max
+            && !input_fits(params, limit.max)
         {
             let produced = Produced {
                 limit: Some(frame::format_size(limit.max)),
@@ -746,21 +746,18 @@ impl Engine {
         let mut annotations = Annotations::default();
 
         // includeContext. Absent means `none`; an unknown value reads as the widest.
-        let requested = match params.get("includeContext") {
-            None | Some(Value::Null) => ContextScope::None,
-            Some(Value::String(s)) => ContextScope::parse(s).unwrap_or(ContextScope::AllServers),
-            Some(_) => ContextScope::AllServers,
+        let (requested, recognised) = match params.get("includeContext") {
+            None | Some(Value::Null) => (ContextScope::None, true),
+            Some(Value::String(s)) => match ContextScope::parse(s) {
+                Some(scope) => (scope, true),
+                None => (ContextScope::AllServers, false),
+            },
+            Some(_) => (ContextScope::AllServers, false),
         };
         let mut max = block.max_context;
         if self.table.protocol >= ProtocolRevision::V2026_07_28 && !ctx.sampling_context {
             max = ContextScope::None;
         }
-        let recognised = matches!(params.get("includeContext"), None | Some(Value::Null))
-            || params
-                .get("includeContext")
-                .and_then(Value::as_str)
-                .and_then(ContextScope::parse)
-                .is_some();
         if requested > max || !recognised {
             let applied = requested.min(max);
             lowered.include_context = Some(applied);
@@ -1303,6 +1300,37 @@ fn carries_tools(params: &Map<String, Value>) -> bool {
     tools || params.get("toolChoice").is_some_and(|c| !c.is_null())
 }
 
+/// Whether the canonical bytes of `systemPrompt` + `messages` are at most
+/// `max`. A cheap upper bound settles the common case without writing the
+/// canonical form; only requests near the limit are counted exactly.
+fn input_fits(params: &Map<String, Value>, max: u64) -> bool {
+    let bound = ["systemPrompt", "messages"]
+        .iter()
+        .filter_map(|field| params.get(*field))
+        .fold(0u64, |sum, value| {
+            sum.saturating_add(canonical_bound(value))
+        });
+    bound <= max || input_bytes(params) <= max
+}
+
+/// An upper bound of the canonical length of `value`: every byte of a
+/// string becomes at most 6 (`\u001f`; NFC at most triples a non-ASCII
+/// character's bytes), a number at most 32 characters.
+fn canonical_bound(value: &Value) -> u64 {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 32,
+        Value::String(s) => 6 * s.len() as u64 + 2,
+        Value::Array(items) => items.iter().fold(2 + items.len() as u64, |sum, v| {
+            sum.saturating_add(canonical_bound(v))
+        }),
+        Value::Object(map) => map.iter().fold(2 + 2 * map.len() as u64, |sum, (k, v)| {
+            sum.saturating_add(6 * k.len() as u64 + 2)
+                .saturating_add(canonical_bound(v))
+        }),
+    }
+}
+
 /// Canonical bytes of `systemPrompt` + `messages` (absent members count 0).
 fn input_bytes(params: &Map<String, Value>) -> u64 {
     let mut count = identity::ByteCount::default();
@@ -1389,6 +1417,21 @@ mod tests {
             for t in texts {
                 assert_eq!(pattern_matches(p, t), glob::matches(p, t), "{p} vs {t}");
             }
+        }
+    }
+
+    #[test]
+    fn canonical_bound_is_an_upper_bound() {
+        let values = [
+            serde_json::json!({"a\u{1}": ["\u{1f}\"\\", 1.5e300, -0.0, null, true, {"é": "e\u{301}"}]}),
+            serde_json::json!("\u{0958}\u{1D160}\u{FB2C}"),
+            serde_json::json!([12345678901234567890u64, -9007199254740993i64, 1e-7]),
+        ];
+        for value in values {
+            assert!(
+                canonical_bound(&value) >= identity::canonical_len(&value),
+                "{value}"
+            );
         }
     }
 
