@@ -437,10 +437,14 @@ fn rate_limit_denies_retryably_and_expires() {
 
 #[test]
 fn rate_limit_denial_expires_after_its_ttl() {
+    with_each_store(rate_ttl_in);
+}
+
+fn rate_ttl_in(store: Arc<dyn DecisionStore>) {
     // A window longer than the ttl: the stored denial lasts exactly the ttl (60 s).
     let mut block = open_block();
     block.rate = rate(1, 3_600_000);
-    let h = Harness::new(table(vec![("s", block)]));
+    let h = Harness::with_store(table(vec![("s", block)]), store);
     allowed(h.decide("s", &simple("a")));
     let d = denial(h.decide("s", &simple("b")));
     assert_eq!(d.expires_at, Some(t0() + 60_000));
@@ -456,15 +460,31 @@ fn rate_limit_denial_expires_after_its_ttl() {
     assert!(fresh.data.ends_with(r#""retryAfter":3540}"#));
 }
 
+/// Runs `check` against the in-memory store and, with the `sqlite` feature, a fresh SQLite file.
+fn with_each_store(check: impl Fn(Arc<dyn DecisionStore>)) {
+    check(Arc::new(MemoryStore::new()));
+    #[cfg(feature = "sqlite")]
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = mcpolicy_runtime::store::SqliteStore::open(dir.path().join("d.db"))
+            .expect("open store");
+        check(Arc::new(store));
+    }
+}
+
 #[test]
 fn budget_denial_expires_at_resets_at() {
+    with_each_store(budget_denial_expires_at_resets_at_in);
+}
+
+fn budget_denial_expires_at_resets_at_in(store: Arc<dyn DecisionStore>) {
     let mut block = open_block();
     block.budgets = vec![budget(
         BudgetMetric::Requests,
         2,
         Window::Calendar(CalendarUnit::Day),
     )];
-    let h = Harness::new(table(vec![("release-notes", block)]));
+    let h = Harness::with_store(table(vec![("release-notes", block)]), store);
     allowed(h.decide("release-notes", &simple("1")));
     allowed(h.decide("release-notes", &simple("2")));
     let d = denial(h.decide("release-notes", &simple("3")));
@@ -531,6 +551,10 @@ fn rolling_budget_resets_when_spend_leaves_the_window() {
 
 #[test]
 fn token_budget_reserves_max_tokens_and_settles() {
+    with_each_store(tokens_in);
+}
+
+fn tokens_in(store: Arc<dyn DecisionStore>) {
     let mut block = open_block();
     block.max_tokens = Some(600);
     block.budgets = vec![budget(
@@ -538,7 +562,7 @@ fn token_budget_reserves_max_tokens_and_settles() {
         1000,
         Window::Calendar(CalendarUnit::Day),
     )];
-    let h = Harness::new(table(vec![("s", block)]));
+    let h = Harness::with_store(table(vec![("s", block)]), store);
     let ask = |text: &str, max: u64| {
         params(
             json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": max}),
@@ -739,9 +763,13 @@ fn custom_reason_with_unknown_retryability_is_not_retryable() {
 
 #[test]
 fn editing_one_block_invalidates_only_that_servers_decisions() {
+    with_each_store(invalidation_in);
+}
+
+fn invalidation_in(store: Arc<dyn DecisionStore>) {
     let mut off = open_block();
     off.sampling.enabled = false;
-    let h = Harness::new(table(vec![("a", off.clone()), ("b", off.clone())]));
+    let h = Harness::with_store(table(vec![("a", off.clone()), ("b", off.clone())]), store);
     denial(h.decide("a", &simple("x")));
     denial(h.decide("b", &simple("x")));
     // Edit a's block only.
