@@ -59,22 +59,22 @@ pub fn window(unit: CalendarUnit, now: Millis) -> (Millis, Millis) {
     let days = now.div_euclid(MS_PER_DAY);
     match unit {
         CalendarUnit::Hour => {
-            let start = now.div_euclid(MS_PER_HOUR) * MS_PER_HOUR;
+            let start = now.div_euclid(MS_PER_HOUR).saturating_mul(MS_PER_HOUR);
             (start, start.saturating_add(MS_PER_HOUR))
         }
         CalendarUnit::Day => {
-            let start = days * MS_PER_DAY;
+            let start = days.saturating_mul(MS_PER_DAY);
             (start, start.saturating_add(MS_PER_DAY))
         }
         CalendarUnit::Week => {
             // 1970-01-01 was a Thursday: Monday is 3 days after it in this count.
             let weekday_from_monday = (days + 3).rem_euclid(7);
-            let start = (days - weekday_from_monday) * MS_PER_DAY;
+            let start = (days - weekday_from_monday).saturating_mul(MS_PER_DAY);
             (start, start.saturating_add(7 * MS_PER_DAY))
         }
         CalendarUnit::Month => {
             let (year, month, _) = civil_from_days(days);
-            let start = days_from_civil(year, month, 1) * MS_PER_DAY;
+            let start = days_from_civil(year, month, 1).saturating_mul(MS_PER_DAY);
             let (next_year, next_month) = if month == 12 {
                 (year + 1, 1)
             } else {
@@ -82,7 +82,7 @@ pub fn window(unit: CalendarUnit, now: Millis) -> (Millis, Millis) {
             };
             (
                 start,
-                days_from_civil(next_year, next_month, 1) * MS_PER_DAY,
+                days_from_civil(next_year, next_month, 1).saturating_mul(MS_PER_DAY),
             )
         }
     }
@@ -239,6 +239,26 @@ mod tests {
             format_rfc3339(window(CalendarUnit::Week, old).0),
             "1969-12-29T00:00:00Z"
         );
+        // Absurd clocks do not panic.
+        for unit in [
+            CalendarUnit::Hour,
+            CalendarUnit::Day,
+            CalendarUnit::Week,
+            CalendarUnit::Month,
+        ] {
+            for now in [
+                Millis::MIN,
+                Millis::MIN + 1,
+                -1,
+                0,
+                Millis::MAX - 1,
+                Millis::MAX,
+            ] {
+                let (start, end) = window(unit, now);
+                assert!(start <= end);
+                let _ = format_rfc3339(end);
+            }
+        }
     }
 
     #[test]
