@@ -5,18 +5,15 @@
 //! The crash and multi-process tests re-run this very test binary as a child:
 //! the `child_process` test is a no-op unless `MCPOLICY_STORE_CHILD` is set.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+#[cfg(feature = "sqlite")]
+use mcpolicy_runtime::store::SqliteStore;
 use mcpolicy_runtime::store::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
     StoreError, StoredDecision, Verdict,
 };
-#[cfg(feature = "sqlite")]
-use mcpolicy_runtime::store::{SCHEMA_VERSION, SqliteStore};
 use tempfile::TempDir;
 
 const DAY: u64 = 86_400_000;
@@ -487,6 +484,10 @@ fn concurrent_replays_count_every_one(f: Fixture) {
 #[cfg(feature = "sqlite")]
 mod sqlite_only {
     use super::*;
+    use mcpolicy_runtime::store::SCHEMA_VERSION;
+    use std::io::{BufRead, BufReader, Write};
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
 
     #[test]
     fn sqlite_survives_reopen() {

@@ -179,15 +179,18 @@ impl Model {
 
 fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut stores: Vec<(&str, Box<dyn DecisionStore>)> =
-        vec![("memory", Box::new(MemoryStore::new()))];
-    #[cfg(feature = "sqlite")]
-    stores.push((
-        "sqlite",
-        Box::new(
-            mcpolicy_runtime::store::SqliteStore::open(dir.path().join("m.db")).expect("open"),
+    let stores: Vec<(&str, Box<dyn DecisionStore>)> = vec![
+        ("memory", Box::new(MemoryStore::new())),
+        #[cfg(feature = "sqlite")]
+        (
+            "sqlite",
+            Box::new(
+                mcpolicy_runtime::store::SqliteStore::open(dir.path().join("m.db")).expect("open"),
+            ),
         ),
-    ));
+    ];
+    #[cfg(not(feature = "sqlite"))]
+    drop(dir);
     let mut model = Model::default();
     // Admitted reservations, per store, in admission order, with the model's admission number.
     let mut admitted: Vec<(usize, Vec<u64>)> = Vec::new();
