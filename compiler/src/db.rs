@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 use mcpolicy_runtime::table::Table;
 
 use crate::check::{self, Analysis};
+use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
 use crate::model::PolicyModel;
 use crate::parse::{self, Parsed};
+use crate::syntax::Span;
 
 /// One policy file's text.
 #[salsa::input(debug)]
@@ -34,6 +36,21 @@ pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
     let parsed = parse_file(db, source);
     let mut analysis = check::check(&parsed.file);
     if !parsed.diagnostics.is_empty() {
+        // A control character already reported (E0007) also breaks the item or
+        // statement around it; that second finding would only repeat the first.
+        let controls: Vec<Span> = parsed
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == Code::E0007)
+            .map(|d| d.span)
+            .collect();
+        analysis.diagnostics.retain(|d| {
+            let broken_by_control = matches!(d.code, Code::E0001 | Code::E0002)
+                && controls
+                    .iter()
+                    .any(|c| c.start < d.span.end && d.span.start < c.end);
+            !broken_by_control
+        });
         analysis
             .diagnostics
             .extend(parsed.diagnostics.iter().cloned());

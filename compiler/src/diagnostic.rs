@@ -114,6 +114,17 @@ pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    // A word much longer than every candidate cannot be a misspelling of one,
+    // and edit distance is quadratic: skip it (a 1 MB word must stay cheap).
+    let candidates: Vec<&'a str> = candidates.into_iter().collect();
+    let longest = candidates
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0);
+    if word.len() > 4 * longest.max(8) {
+        return None;
+    }
     let lowered = word.to_ascii_lowercase();
     candidates
         .into_iter()

@@ -45,7 +45,11 @@ impl<'a> LineIndex<'a> {
             .starts
             .partition_point(|&s| s <= offset)
             .saturating_sub(1);
-        let prefix = &self.text[self.starts[line]..offset];
+        let mut prefix = &self.text[self.starts[line]..offset];
+        // A byte-order mark is not a character anyone sees: column 1 follows it.
+        if line == 0 {
+            prefix = prefix.strip_prefix('\u{feff}').unwrap_or(prefix);
+        }
         Position {
             line: line + 1,
             column: prefix.chars().count() + 1,

@@ -387,11 +387,22 @@ pub fn unescape(body: &str, offset: usize) -> (String, Vec<(Span, String)>) {
                             chars.next();
                         }
                     }
-                    None => errors.push((
-                        Span::new(offset + i, end),
-                        "`\\u` must be followed by `{HEX}` naming a Unicode scalar value"
-                            .to_owned(),
-                    )),
+                    None => {
+                        // The braces belong to the bad escape, not to the text (nor to a placeholder).
+                        let braced = rest
+                            .strip_prefix('{')
+                            .and_then(|r| r.find('}'))
+                            .map(|close| close + 2);
+                        let skip = braced.filter(|len| *len <= 10).unwrap_or(0);
+                        for _ in 0..rest[..skip].chars().count() {
+                            chars.next();
+                        }
+                        errors.push((
+                            Span::new(offset + i, end + skip),
+                            "`\\u` must be followed by `{HEX}` naming a Unicode scalar value"
+                                .to_owned(),
+                        ));
+                    }
                 }
             }
             other => errors.push((

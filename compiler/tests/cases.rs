@@ -196,7 +196,6 @@ fn emoji_before_an_error_shifts_columns_correctly() {
 /// The human rendering's `file:LINE:COLUMN` agrees with JSON, SARIF and
 /// GitHub output: columns in characters, not bytes.
 #[test]
-#[ignore = "bug: the human header `file:L:C` counts bytes (🤖 before the error gives 2:29, JSON says 2:26)"]
 fn human_location_counts_characters() {
     let report = check_text(
         "emoji.mcpolicy",
@@ -208,7 +207,6 @@ fn human_location_counts_characters() {
 
 /// A lone CR ends a line for the checker; the drawn snippet must agree.
 #[test]
-#[ignore = "bug: with lone-CR line ends the human snippet is numbered from the wrong line and prints raw CRs"]
 fn human_snippet_with_lone_cr_line_ends() {
     let report = check_text(
         "cr.mcpolicy",
@@ -222,7 +220,6 @@ fn human_snippet_with_lone_cr_line_ends() {
 
 /// A stray control character is one mistake and should be one finding.
 #[test]
-#[ignore = "bug: a control character also makes its statement unreadable (extra E0002 whose help repeats the line as written)"]
 fn control_character_is_one_finding() {
     let report = check_text(
         "ff.mcpolicy",
@@ -233,7 +230,6 @@ fn control_character_is_one_finding() {
 
 /// `1.5s` has a unit; the problem is the decimal, and `1s` is not what was meant.
 #[test]
-#[ignore = "bug: `deadline 1.5s` says the duration needs a unit and suggests `1s`"]
 fn decimal_duration_is_explained() {
     let report = check_text(
         "decimal.mcpolicy",
@@ -254,7 +250,6 @@ fn decimal_duration_is_explained() {
 
 /// The size-unit help names the unit the user wrote, not always `KB`.
 #[test]
-#[ignore = "bug: the help for `1 MB` says \"`KB` would be ambiguous\""]
 fn size_unit_help_names_the_written_unit() {
     let report = check_text("mb.mcpolicy", "mcpolicy 1\ndefaults { max_input 1 MB }\n");
     let help = report.diagnostics[0].help.clone().unwrap_or_default();
@@ -263,7 +258,6 @@ fn size_unit_help_names_the_written_unit() {
 
 /// A bad `\u{…}` escape is one mistake: the `{…}` inside it is not a placeholder.
 #[test]
-#[ignore = "bug: `message \"\\u{D800}\"` reports E0004 and also E0407 for `{D800}`"]
 fn bad_unicode_escape_is_not_also_a_placeholder() {
     let report = check_text(
         "escape.mcpolicy",
@@ -276,7 +270,6 @@ fn bad_unicode_escape_is_not_also_a_placeholder() {
 /// A byte order mark is not a character an editor shows: the first
 /// visible character of line 1 is column 1.
 #[test]
-#[ignore = "bug: a BOM counts as a column on line 1 (E0202 at 1:11, an editor shows 1:10)"]
 fn bom_is_not_a_column() {
     let report = check_text("bom.mcpolicy", "\u{feff}mcpolicy 2\n");
     assert_eq!(findings(&report), ["E0202@1:10"]);
@@ -633,7 +626,6 @@ fn bad_input_one_megabyte_server_id() {
 }
 
 #[test]
-#[ignore = "bug: panic in miette (\"Formatting argument out of range\") when a finding starts past column 65535"]
 fn bad_input_error_after_a_one_megabyte_id() {
     let text = format!(
         "mcpolicy 1\nserver \"{}\" {{ consent sometimes }}\n",
@@ -646,7 +638,6 @@ fn bad_input_error_after_a_one_megabyte_id() {
 }
 
 #[test]
-#[ignore = "bug: did-you-mean runs Damerau-Levenshtein over the whole 1 MB word (about 45 s in a debug build)"]
 fn bad_input_one_megabyte_word() {
     let text = format!("mcpolicy 1\n{}\n", "x".repeat(1 << 20));
     let (_dir, path) = temp_file("word.mcpolicy", text.as_bytes());

@@ -77,6 +77,13 @@ fn tokenize(text: &str, base: usize) -> Vec<Token<'_>> {
             while i < text.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'_') {
                 i += 1;
             }
+            // A decimal fraction is read as part of the number so that it can be explained.
+            if bytes.get(i) == Some(&b'.') && bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+                while i < text.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
             let digits_end = i;
             while i < text.len() && bytes[i].is_ascii_alphabetic() {
                 i += 1;
@@ -309,6 +316,20 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
             )
             .help(format!("write it like `{example}`"));
         };
+        if let Tok::Number { digits, suffix } = &token.tok
+            && digits.contains('.')
+        {
+            let unit = match (suffix.is_empty(), rest.peek()) {
+                (
+                    true,
+                    Some(Token {
+                        tok: Tok::Word(w), ..
+                    }),
+                ) if units(*want).contains(w) => w,
+                _ => suffix,
+            };
+            return decimal(*want, digits, unit, token.span, word);
+        }
         if let (
             Tok::Number { digits, suffix: "" },
             Some(Token {
@@ -624,6 +645,100 @@ const SPELLED_DURATIONS: &[&str] = &[
     "hour", "hours", "day", "days",
 ];
 
+/// `1.5s`, `0.5 MiB`, `2.5k`: mcpolicy numbers are whole; say what to write instead.
+fn decimal(want: Want, digits: &str, unit: &str, span: Span, word: &str) -> Diagnostic {
+    let factor: Option<(f64, &[(u64, &str)])> = match want {
+        Want::Duration | Want::Window | Want::Ttl => {
+            let ms = match unit {
+                "ms" => Some(1.0),
+                "s" => Some(1e3),
+                "m" => Some(6e4),
+                "h" => Some(3.6e6),
+                "d" => Some(8.64e7),
+                _ => None,
+            };
+            ms.map(|f| {
+                (
+                    f,
+                    &[
+                        (86_400_000, "d"),
+                        (3_600_000, "h"),
+                        (60_000, "m"),
+                        (1_000, "s"),
+                        (1, "ms"),
+                    ][..],
+                )
+            })
+        }
+        Want::Size => {
+            let bytes = match unit {
+                "B" => Some(1.0),
+                "KiB" => Some(1024.0),
+                "MiB" => Some(1_048_576.0),
+                "GiB" => Some(1_073_741_824.0),
+                _ => None,
+            };
+            bytes.map(|f| {
+                (
+                    f,
+                    &[
+                        (1 << 30, " GiB"),
+                        (1 << 20, " MiB"),
+                        (1 << 10, " KiB"),
+                        (1, " B"),
+                    ][..],
+                )
+            })
+        }
+        Want::Count | Want::Int => {
+            let n = match unit {
+                "" => Some(1.0),
+                "k" => Some(1e3),
+                "M" => Some(1e6),
+                _ => None,
+            };
+            n.map(|f| (f, &[(1, "")][..]))
+        }
+        _ => None,
+    };
+    let exact = digits
+        .replace('_', "")
+        .parse::<f64>()
+        .ok()
+        .zip(factor)
+        .and_then(|(value, (f, units))| {
+            let base = value * f;
+            (base.fract() == 0.0 && base > 0.0 && base < 1e15).then(|| {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let base = base as u64;
+                let (size, name) = units
+                    .iter()
+                    .find(|(size, _)| base.is_multiple_of(*size))
+                    .copied()
+                    .unwrap_or((1, ""));
+                format!("{}{name}", base / size)
+            })
+        });
+    let written = match (unit.is_empty(), want) {
+        (true, _) => digits.to_owned(),
+        (false, Want::Size) => format!("{digits} {unit}"),
+        (false, _) => format!("{digits}{unit}"),
+    };
+    let d = Diagnostic::new(
+        Code::E0103,
+        span,
+        format!("`{word}` takes whole numbers, found `{written}`"),
+        "not a whole number",
+    );
+    match exact {
+        Some(instead) => {
+            d.help(format!("write `{instead}`"))
+                .fix(format!("write `{instead}`"), span, instead)
+        }
+        None => d.help("write a whole number, in a smaller unit if needed"),
+    }
+}
+
 /// The unit a spelled-out duration unit means: `seconds` → `s`.
 fn spelled_duration(unit: &str) -> Option<&'static str> {
     if !SPELLED_DURATIONS.contains(&unit) {
@@ -659,7 +774,7 @@ fn apart_unit(
             d = match did_you_mean(unit, accepted.iter().copied()) {
                 Some(s) => d
                     .help(format!(
-                        "did you mean `{digits} {s}`? (binary units only: `KB` would be ambiguous)"
+                        "did you mean `{digits} {s}`? (binary units only: `{unit}` would be ambiguous)"
                     ))
                     .fix(format!("use `{s}`"), unit_span, s),
                 None => d.help(format!("size units are {}", list(accepted))),

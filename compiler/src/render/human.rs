@@ -3,11 +3,15 @@
 
 use std::fmt;
 
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
+use miette::{
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents,
+    SourceCode, SourceSpan, SpanContents,
+};
 
 use super::{FileReport, totals};
 use crate::codes::Severity;
 use crate::diagnostic::Diagnostic;
+use crate::line_index::LineIndex;
 
 /// How to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,9 +27,104 @@ pub enum Style {
 /// At most this many findings per file are drawn; the rest are counted.
 const MAX_DRAWN: usize = 200;
 
+/// Lines longer than this are not drawn: the finding is printed as one line
+/// with its location (miette cannot pad past column 65535, and nobody wants
+/// a megabyte of source echoed back).
+const MAX_DRAWN_LINE: usize = 2_000;
+
+/// The text miette draws from. Lone CRs become LFs (same length, so spans
+/// hold) because the grammar ends lines there too, and columns count
+/// characters after any byte-order mark, as JSON, SARIF and editors do.
+struct PolicySource {
+    name: String,
+    text: String,
+}
+
+impl PolicySource {
+    fn new(name: &str, text: &str) -> Self {
+        let bytes = text.as_bytes();
+        let lone_cr = |i: usize| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n');
+        let text = if (0..bytes.len()).any(lone_cr) {
+            text.char_indices()
+                .map(|(i, c)| if c == '\r' && lone_cr(i) { '\n' } else { c })
+                .collect()
+        } else {
+            text.to_owned()
+        };
+        PolicySource {
+            name: name.to_owned(),
+            text,
+        }
+    }
+
+    /// Whether every line a finding points at is short enough to draw.
+    fn drawable(&self, d: &Diagnostic) -> bool {
+        std::iter::once(d.span)
+            .chain(d.related.iter().map(|r| r.span))
+            .all(|span| {
+                let start = span.start.min(self.text.len());
+                let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+                let line_end = self.text[start..]
+                    .find('\n')
+                    .map_or(self.text.len(), |i| start + i);
+                line_end - line_start <= MAX_DRAWN_LINE && span.len() <= 20 * MAX_DRAWN_LINE
+            })
+    }
+}
+
+impl SourceCode for PolicySource {
+    fn read_span<'a>(
+        &'a self,
+        span: &SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        let inner = self
+            .text
+            .read_span(span, context_lines_before, context_lines_after)?;
+        let start = inner.span().offset().min(self.text.len());
+        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let mut prefix = &self.text[line_start..start];
+        if line_start == 0 {
+            prefix = prefix.strip_prefix('\u{feff}').unwrap_or(prefix);
+        }
+        let contents = MietteSpanContents::new_named(
+            self.name.clone(),
+            inner.data(),
+            *inner.span(),
+            inner.line(),
+            prefix.chars().count(),
+            inner.line_count(),
+        )
+        .with_language("mcpolicy");
+        Ok(Box::new(contents))
+    }
+}
+
+/// A finding on a line too long to draw: one line, its location, the help.
+fn undrawn(path: &str, index: &LineIndex<'_>, d: &Diagnostic) -> String {
+    let at = index.position(d.span.start);
+    let mut text = format!(
+        "{}[{}]: {}\n  --> {path}:{}:{} ({}; the line is too long to show)\n",
+        d.severity().as_str(),
+        d.code,
+        d.message,
+        at.line,
+        at.column,
+        d.label
+    );
+    if let Some(help) = &d.help {
+        text.push_str(&format!("  help: {help}\n"));
+    }
+    if let Some(note) = &d.note {
+        text.push_str(&format!("  note: {note}\n"));
+    }
+    text
+}
+
 struct Drawn<'a> {
     diagnostic: &'a Diagnostic,
-    source: &'a NamedSource<String>,
+    source: &'a PolicySource,
 }
 
 impl fmt::Debug for Drawn<'_> {
@@ -96,8 +195,14 @@ pub fn human(reports: &[FileReport], style: Style) -> String {
         if report.diagnostics.is_empty() {
             continue;
         }
-        let source = NamedSource::new(&report.path, report.text.clone()).with_language("mcpolicy");
+        let source = PolicySource::new(&report.path, &report.text);
+        let index = LineIndex::new(&report.text);
         for diagnostic in report.diagnostics.iter().take(MAX_DRAWN) {
+            if !source.drawable(diagnostic) {
+                out.push_str(&undrawn(&report.path, &index, diagnostic));
+                out.push('\n');
+                continue;
+            }
             let drawn = Drawn {
                 diagnostic,
                 source: &source,
