@@ -222,7 +222,6 @@ fn admit_into(
                     check.amount,
                     check.limit,
                     ms,
-                    now,
                 )
             }
         };

@@ -149,7 +149,7 @@ pub enum Admission {
         /// Its counter name.
         counter: String,
         /// When enough spend leaves a rolling window for `amount` to fit, or the fixed window's end.
-        /// `Millis::MAX` when `amount` alone exceeds a rolling window's limit (it can never fit).
+        /// `Millis::MAX` when it can never fit (e.g. `amount` alone exceeds a rolling window's limit).
         available_at: Millis,
     },
 }
@@ -325,7 +325,6 @@ fn rolling_available_at(
     amount: u64,
     limit: u64,
     ms: u64,
-    now: Millis,
 ) -> Millis {
     if amount > limit {
         return Millis::MAX;
@@ -338,7 +337,9 @@ fn rolling_available_at(
             return at.saturating_add(ms_as_millis(ms));
         }
     }
-    now
+    // Even an empty window leaves no room: what this same call adds to the
+    // counter in earlier checks already exceeds the limit. It can never fit.
+    Millis::MAX
 }
 
 /// A window length as [`Millis`], saturating (a window longer than the epoch
