@@ -659,7 +659,7 @@ impl Engine {
         // 7–8. Rate and budgets, admitted together.
         let reserve_tokens = lowered
             .max_tokens
-            .or_else(|| params.get("maxTokens").and_then(Value::as_u64))
+            .or_else(|| max_tokens_of(params))
             .or(block.max_tokens)
             .unwrap_or(0);
         let reservation = if plan.checks.is_empty() {
@@ -766,7 +766,7 @@ impl Engine {
 
         // maxTokens.
         if let Some(max) = block.max_tokens
-            && let Some(requested) = params.get("maxTokens").and_then(Value::as_u64)
+            && let Some(requested) = max_tokens_of(params)
             && requested > max
         {
             lowered.max_tokens = Some(max);
@@ -1052,6 +1052,20 @@ impl Engine {
         Ok(())
     }
 
+    /// The model globs (`models`) the granted request may run on, `None`
+    /// when the block allows any. The client must pick its model from these,
+    /// whether or not the request carried hints.
+    pub fn allowed_models(&self, ticket: &Ticket) -> Option<&[String]> {
+        self.block(ticket.entry).models.as_deref()
+    }
+
+    /// Whether `model` (the model the client is about to run, or ran) is
+    /// allowed for the granted request.
+    pub fn model_allowed(&self, ticket: &Ticket, model: &str) -> bool {
+        self.allowed_models(ticket)
+            .is_none_or(|globs| globs.iter().any(|g| glob::matches(g, model)))
+    }
+
     /// Settles a completed request's token budgets with the real usage
     /// (input + output tokens as the provider reported them). Request
     /// budgets and the rate keep their count.
@@ -1288,6 +1302,19 @@ fn pattern_matches(pattern: &str, text: &str) -> bool {
         }
     }
     pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// `maxTokens` as validation accepts it: an integer, also when written
+/// `9000.0` or `9e3` (a float must not slip past the clamp or the reservation).
+fn max_tokens_of(params: &Map<String, Value>) -> Option<u64> {
+    let Some(Value::Number(number)) = params.get("maxTokens") else {
+        return None;
+    };
+    if let Some(n) = number.as_u64() {
+        return Some(n);
+    }
+    let f = number.as_f64()?;
+    (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0).then_some(f as u64)
 }
 
 /// Whether the request offers tools to the model (`tools` non-empty, or a `toolChoice`).

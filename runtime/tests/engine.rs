@@ -341,6 +341,12 @@ fn trims_lower_the_request_and_annotate_the_result() {
                       "allowed": ["claude-*", "gpt-4o"], "reason": "policy.model"},
         })
     );
+    assert_eq!(
+        h.engine.allowed_models(&grant.ticket),
+        Some(&["claude-*".to_owned(), "gpt-4o".to_owned()][..])
+    );
+    assert!(h.engine.model_allowed(&grant.ticket, "claude-3-opus"));
+    assert!(!h.engine.model_allowed(&grant.ticket, "gpt-5"));
     // Trims are never stored.
     let key = DecisionKey::new("s", grant.ticket.identity());
     assert_eq!(h.store.get(&key).expect("get"), None);
@@ -568,6 +574,11 @@ fn tokens_in(store: Arc<dyn DecisionStore>) {
             json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": max}),
         )
     };
+    // A float spelling is clamped like any other.
+    let float = params(json!({"messages": [], "maxTokens": 9e3}));
+    let grant = trimmed(h.decide("s", &float));
+    assert_eq!(grant.params(&float.params)["maxTokens"], 600);
+    h.engine.settle(&grant.ticket, 0).expect("settle");
     // 9000 is clamped to 600 and 600 is reserved.
     let first = trimmed(h.decide("s", &ask("1", 9000)));
     // 600 + 600 > 1000.
