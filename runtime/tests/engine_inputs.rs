@@ -328,3 +328,33 @@ proptest! {
         let _ = h.engine.decide_input_required("s", &wrapped, &ClientContext::default());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The engine's server index (exact ids hashed, globs tried in order)
+    /// picks the same block as `Table::entry_for`, first match wins.
+    #[test]
+    fn server_lookup_agrees_with_the_table(
+        patterns in proptest::collection::vec("[ab*?é]{0,4}", 0..6),
+        id in "[abé]{0,4}",
+    ) {
+        let servers: Vec<(&str, _)> = patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut block = open_block();
+                block.max_tokens = Some(i as u64 + 1);
+                (p.as_str(), block)
+            })
+            .collect();
+        let mut fallback = open_block();
+        fallback.max_tokens = Some(1000);
+        let t = table_with(ProtocolRevision::V2025_11_25, reasons(), servers, fallback);
+        let expected = t.entry_for(&id).block.max_tokens;
+        let h = Harness::new(t);
+        let request = params(json!({"messages": [], "maxTokens": 100_000}));
+        let got = h.decide(&id, &request).grant().and_then(|g| g.lowered.max_tokens);
+        prop_assert_eq!(got, expected);
+    }
+}
