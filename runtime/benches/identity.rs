@@ -9,7 +9,7 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use mcpolicy_runtime::identity::{request_identity, write_identity_payload};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -165,4 +165,47 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `IDENTITY_LOOP=<size>/<function> IDENTITY_ITERS=n` runs one function `n`
+/// times and exits, for `perf stat -e cycles:u` (CPU cycles are steadier
+/// than wall time on a shared machine). Otherwise, criterion as usual.
+fn main() {
+    if let Ok(which) = std::env::var("IDENTITY_LOOP") {
+        let iters: u64 = std::env::var("IDENTITY_ITERS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(100_000);
+        let (size, function) = which
+            .split_once('/')
+            .expect("IDENTITY_LOOP=<size>/<function>");
+        let (words, bytes) = match size {
+            "4KiB" => (ENGLISH, 4 * 1024),
+            "64KiB" => (ENGLISH, 64 * 1024),
+            "dense-4KiB" => (DENSE, 4 * 1024),
+            _ => (DENSE, 64 * 1024),
+        };
+        let fields = fields();
+        let params = request(words, bytes);
+        let mut canonical = Vec::new();
+        write_identity_payload(&params, &fields, &mut canonical);
+        for _ in 0..iters {
+            match function {
+                "sha256_of_canonical" => {
+                    black_box(Sha256::digest(black_box(&canonical)));
+                }
+                "request_identity" => {
+                    black_box(request_identity(
+                        black_box("srv"),
+                        black_box(&params),
+                        &fields,
+                    ));
+                }
+                "none" => {}
+                _ => panic!("unknown function {function}"),
+            }
+        }
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

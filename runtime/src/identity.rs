@@ -391,26 +391,42 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         // The length lives in a local so the loops keep it in a register.
         let mut len = self.len;
         let mut at = 0;
-        let stop_mask = if check { u64::MAX } else { 0 };
-        // Clean chunks are tested with a few SIMD compares and copied whole;
-        // a dirty one is walked a word at a time up to `dirty_end`.
-        let mut dirty_end = 0;
-        while at + 8 <= bytes.len() {
+        // Whole chunks: store all of it, keep the clean prefix, handle the
+        // byte that stopped it, and go on right after that byte.
+        while let Some(chunk) = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>()) {
             if BUFFER - len < CHUNK + 16 {
                 self.len = len;
                 self.flush_keeping(KEEP);
                 len = self.len;
             }
-            if at >= dirty_end
-                && let Some(chunk) = bytes[at..].first_chunk::<CHUNK>()
-            {
-                if is_clean(chunk, limit) {
-                    self.buf[len..len + CHUNK].copy_from_slice(chunk);
-                    len += CHUNK;
-                    at += CHUNK;
-                    continue;
+            self.buf[len..len + CHUNK].copy_from_slice(chunk);
+            let mask = dirty_mask(chunk, limit);
+            if mask == 0 {
+                len += CHUNK;
+                at += CHUNK;
+                continue;
+            }
+            let clean = mask.trailing_zeros() as usize;
+            len += clean;
+            at += clean;
+            match self.special(bytes, at, len) {
+                Some((read, wrote)) => {
+                    at += read;
+                    len += wrote;
                 }
-                dirty_end = at + CHUNK;
+                None => {
+                    self.len = len;
+                    return Some(at);
+                }
+            }
+        }
+        // The last few words, eight bytes at a time.
+        let stop_mask = if check { u64::MAX } else { 0 };
+        while at + 8 <= bytes.len() {
+            if BUFFER - len < 16 {
+                self.len = len;
+                self.flush_keeping(KEEP);
+                len = self.len;
             }
             let w = word(bytes, at);
             self.buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
@@ -877,13 +893,26 @@ fn special_mask(w: u64) -> u64 {
 /// Bytes scanned per step on the fast path.
 const CHUNK: usize = 32;
 
-/// Whether no byte of `chunk` needs escaping or is `>= limit`. Written
-/// without early exits so that it compiles to a few SIMD compares.
+/// Bit `i` set when `chunk[i]` needs escaping or is `>= limit`.
+///
+/// The flags are computed without branches (a few SIMD compares), then
+/// gathered eight at a time by a multiply: byte `i` of `w` (0 or 1) lands
+/// on bit `56 + i` of `w * 0x0102040810204080`, and no two partial
+/// products collide, so nothing carries into the top byte.
 #[inline]
-fn is_clean(chunk: &[u8; CHUNK], limit: u8) -> bool {
-    !chunk.iter().fold(false, |dirty, &b| {
-        dirty | (b < 0x20) | (b == b'"') | (b == b'\\') | (b >= limit)
-    })
+fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
+    let mut flags = [0u8; CHUNK];
+    for (flag, &b) in flags.iter_mut().zip(chunk) {
+        *flag = u8::from((b < 0x20) | (b == b'"') | (b == b'\\') | (b >= limit));
+    }
+    let mut mask = 0u32;
+    for (k, group) in flags.chunks_exact(8).enumerate() {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(group);
+        let w = u64::from_le_bytes(eight);
+        mask |= ((w.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32) << (8 * k);
+    }
+    mask
 }
 
 /// High bits set on the bytes of `w` that are UTF-8 lead bytes of U+0300
