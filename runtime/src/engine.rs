@@ -406,26 +406,35 @@ impl ReasonRt {
     }
 }
 
-/// FNV-1a: server ids and reason names come from the client's own
-/// configuration and table, not from the far side, so a keyed hash buys
-/// nothing here and SipHash costs more than the rest of a replay.
+/// A word-at-a-time FNV-style hash. Server ids and reason names come from
+/// the client's own configuration and table, not from the far side, so a
+/// keyed hash buys nothing here and SipHash costs more than the rest of a
+/// replay's own work.
 #[derive(Debug, Clone, Copy, Default)]
 struct Fnv(u64);
 
 impl std::hash::Hasher for Fnv {
     fn finish(&self) -> u64 {
-        self.0
+        // Fold the high bits down: hashbrown takes its bucket from the low bits.
+        self.0 ^ (self.0 >> 29)
     }
 
     fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
         let mut h = if self.0 == 0 {
             0xcbf2_9ce4_8422_2325
         } else {
             self.0
         };
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            h = (h ^ u64::from_le_bytes(word)).wrapping_mul(PRIME);
+            h ^= h >> 32;
+        }
+        for &b in chunks.remainder() {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
         }
         self.0 = h;
     }
