@@ -904,6 +904,18 @@ impl Engine {
         produced: Produced,
         now: Millis,
     ) -> Result<Decision, EngineError> {
+        self.denial(key, plan, reason, produced, now)
+            .map(Decision::Deny)
+    }
+
+    fn denial(
+        &self,
+        key: DecisionKey,
+        plan: &Plan,
+        reason: &str,
+        produced: Produced,
+        now: Millis,
+    ) -> Result<Denial, EngineError> {
         let rt = self.reason(reason);
         let data = DenialData {
             reason: reason.to_owned(),
@@ -928,7 +940,7 @@ impl Engine {
                 },
             )?;
         }
-        Ok(Decision::Deny(Denial {
+        Ok(Denial {
             reason: reason.to_owned(),
             server: key.server_id,
             code: rt.spec.code,
@@ -942,7 +954,7 @@ impl Engine {
             limit: produced.limit,
             window: produced.window,
             deadline: produced.deadline,
-        }))
+        })
     }
 
     /// A stored denial, answered again: same `data` bytes; the message's
@@ -1126,11 +1138,7 @@ impl Engine {
             identity: ticket.identity.clone(),
         };
         let plan = ticket.plan.clone();
-        match self.deny(key, &plan, reason, produced, now)? {
-            Decision::Deny(denial) => Ok(denial),
-            // `deny` only ever returns a denial.
-            _ => unreachable!("Engine::deny returns Decision::Deny"),
-        }
+        self.denial(key, &plan, reason, produced, now)
     }
 
     /// MCP 2026-07-28: decides every sampling entry of an
