@@ -535,6 +535,33 @@ mod sqlite_only {
             .expect("settling a pruned reservation is a no-op");
     }
 
+    #[test]
+    fn sqlite_forgets_reservations_too_old_to_settle() {
+        use mcpolicy_runtime::store::SETTLE_WINDOW_MS;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("r.db");
+        let s = SqliteStore::open(&path).expect("open");
+        let check = [rolling("r", 1, 1_000, 1_000)];
+        let old: Vec<u64> = (0..20)
+            .map(|t| reservation(s.admit("srv", &check, t).expect("admit")))
+            .collect();
+        let later = SETTLE_WINDOW_MS + 100;
+        for t in 0..40 {
+            s.admit("srv", &check, later + t).expect("admit");
+        }
+        let conn = rusqlite::Connection::open(&path).expect("sqlite");
+        let left: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM reservations WHERE at < 100",
+                [],
+                |row| row.get(0),
+            )
+            .expect("count");
+        assert_eq!(left, 0, "old reservations were not pruned");
+        // Settling a forgotten reservation is a no-op, not an error.
+        s.settle(old[0], "r", 0).expect("settle forgotten");
+    }
+
     /// Environment variable selecting the child role of this binary.
     const CHILD_ENV: &str = "MCPOLICY_STORE_CHILD";
 

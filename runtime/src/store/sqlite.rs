@@ -577,9 +577,10 @@ impl DecisionStore for SqliteStore {
             // Forget reservations too old to settle: 4 of the oldest every 2nd admission keeps up.
             if reservation % 2 == 0 {
                 conn.prepare_cached(
-                    "DELETE FROM reservations WHERE id IN (
-                     SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 4
-                 ) AND at < ?2",
+                    // A rowid range, not `id IN (SELECT …)`, which would build a temporary b-tree.
+                    "DELETE FROM reservations
+                     WHERE id <= (SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 1 OFFSET 3)
+                       AND at < ?2",
                 )?
                 .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
             }
