@@ -9,8 +9,11 @@
 //! The canonicaliser streams: it walks the [`Value`] once (iteratively, so no
 //! depth can overflow the stack) and writes into a [`Sink`] through a small
 //! buffer, so a hasher is fed in large chunks. Strings that are ASCII or pass
-//! Unicode's NFC quick check are written without allocating; escapes are
-//! found eight bytes at a time.
+//! Unicode's NFC quick check are written without allocating. One pass over
+//! each string both escapes it and checks it is NFC: a branch-free mask per
+//! 32 bytes finds the next byte that needs a look (an escape, or a lead byte
+//! of U+0300 or above), and only a character that is not known to be inert
+//! sends the rest of the string through the quick check.
 //!
 //! Identities must never drift between releases: `tests/cases/identity/vectors.json`
 //! freezes them.
@@ -377,9 +380,9 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     /// before it written. Characters up to U+02FF are inert, so their lead
     /// bytes (below 0xCC) never stop the scan.
     ///
-    /// Scans and copies eight bytes at a time: each word is stored whole and
-    /// the length advanced only past its clean prefix, so a later store
-    /// overwrites whatever followed a special byte.
+    /// Scans and copies 32 bytes (then eight) at a time: each chunk is stored
+    /// whole and the length advanced only past its clean prefix, so a later
+    /// store overwrites whatever followed a byte that needed a look.
     fn body(&mut self, text: &str, check: bool) -> Option<usize> {
         // Room for a whole escaped tail (7 bytes of 6 each).
         const SLACK: usize = 64;
