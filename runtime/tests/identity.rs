@@ -441,3 +441,21 @@ proptest! {
         prop_assert_eq!(canonical_bytes(&parsed.expect("checked")), canonical_bytes(&value));
     }
 }
+
+/// `0.20465420099999998` is the shortest form of a double (what JavaScript
+/// and Python print for it), so RFC 8785 writes it back unchanged. Without
+/// its `float_roundtrip` feature serde_json reads it one ulp off, as
+/// `0.204654201` (a different double; about 15 % of random 17-digit doubles
+/// are misread), so distinct values would share an identity and one value
+/// written two ways could get two.
+///
+/// This passes in test builds only because the dev-dependency
+/// `serde_json_canonicalizer` turns `float_roundtrip` on; a normal build of
+/// the runtime (or `mcpc`) does not have it until the workspace's
+/// `serde_json` dependency enables it. That must happen before the first
+/// release: afterwards it would change stored identities of such requests.
+#[test]
+fn seventeen_digit_floats_are_read_exactly() {
+    let value = parse_strict(b"[0.20465420099999998]").expect("parses");
+    assert_eq!(canonical_text(&value), "[0.20465420099999998]");
+}
