@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -22,7 +22,10 @@ use serde_json::{Value, json};
 const URI: &str = "file:///bench/policy.mcpolicy";
 
 /// A policy of `lines` lines: reasons, defaults, and server blocks using
-/// every statement.
+/// every statement. Most blocks name one server; one in ten is a glob, as in
+/// a real gateway policy (the checker compares each glob with the globs
+/// above it that share its first character, so a file of nothing but
+/// `team-*` globs is quadratic there; see README).
 fn policy(lines: usize) -> String {
     let mut text = String::from(
         "mcpolicy 1\nprotocol 2025-11-25\nerror_code -32010\n\
@@ -34,8 +37,13 @@ fn policy(lines: usize) -> String {
     );
     let mut i = 0;
     while text.lines().count() < lines {
+        let pattern = if i % 10 == 9 {
+            format!("{}{i}-*", char::from(b'a' + (i / 10 % 26) as u8))
+        } else {
+            format!("team-{i}")
+        };
         text.push_str(&format!(
-            "\n# team {i}\nserver \"team-{i}-*\" {{\n  budget {} requests per day\n  \
+            "\n# team {i}\nserver \"{pattern}\" {{\n  budget {} requests per day\n  \
              budget 200k tokens per 24h\n  budget 10 requests per hour as acme.hourly_cap\n  \
              max_input 32 KiB as acme.too_big\n  models \"claude-*\", \"gpt-4o\"\n  \
              consent always\n}}\n",
@@ -81,6 +89,17 @@ fn rss_kib(pid: u32, field: &str) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// The server's CPU time so far (user + system), from `/proc/PID/stat`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses): utime is the
+    // 12th and stime the 13th of them, in clock ticks (100 per second here).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -157,6 +176,7 @@ fn main() {
         .unwrap() as u32;
     let column = text.lines().nth(target_line as usize).unwrap().len() as u32;
     let mut samples = Vec::with_capacity(edits);
+    let cpu_before = cpu_time(pid);
     for i in 0..edits {
         let version = 2 + i as i64;
         let change = if i % 2 == 0 {
@@ -177,6 +197,10 @@ fn main() {
         });
         samples.push(at - sent);
     }
+    let cpu = match (cpu_before, cpu_time(pid)) {
+        (Some(before), Some(after)) => Some((after - before) / edits.max(1) as u32),
+        _ => None,
+    };
     let rss = rss_kib(pid, "VmRSS:").unwrap_or(0);
     let peak = rss_kib(pid, "VmHWM:").unwrap_or(0);
 
@@ -202,6 +226,9 @@ fn main() {
         percentile(&samples, 0.95),
         samples.last().copied().unwrap_or_default()
     );
+    if let Some(cpu) = cpu {
+        println!("server CPU per edit (user + system): {cpu:.2?}");
+    }
     println!(
         "server memory with the file open: RSS {:.1} MiB (peak {:.1} MiB)",
         rss as f64 / 1024.0,
