@@ -566,7 +566,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         if x < 0.0 {
             self.byte(b'-');
         }
-        let Some((digits, n)) = shortest_digits(x.abs()) else {
+        let Some((digits, n)) = short_decimal(x.abs()).or_else(|| shortest_digits(x.abs())) else {
             self.bytes(b"null");
             return;
         };
@@ -661,6 +661,42 @@ fn shortest_digits(x: f64) -> Option<(Digits, i32)> {
         digits.len -= 1;
     }
     Some((digits, n))
+}
+
+/// The common case without formatting machinery: a positive `x` below 1e9
+/// that is exactly the double nearest to some `y / 10^d` with `d <= 6`
+/// (0.3, 12.75, 0.000125). The smallest such `d` gives the fewest digits,
+/// and there is only one such `y`: below 1e9 an ulp is under 1e-6, finer
+/// than the decimals being tried, so two of them cannot round to one double.
+fn short_decimal(x: f64) -> Option<(Digits, i32)> {
+    const POWERS: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+    if !(1e-6..1e9).contains(&x) {
+        return None;
+    }
+    for (d, &power) in POWERS.iter().enumerate() {
+        let y = (x * power).round();
+        // Both operands exact, so the quotient is the correctly rounded y/10^d.
+        if y / power == x {
+            let mut integer = [0u8; 20];
+            let mut at = integer.len();
+            let mut rest = y as u64;
+            while rest > 0 {
+                at -= 1;
+                integer[at] = b'0' + (rest % 10) as u8;
+                rest /= 10;
+            }
+            let mut digits = Digits::default();
+            for &b in &integer[at..] {
+                digits.push(b).ok()?;
+            }
+            let n = digits.len as i32 - d as i32;
+            while digits.len > 1 && digits.as_slice().last() == Some(&b'0') {
+                digits.len -= 1;
+            }
+            return Some((digits, n));
+        }
+    }
+    None
 }
 
 /// Splits Rust's `d.ddde±x` into its digits and the exponent.
