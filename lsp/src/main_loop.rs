@@ -22,14 +22,15 @@ use lsp_types::notification::{
 };
 use lsp_types::request::{
     CodeActionRequest, Completion, DocumentSymbolRequest, Formatting, GotoDefinition, HoverRequest,
-    InlayHintRequest, References, Request as _, SemanticTokensFullRequest,
+    InlayHintRequest, PrepareRenameRequest, References, Rename, Request as _,
+    SemanticTokensFullRequest,
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
-    InitializeParams, OneOf, PositionEncodingKind, PublishDiagnosticsParams, SaveOptions,
-    SemanticTokensFullOptions, SemanticTokensOptions, SemanticTokensServerCapabilities,
-    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
-    TextDocumentSyncSaveOptions, Uri,
+    InitializeParams, OneOf, PositionEncodingKind, PublishDiagnosticsParams, RenameOptions,
+    SaveOptions, SemanticTokensFullOptions, SemanticTokensOptions,
+    SemanticTokensServerCapabilities, ServerCapabilities, TextDocumentSyncCapability,
+    TextDocumentSyncKind, TextDocumentSyncOptions, TextDocumentSyncSaveOptions, Uri,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -89,6 +90,10 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
         }),
         definition_provider: Some(OneOf::Left(true)),
         references_provider: Some(OneOf::Left(true)),
+        rename_provider: Some(OneOf::Right(RenameOptions {
+            prepare_provider: Some(true),
+            work_done_progress_options: Default::default(),
+        })),
         document_symbol_provider: Some(OneOf::Left(true)),
         document_formatting_provider: Some(OneOf::Left(true)),
         code_action_provider: Some(CodeActionProviderCapability::Options(CodeActionOptions {
@@ -212,6 +217,8 @@ fn dispatch(world: &World, request: Request) -> Response {
         Completion::METHOD => respond(world, request, completion::handle),
         GotoDefinition::METHOD => respond(world, request, goto_definition::handle),
         References::METHOD => respond(world, request, references::handle),
+        PrepareRenameRequest::METHOD => respond(world, request, rename::prepare),
+        Rename::METHOD => respond(world, request, rename::handle),
         DocumentSymbolRequest::METHOD => respond(world, request, document_symbol::handle),
         Formatting::METHOD => respond(world, request, formatting::handle),
         CodeActionRequest::METHOD => respond(world, request, code_action::handle),

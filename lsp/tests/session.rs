@@ -208,3 +208,32 @@ fn utf8_is_negotiated_when_offered() {
     );
     assert!(client.shutdown());
 }
+
+#[test]
+fn rename_a_declared_reason() {
+    let mut client = Client::memory();
+    client.initialize(&[]);
+    let text = "mcpolicy 1\nreason acme.cap { retryable false; ttl forever }\n\
+                defaults { max_input 64 KiB as acme.cap }\nserver \"a\" { sampling off as acme.cap }\n";
+    client.open(URI, text);
+    client.diagnostics_for(URI, 1);
+    let at_use = position(text, text.rfind("acme.cap").unwrap());
+    let range = client.ok(
+        "textDocument/prepareRename",
+        json!({ "textDocument": { "uri": URI }, "position": at_use }),
+    );
+    assert_eq!(range["start"], at_use);
+    let edit = client.ok(
+        "textDocument/rename",
+        json!({ "textDocument": { "uri": URI }, "position": at_use, "newName": "acme.size_cap" }),
+    );
+    let renamed = apply_edits(text, edit["changes"][URI].as_array().unwrap());
+    assert_eq!(renamed.matches("acme.size_cap").count(), 3, "{renamed}");
+    // A built-in reason the file does not declare, or a bad name: an error.
+    let response = client.request(
+        "textDocument/rename",
+        json!({ "textDocument": { "uri": URI }, "position": at_use, "newName": "not a name" }),
+    );
+    assert!(response.response_result.is_err());
+    assert!(client.shutdown());
+}

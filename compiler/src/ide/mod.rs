@@ -18,7 +18,7 @@ pub use actions::{CodeAction, TextEdit, code_actions};
 pub use completion::{CompletionItem, CompletionKind, completions};
 pub use hover::{Hover, hover};
 pub use inlay::{InlayHint, inlay_hints};
-pub use navigation::{definition, references};
+pub use navigation::{definition, prepare_rename, references, rename};
 pub use render::{duration, effective_lines, size};
 pub use semantic::{TokenKind, TokenModifier, semantic_tokens};
 pub use symbols::{

@@ -46,3 +46,51 @@ pub fn references(
     spans.sort();
     spans
 }
+
+/// The name under the cursor if it can be renamed: a reason declared in
+/// this file (a built-in the file does not redeclare has no declaration to
+/// rename with its uses).
+pub fn prepare_rename(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Option<Span> {
+    let index = symbol_index(db, source);
+    let (name, span) = index.reason_at(offset)?;
+    index.definition(name).map(|_| span)
+}
+
+/// Renames the reason at `offset` everywhere in the file: the spans to
+/// replace with `new_name`, or why it cannot be done.
+pub fn rename(
+    db: &dyn salsa::Database,
+    source: SourceText,
+    offset: usize,
+    new_name: &str,
+) -> Result<Vec<Span>, String> {
+    let index = symbol_index(db, source);
+    let Some((name, _)) = index.reason_at(offset) else {
+        return Err("only reasons can be renamed".to_owned());
+    };
+    if index.definition(name).is_none() {
+        return Err(format!(
+            "`{name}` is a built-in reason this policy does not declare"
+        ));
+    }
+    let valid = !new_name.is_empty()
+        && new_name.split('.').all(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    if !valid {
+        return Err(format!(
+            "`{new_name}` is not a reason name (like `acme.hourly_cap`)"
+        ));
+    }
+    if new_name != name
+        && (index.definition(new_name).is_some()
+            || mcpolicy_runtime::table::builtin::get(new_name).is_some())
+    {
+        return Err(format!("a reason named `{new_name}` already exists"));
+    }
+    Ok(references(db, source, offset, true))
+}

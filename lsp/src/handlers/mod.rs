@@ -13,6 +13,7 @@ pub mod goto_definition;
 pub mod hover;
 pub mod inlay_hint;
 pub mod references;
+pub mod rename;
 pub mod semantic_tokens;
 
 pub use lsp_server::ResponseError;
