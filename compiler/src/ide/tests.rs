@@ -116,3 +116,24 @@ fn completion_contexts() {
     );
     assert!(labels("mcpolicy 1\nserver \"a\" { # max_| }").is_empty());
 }
+
+#[test]
+fn quick_fixes_for_a_reserved_code_and_an_undeclared_reason() {
+    let db = Database::default();
+    let text = "mcpolicy 1\nprotocol 2026-07-28\nerror_code -32030\n\
+                server \"a\" { rate 3 per 1m as acme.zzz }\n";
+    let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
+    let actions = code_actions(&db, source, Span::new(0, text.len()));
+    let titles: Vec<&str> = actions.iter().map(|a| a.title.as_str()).collect();
+    // 2026-07-28 reserves -32020..-32099: the certain fix is the suggested code.
+    assert_eq!(titles, ["use `-31010`", "declare reason `acme.zzz`"]);
+    let declare = actions
+        .iter()
+        .find(|a| a.title == "declare reason `acme.zzz`")
+        .expect("declare action");
+    assert!(declare.preferred);
+    assert_eq!(
+        declare.edits[0].text,
+        "reason acme.zzz { retryable false; ttl forever }\n"
+    );
+}
