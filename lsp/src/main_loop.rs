@@ -21,16 +21,17 @@ use lsp_types::notification::{
     Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentSymbolRequest, Formatting, GotoDefinition, HoverRequest,
-    InlayHintRequest, PrepareRenameRequest, References, Rename, Request as _,
-    SemanticTokensFullRequest,
+    CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
+    GotoDefinition, HoverRequest, InlayHintRequest, PrepareRenameRequest, References, Rename,
+    Request as _, SemanticTokensFullRequest,
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
-    InitializeParams, OneOf, PositionEncodingKind, PublishDiagnosticsParams, RenameOptions,
-    SaveOptions, SemanticTokensFullOptions, SemanticTokensOptions,
-    SemanticTokensServerCapabilities, ServerCapabilities, TextDocumentSyncCapability,
-    TextDocumentSyncKind, TextDocumentSyncOptions, TextDocumentSyncSaveOptions, Uri,
+    FoldingRangeProviderCapability, InitializeParams, OneOf, PositionEncodingKind,
+    PublishDiagnosticsParams, RenameOptions, SaveOptions, SemanticTokensFullOptions,
+    SemanticTokensOptions, SemanticTokensServerCapabilities, ServerCapabilities,
+    TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    TextDocumentSyncSaveOptions, Uri,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -95,6 +96,7 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
             work_done_progress_options: Default::default(),
         })),
         document_symbol_provider: Some(OneOf::Left(true)),
+        folding_range_provider: Some(FoldingRangeProviderCapability::Simple(true)),
         document_formatting_provider: Some(OneOf::Left(true)),
         code_action_provider: Some(CodeActionProviderCapability::Options(CodeActionOptions {
             code_action_kinds: Some(vec![CodeActionKind::QUICKFIX]),
@@ -220,6 +222,7 @@ fn dispatch(world: &World, request: Request) -> Response {
         PrepareRenameRequest::METHOD => respond(world, request, rename::prepare),
         Rename::METHOD => respond(world, request, rename::handle),
         DocumentSymbolRequest::METHOD => respond(world, request, document_symbol::handle),
+        FoldingRangeRequest::METHOD => respond(world, request, folding_range::handle),
         Formatting::METHOD => respond(world, request, formatting::handle),
         CodeActionRequest::METHOD => respond(world, request, code_action::handle),
         InlayHintRequest::METHOD => respond(world, request, inlay_hint::handle),

@@ -228,6 +228,12 @@ fn rename_a_declared_reason() {
         json!({ "textDocument": { "uri": URI }, "position": at_use, "newName": "acme.size_cap" }),
     );
     let renamed = apply_edits(text, edit["changes"][URI].as_array().unwrap());
+    // No block spans lines here: no folding ranges.
+    let folds = client.ok(
+        "textDocument/foldingRange",
+        json!({ "textDocument": { "uri": URI } }),
+    );
+    assert_eq!(folds, json!([]));
     assert_eq!(renamed.matches("acme.size_cap").count(), 3, "{renamed}");
     // A built-in reason the file does not declare, or a bad name: an error.
     let response = client.request(

@@ -22,7 +22,8 @@ pub use navigation::{definition, prepare_rename, references, rename};
 pub use render::{duration, effective_lines, size};
 pub use semantic::{TokenKind, TokenModifier, semantic_tokens};
 pub use symbols::{
-    ReasonDef, ReasonRef, Symbol, SymbolIndex, SymbolKind, document_symbols, symbol_index,
+    ReasonDef, ReasonRef, Symbol, SymbolIndex, SymbolKind, document_symbols, folding_ranges,
+    symbol_index,
 };
 
 use mcpolicy_runtime::table::EffectiveBlock;

@@ -200,3 +200,14 @@ fn collect_refs(block: &Block<Stmt>, refs: &mut Vec<ReasonRef>) {
 pub fn document_symbols(db: &dyn salsa::Database, source: SourceText) -> &[Symbol] {
     &symbol_index(db, source).outline
 }
+
+/// The blocks an editor can fold: every `reason`, `defaults` and `server`
+/// item (the editor drops the ones on a single line).
+pub fn folding_ranges(db: &dyn salsa::Database, source: SourceText) -> Vec<Span> {
+    symbol_index(db, source)
+        .outline
+        .iter()
+        .filter(|s| s.kind != SymbolKind::Setting)
+        .map(|s| s.span)
+        .collect()
+}

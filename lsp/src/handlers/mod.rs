@@ -8,6 +8,7 @@ pub mod did_close;
 pub mod did_open;
 pub mod did_save;
 pub mod document_symbol;
+pub mod folding_range;
 pub mod formatting;
 pub mod goto_definition;
 pub mod hover;
