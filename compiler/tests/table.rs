@@ -39,7 +39,9 @@ server "github-*" {
 fn compile(text: &str) -> Table {
     let db = Database::default();
     let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
-    lower_file(&db, source).clone().expect("the policy compiles")
+    lower_file(&db, source)
+        .clone()
+        .expect("the policy compiles")
 }
 
 fn repo() -> PathBuf {
@@ -50,24 +52,36 @@ fn repo() -> PathBuf {
 fn same_source_same_bytes_and_layout_does_not_matter() {
     let first = compile(POLICY).to_json();
     assert_eq!(first, compile(POLICY).to_json());
-    let relaid = POLICY.replace("\n  ", "\n      ").replace("}\n", "}  # end\n\n");
+    let relaid = POLICY
+        .replace("\n  ", "\n      ")
+        .replace("}\n", "}  # end\n\n");
     assert_eq!(first, compile(&relaid).to_json());
 }
 
 #[test]
 fn editing_one_server_changes_only_its_digest() {
     let before = compile(POLICY);
-    let after = compile(&POLICY.replace("budget 50 requests per day", "budget 60 requests per day"));
+    let after =
+        compile(&POLICY.replace("budget 50 requests per day", "budget 60 requests per day"));
     assert_ne!(before.servers[0].digest, after.servers[0].digest);
     assert_eq!(before.servers[1].digest, after.servers[1].digest);
     assert_eq!(before.fallback.digest, after.fallback.digest);
 
     // A default changes every server that inherits it.
     let after = compile(&POLICY.replace("deadline 60s", "deadline 90s"));
-    assert!(before.servers.iter().zip(&after.servers).all(|(b, a)| b.digest != a.digest));
+    assert!(
+        before
+            .servers
+            .iter()
+            .zip(&after.servers)
+            .all(|(b, a)| b.digest != a.digest)
+    );
 
     // Redeclaring a reason changes the servers that can produce it, only.
-    let after = compile(&POLICY.replace("reason acme.hourly { retryable false; ttl until_reset }", "reason acme.hourly { retryable false; ttl until_reset; message \"slow down\" }"));
+    let after = compile(&POLICY.replace(
+        "reason acme.hourly { retryable false; ttl until_reset }",
+        "reason acme.hourly { retryable false; ttl until_reset; message \"slow down\" }",
+    ));
     assert_ne!(before.servers[0].digest, after.servers[0].digest);
     assert_eq!(before.servers[1].digest, after.servers[1].digest);
 }
@@ -80,13 +94,22 @@ fn load_verifies_and_fails_closed() {
 
     let tampered = json.replacen("\"max\": 50", "\"max\": 5000", 1);
     assert_ne!(tampered, json);
-    assert!(matches!(Table::from_json(tampered.as_bytes()), Err(TableError::DigestMismatch { .. })));
+    assert!(matches!(
+        Table::from_json(tampered.as_bytes()),
+        Err(TableError::DigestMismatch { .. })
+    ));
 
     let future = json.replace("mcpolicy-table/1", "mcpolicy-table/2");
-    assert!(matches!(Table::from_json(future.as_bytes()), Err(TableError::UnknownFormat { .. })));
+    assert!(matches!(
+        Table::from_json(future.as_bytes()),
+        Err(TableError::UnknownFormat { .. })
+    ));
 
     let extra = json.replacen("{\n", "{\n  \"surprise\": true,\n", 1);
-    assert!(matches!(Table::from_json(extra.as_bytes()), Err(TableError::Malformed(_))));
+    assert!(matches!(
+        Table::from_json(extra.as_bytes()),
+        Err(TableError::Malformed(_))
+    ));
 
     for garbage in [&b""[..], b"null", b"[]", b"{", b"\xff\xfe"] {
         assert!(Table::from_json(garbage).is_err());
@@ -114,7 +137,9 @@ fn python_with(module: &str) -> Option<String> {
 
 #[test]
 fn every_compiled_example_matches_the_json_schema() {
-    let Some(python) = python_with("jsonschema") else { return };
+    let Some(python) = python_with("jsonschema") else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("temp dir");
     let mut tables = vec![("design".to_owned(), compile(POLICY))];
     let mut examples: Vec<PathBuf> = std::fs::read_dir(repo().join("examples"))
@@ -136,7 +161,16 @@ fn every_compiled_example_matches_the_json_schema() {
                       schema=json.load(open(sys.argv[1]))\n\
                       jsonschema.Draft202012Validator.check_schema(schema)\n\
                       jsonschema.Draft202012Validator(schema).validate(json.load(open(sys.argv[2])))";
-        let out = Command::new(&python).args(["-c", script]).arg(&schema).arg(&file).output().expect("python runs");
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&python)
+            .args(["-c", script])
+            .arg(&schema)
+            .arg(&file)
+            .output()
+            .expect("python runs");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -54,7 +54,9 @@ pub enum TableError {
 }
 
 /// The MCP revision the client speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub enum ProtocolRevision {
     /// MCP 2025-06-18.
     #[serde(rename = "2025-06-18")]

@@ -39,8 +39,14 @@ fn table_of(text: &str) -> Option<String> {
 /// a crash never leaves a half-written policy.
 fn write_atomically(path: &str, text: &str) -> std::io::Result<()> {
     let target = Path::new(path);
-    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("policy");
+    let dir = target
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("policy");
     let temp = dir.join(format!(".{name}.mcpc-fmt.tmp"));
     std::fs::write(&temp, text)?;
     if let Ok(meta) = std::fs::metadata(target) {
@@ -50,7 +56,11 @@ fn write_atomically(path: &str, text: &str) -> std::io::Result<()> {
 }
 
 fn first_difference(a: &str, b: &str) -> usize {
-    a.lines().zip(b.lines()).position(|(x, y)| x != y).unwrap_or_else(|| a.lines().count().min(b.lines().count())) + 1
+    a.lines()
+        .zip(b.lines())
+        .position(|(x, y)| x != y)
+        .unwrap_or_else(|| a.lines().count().min(b.lines().count()))
+        + 1
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -61,7 +71,11 @@ pub fn run(args: Args) -> ExitCode {
             Err(error) => return fail(format!("cannot read {path}: {error}")),
         };
         if let Some(problem) = loaded.problem {
-            let report = FileReport { path: loaded.path, text: loaded.text, diagnostics: vec![problem] };
+            let report = FileReport {
+                path: loaded.path,
+                text: loaded.text,
+                diagnostics: vec![problem],
+            };
             eprint!("{}", render::human(&[report], human_style(args.color)));
             failed = true;
             continue;
@@ -70,7 +84,11 @@ pub fn run(args: Args) -> ExitCode {
             Ok(formatted) => formatted,
             Err(error) => {
                 eprintln!("mcpc: {}: not formatted: {error}", loaded.path);
-                let report = FileReport { path: loaded.path, text: loaded.text, diagnostics: error.diagnostics };
+                let report = FileReport {
+                    path: loaded.path,
+                    text: loaded.text,
+                    diagnostics: error.diagnostics,
+                };
                 eprint!("{}", render::human(&[report], human_style(args.color)));
                 failed = true;
                 continue;
@@ -84,7 +102,10 @@ pub fn run(args: Args) -> ExitCode {
         }
         if path == "-" {
             if args.check && formatted != loaded.text {
-                eprintln!("<stdin>: not formatted (first difference at line {})", first_difference(&loaded.text, &formatted));
+                eprintln!(
+                    "<stdin>: not formatted (first difference at line {})",
+                    first_difference(&loaded.text, &formatted)
+                );
                 failed = true;
             } else if !args.check {
                 emit(&formatted);
@@ -95,7 +116,10 @@ pub fn run(args: Args) -> ExitCode {
             continue;
         }
         if args.check {
-            eprintln!("{path}: not formatted (first difference at line {})", first_difference(&loaded.text, &formatted));
+            eprintln!(
+                "{path}: not formatted (first difference at line {})",
+                first_difference(&loaded.text, &formatted)
+            );
             failed = true;
         } else if let Err(error) = write_atomically(path, &formatted) {
             return fail(format!("cannot write {path}: {error}"));
@@ -103,5 +127,9 @@ pub fn run(args: Args) -> ExitCode {
             eprintln!("formatted {path}");
         }
     }
-    if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
