@@ -1,8 +1,4 @@
-//! The mcpolicy runtime: loads a compiled decision table and decides MCP
-//! `sampling/createMessage` requests against it.
-//!
-//! It depends on serde, sha2, a Unicode normalisation crate and (feature
-//! `sqlite`, on by default) an embedded SQLite store; never on the compiler.
+#![doc = include_str!("../README.md")]
 
 pub mod calendar;
 pub mod clock;
