@@ -527,7 +527,7 @@ impl Engine {
             if i > bound {
                 break;
             }
-            if pattern_matches(&self.table.servers[i].pattern, server_id) {
+            if glob::matches(&self.table.servers[i].pattern, server_id) {
                 return i;
             }
         }
@@ -1289,38 +1289,6 @@ fn plan_for(block: &EffectiveBlock, digest: &str) -> Plan {
     }
 }
 
-/// [`glob::matches`] without allocating for ASCII patterns and ids (the
-/// common case, checked on every request against every earlier glob).
-fn pattern_matches(pattern: &str, text: &str) -> bool {
-    if !(pattern.is_ascii() && text.is_ascii()) {
-        return glob::matches(pattern, text);
-    }
-    let (pattern, text) = (pattern.as_bytes(), text.as_bytes());
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some(&c) if c == b'?' || c == text[t] => {
-                p += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
-}
-
 /// `maxTokens` as validation accepts it: an integer, also when written
 /// `9000.0` or `9e3` (a float must not slip past the clamp or the reservation).
 fn max_tokens_of(params: &Map<String, Value>) -> Option<u64> {
@@ -1441,28 +1409,6 @@ fn replay_window(
 mod tests {
     use super::*;
 
-    #[test]
-    fn ascii_fast_path_agrees_with_glob() {
-        let patterns = [
-            "*", "a*", "*b", "a?c", "a*b*c", "", "?", "**", "é*", "*-notes",
-        ];
-        let texts = [
-            "",
-            "a",
-            "abc",
-            "ab",
-            "aXbYbZc",
-            "release-notes",
-            "é",
-            "éa",
-            "b",
-        ];
-        for p in patterns {
-            for t in texts {
-                assert_eq!(pattern_matches(p, t), glob::matches(p, t), "{p} vs {t}");
-            }
-        }
-    }
 
     #[test]
     fn canonical_bound_is_an_upper_bound() {

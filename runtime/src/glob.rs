@@ -4,19 +4,28 @@
 /// Whether `text` matches `pattern`, compared by Unicode scalar values.
 ///
 /// Iterative with single-star backtracking: linear space, no recursion, so a
-/// pattern of many stars cannot overflow the stack.
+/// pattern of many stars cannot overflow the stack. ASCII patterns and ids
+/// (the common case, checked on every request) are compared as bytes
+/// without allocating.
 pub fn matches(pattern: &str, text: &str) -> bool {
+    if pattern.is_ascii() && text.is_ascii() {
+        return match_units(pattern.as_bytes(), text.as_bytes(), b'*', b'?');
+    }
     let pattern: Vec<char> = pattern.chars().collect();
     let text: Vec<char> = text.chars().collect();
+    match_units(&pattern, &text, '*', '?')
+}
+
+fn match_units<T: Copy + PartialEq>(pattern: &[T], text: &[T], any_run: T, any_one: T) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some('*') => {
+            Some(&c) if c == any_run => {
                 star = Some((p, t));
                 p += 1;
             }
-            Some(&c) if c == '?' || c == text[t] => {
+            Some(&c) if c == any_one || c == text[t] => {
                 p += 1;
                 t += 1;
             }
@@ -30,7 +39,7 @@ pub fn matches(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    pattern[p..].iter().all(|&c| c == '*')
+    pattern[p..].iter().all(|&c| c == any_run)
 }
 
 /// Whether every string `inner` matches is also matched by `outer`.
@@ -91,6 +100,9 @@ mod tests {
         assert!(!matches("a*b*c", "aXbYbZ"));
         assert!(matches("é*", "étude"));
         assert!(matches(&"*".repeat(10_000), "x"));
+        // The byte path and the character path agree.
+        assert!(matches("é?", "éa") && !matches("é?", "é"));
+        assert!(matches("?-notes", "ü-notes"));
     }
 
     #[test]

@@ -2,11 +2,10 @@
 
 use std::process::ExitCode;
 
-use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::input;
-use mcpolicy_compiler::render;
 
-use super::{ColorChoice, emit, fail, human_style};
+use super::policy::{LoadFailure, compile_loaded};
+use super::{ColorChoice, emit, fail};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,21 +25,10 @@ pub fn run(args: Args) -> ExitCode {
         Ok(loaded) => loaded,
         Err(error) => return fail(format!("cannot read {}: {error}", args.policy)),
     };
-    let db = Database::default();
-    let report = super::check::report(&db, loaded);
-    let (errors, warnings) = report.counts();
-    if errors + warnings > 0 {
-        eprint!(
-            "{}",
-            render::human(std::slice::from_ref(&report), human_style(args.color))
-        );
-    }
-    if errors > 0 {
-        return ExitCode::from(1);
-    }
-    let source = SourceText::new(&db, report.path.clone(), report.text.clone());
-    let Some(table) = db::lower_file(&db, source) else {
-        return ExitCode::from(1);
+    let table = match compile_loaded(loaded, args.color) {
+        Ok(table) => table,
+        Err(LoadFailure::Usage(message)) => return fail(message),
+        Err(LoadFailure::Findings) => return ExitCode::from(1),
     };
     let json = table.to_json();
     match args.output {

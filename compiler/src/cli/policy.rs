@@ -3,7 +3,7 @@
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::input;
-use mcpolicy_compiler::render;
+use mcpolicy_compiler::render::{self, FileReport};
 use mcpolicy_runtime::table::Table;
 
 use super::{ColorChoice, human_style};
@@ -22,8 +22,26 @@ pub(crate) fn load_table(path: &str, color: ColorChoice) -> Result<Table, LoadFa
         return Table::from_json(loaded.text.as_bytes())
             .map_err(|e| LoadFailure::Usage(format!("{path}: {e}")));
     }
+    compile_loaded(loaded, color)
+}
+
+/// Checks a loaded policy (printing its findings) and lowers it, from one
+/// salsa input so the text is parsed and checked once.
+pub(crate) fn compile_loaded(
+    loaded: input::Loaded,
+    color: ColorChoice,
+) -> Result<Table, LoadFailure> {
     let db = Database::default();
-    let report = super::check::report(&db, loaded);
+    let source = SourceText::new(&db, loaded.path.clone(), loaded.text.clone());
+    let diagnostics = match loaded.problem {
+        Some(problem) => vec![problem],
+        None => db::diagnostics(&db, source).to_vec(),
+    };
+    let report = FileReport {
+        path: loaded.path,
+        text: loaded.text,
+        diagnostics,
+    };
     let (errors, warnings) = report.counts();
     if errors + warnings > 0 {
         eprint!(
@@ -34,7 +52,6 @@ pub(crate) fn load_table(path: &str, color: ColorChoice) -> Result<Table, LoadFa
     if errors > 0 {
         return Err(LoadFailure::Findings);
     }
-    let source = SourceText::new(&db, report.path.clone(), report.text.clone());
     db::lower_file(&db, source)
         .clone()
         .ok_or(LoadFailure::Findings)
