@@ -1409,7 +1409,6 @@ fn replay_window(
 mod tests {
     use super::*;
 
-
     #[test]
     fn canonical_bound_is_an_upper_bound() {
         let values = [
