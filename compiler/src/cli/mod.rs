@@ -7,6 +7,7 @@ mod explain;
 mod fmt;
 mod identity;
 mod policy;
+mod proxy;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -40,6 +41,8 @@ enum Command {
     Identity(identity::Args),
     /// Explain a diagnostic code, e.g. `mcpc explain E0103`.
     Explain(explain::Args),
+    /// Run an MCP server behind a policy: a stdio proxy the client launches in its place.
+    Proxy(proxy::Args),
 }
 
 /// How to colour output.
@@ -100,5 +103,6 @@ pub fn main() -> ExitCode {
         Command::Eval(args) => eval::run(args),
         Command::Identity(args) => identity::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Proxy(args) => proxy::run(args),
     }
 }

@@ -7,6 +7,7 @@
     reason = "sampling/createMessage is what this crate decides"
 )]
 
+pub mod adversary;
 pub mod fake;
 
 use std::future::Future;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_example_rmcp_client::PolicyClient;
+use mcpolicy_example_rmcp_client::adversary::Adversary;
 use mcpolicy_example_rmcp_client::fake::{FakeProvider, ScriptedConsent};
 use mcpolicy_runtime::calendar;
 use mcpolicy_runtime::clock::ManualClock;
@@ -22,17 +23,14 @@ use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::identity;
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
 use mcpolicy_runtime::table::Table;
+use rmcp::ServiceExt;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContextInclusion,
-    CreateMessageRequest, CreateMessageRequestParams, InputRequest, InputRequests,
-    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion, SamplingMessage,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, ContextInclusion, CreateMessageRequestParams, ProtocolVersion,
+    SamplingMessage,
 };
 use rmcp::service::{
-    ClientLifecycleMode, ClientServiceExt, RequestContext, RoleClient, RoleServer, RunningService,
-    ServiceError,
+    ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
 };
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 /// The same product under MCP 2026-07-28, where codes inside
@@ -113,76 +111,6 @@ fn engine(path: &Path, clock: Arc<ManualClock>) -> (Arc<Engine>, Arc<SqliteStore
     let store = Arc::new(SqliteStore::open(path).unwrap());
     let engine = Arc::new(Engine::new(table(), store.clone(), clock));
     (engine, store)
-}
-
-// ---------------------------------------------------------------- adversary
-
-/// A server that samples from inside its `sample` tool: the tool's `params`
-/// argument is sent verbatim as `sampling/createMessage`, and the tool result
-/// reports exactly what came back over the wire.
-#[derive(Debug, Clone, Default)]
-struct Adversary;
-
-impl ServerHandler for Adversary {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let schema = json!({"type": "object", "properties": {"params": {"type": "object"}}});
-        let Value::Object(schema) = schema else {
-            unreachable!()
-        };
-        Ok(ListToolsResult::with_all_items(vec![Tool::new(
-            "sample",
-            "asks the client for a completion",
-            schema,
-        )]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let params = request
-            .arguments
-            .and_then(|mut args| args.remove("params"))
-            .ok_or_else(|| ErrorData::invalid_params("missing params", None))?;
-        let params: CreateMessageRequestParams = serde_json::from_value(params)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        if request.name == "sample_input_required" {
-            // MCP 2026-07-28: no server-to-client requests; sampling rides in
-            // the tool's InputRequiredResult and its answer in the retry.
-            return Ok(match request.input_responses {
-                None => {
-                    let mut asks = InputRequests::new();
-                    asks.insert(
-                        "s".into(),
-                        InputRequest::CreateMessage(CreateMessageRequest::new(params)),
-                    );
-                    InputRequiredResult::new(Some(asks), Some("round-1".into())).into()
-                }
-                Some(answers) => {
-                    CallToolResult::structured(json!({"result": answers.get("s")})).into()
-                }
-            });
-        }
-        let outcome = match context.peer.create_message(params).await {
-            Ok(result) => json!({"result": serde_json::to_value(&result).unwrap()}),
-            Err(ServiceError::McpError(error)) => json!({
-                "error": {"code": error.code.0, "message": error.message, "data": error.data},
-                // `data` as the bytes the server's SDK would print.
-                "dataText": serde_json::to_string(&error.data).unwrap(),
-            }),
-            Err(other) => json!({"transport": other.to_string()}),
-        };
-        Ok(CallToolResult::structured(outcome).into())
-    }
 }
 
 type Client = PolicyClient<FakeProvider, ScriptedConsent>;

@@ -1,0 +1,114 @@
+//! `mcpc proxy --policy FILE [--store PATH] [--server-id ID] [--audit FILE]
+//! [--log FILE] -- SERVER_CMD ARGS…`
+//!
+//! A stdio MCP proxy for clients that cannot embed the runtime: the client
+//! launches `mcpc proxy … -- SERVER_CMD` in place of the server. Exit status:
+//! the server's (128 + n if a signal ended it); 2 if the proxy could not start.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use mcpolicy_compiler::proxy::log::{Audit, Log};
+use mcpolicy_compiler::proxy::session::Session;
+use mcpolicy_compiler::proxy::{self, default_server_id, default_store_path};
+use mcpolicy_runtime::clock::SystemClock;
+use mcpolicy_runtime::engine::Engine;
+use mcpolicy_runtime::store::SqliteStore;
+
+use super::policy::{LoadFailure, load_table};
+use super::{ColorChoice, fail};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The policy (`.mcpolicy`) or a compiled table (`.json`).
+    #[arg(long, value_name = "FILE")]
+    policy: String,
+    /// The SQLite decision store [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
+    /// ~/.local/state/mcpolicy/… on Linux, ~/Library/Application Support/mcpolicy/… on macOS,
+    /// %LOCALAPPDATA%\mcpolicy\… on Windows].
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+    /// The id the policy knows this server by [default: derived from the command,
+    /// e.g. `npx -y @acme/notes` → `notes`].
+    #[arg(long, value_name = "ID")]
+    server_id: Option<String>,
+    /// Append one JSON line per decision to FILE.
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
+    /// Write the proxy's log to FILE instead of standard error.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Colour for policy diagnostics.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "SERVER_CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let table = match load_table(&args.policy, args.color) {
+        Ok(table) => table,
+        Err(LoadFailure::Usage(message)) => return fail(message),
+        Err(LoadFailure::Findings) => {
+            return fail(format!(
+                "{} has errors; not starting the server",
+                args.policy
+            ));
+        }
+    };
+    let server_id = args
+        .server_id
+        .clone()
+        .unwrap_or_else(|| default_server_id(&args.command));
+    let Some(store_path) = args.store.clone().or_else(default_store_path) else {
+        return fail("no home directory to put the decision store in; pass --store PATH");
+    };
+    if let Some(dir) = store_path.parent()
+        && !dir.as_os_str().is_empty()
+        && let Err(error) = std::fs::create_dir_all(dir)
+    {
+        return fail(format!("cannot create {}: {error}", dir.display()));
+    }
+    let store = match SqliteStore::open(&store_path) {
+        Ok(store) => Arc::new(store),
+        Err(error) => {
+            return fail(format!(
+                "cannot open store {}: {error}",
+                store_path.display()
+            ));
+        }
+    };
+    let log = match &args.log {
+        Some(path) => match Log::file(path, &server_id) {
+            Ok(log) => log,
+            Err(error) => return fail(format!("cannot open log {}: {error}", path.display())),
+        },
+        None => Log::stderr(&server_id),
+    };
+    let audit = match &args.audit {
+        Some(path) => match Audit::file(path) {
+            Ok(audit) => Some(audit),
+            Err(error) => {
+                return fail(format!("cannot open audit log {}: {error}", path.display()));
+            }
+        },
+        None => None,
+    };
+    log.line(format_args!(
+        "policy {}, store {}",
+        args.policy,
+        store_path.display()
+    ));
+    let engine = Engine::new(table, store, Arc::new(SystemClock));
+    let stdout: proxy::session::Sink = Box::new(std::io::stdout());
+    let outcome = proxy::run(&args.command, move |to_server| {
+        Session::new(engine, server_id, to_server, stdout, log, audit)
+    });
+    match outcome {
+        Ok(status) => ExitCode::from(proxy::exit_code(status)),
+        Err(error) => fail(error),
+    }
+}

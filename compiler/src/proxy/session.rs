@@ -1,0 +1,1296 @@
+//! One proxied connection: what happens to each line in each direction.
+//!
+//! Everything is forwarded byte for byte except what the policy must see:
+//!
+//! * server → client `sampling/createMessage` requests are decided; a denial
+//!   is answered to the server here, an allow or trim is forwarded (a trim
+//!   with the lowered params) and remembered until the client answers;
+//! * server → client results with `resultType: "input_required"` (MCP
+//!   2026-07-28) have each sampling entry decided; a denial answers the
+//!   client's own pending call;
+//! * client → server answers to remembered requests are settled (token
+//!   usage), annotated (`_meta` after a trim), or, for a consent request the
+//!   client refused, replaced by the policy's `user.denied` frame;
+//! * client → server retries carrying `inputResponses` are treated the same way.
+//!
+//! The proxy never originates a request, so it never allocates an id: every
+//! frame it writes answers an id the other side chose (a server's request id
+//! towards the server, the client's own call id towards the client), or is a
+//! notification. Malformed server frames are answered per JSON-RPC and not
+//! forwarded; malformed client frames are forwarded for the server to answer.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use mcpolicy_runtime::engine::{
+    Answer, ClientContext, Decision, Denial, Engine, Grant, InputOutcome, PendingConsent,
+};
+use mcpolicy_runtime::frame;
+use mcpolicy_runtime::identity;
+use mcpolicy_runtime::request::{self, SamplingRequest};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value};
+
+use super::log::{Audit, Entry, Log};
+
+/// A line sink: the child's stdin or the proxy's stdout.
+pub type Sink = Box<dyn Write + Send>;
+
+/// How many ids answered on the client's behalf (deadline) are remembered so
+/// that the client's late answer is dropped.
+const LATE_IDS: usize = 4096;
+
+/// The `_meta` key under which MCP 2026-07-28 clients declare their
+/// capabilities on each request.
+const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// What the proxy waits for from the client.
+#[derive(Debug)]
+enum Awaiting {
+    /// The user decides in the client's own approval UI.
+    Consent(PendingConsent),
+    /// The completion runs under the grant (deadline, settlement, `_meta`).
+    Grant(Grant),
+}
+
+#[derive(Debug)]
+struct Pending {
+    awaiting: Awaiting,
+    /// The id the server gave its request (or, for `inputRequests`, the key).
+    id: Value,
+    deadline: Option<Instant>,
+    requested: Map<String, Value>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Server requests forwarded to the client, by the id's JSON text.
+    requests: HashMap<String, Pending>,
+    /// Ids the proxy answered itself after a deadline; the client's late answer is dropped.
+    late: HashSet<String>,
+    late_order: VecDeque<String>,
+    /// MCP 2026-07-28 entries forwarded to the client, by (requestState, key).
+    inputs: HashMap<(String, String), Pending>,
+}
+
+impl State {
+    fn mark_late(&mut self, key: String) {
+        if self.late.insert(key.clone()) {
+            self.late_order.push_back(key);
+        }
+        while self.late_order.len() > LATE_IDS {
+            if let Some(old) = self.late_order.pop_front() {
+                self.late.remove(&old);
+            }
+        }
+    }
+}
+
+/// The members of a server frame the proxy routes on. Derived
+/// deserialisation refuses duplicate `method`/`id`/`result` members, so a
+/// frame cannot show the proxy one method and the client another.
+#[derive(Deserialize)]
+struct ServerProbe<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    result: Option<ResultProbe<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResultProbe<'a> {
+    #[serde(borrow, default, rename = "resultType")]
+    result_type: Option<Cow<'a, str>>,
+}
+
+/// The members of a client frame the proxy routes on.
+#[derive(Deserialize)]
+struct ClientProbe<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    params: Option<ParamsProbe>,
+    #[serde(default)]
+    result: Option<IgnoredAny>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct ParamsProbe {
+    #[serde(default, rename = "inputResponses")]
+    input_responses: Option<IgnoredAny>,
+}
+
+/// The text of an id, as the key of the pending maps.
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+/// A line without its terminator.
+fn body(raw: &[u8]) -> &[u8] {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    raw.strip_suffix(b"\r").unwrap_or(raw)
+}
+
+/// Tokens the client reports for a completion: `usage` or `_meta.usage` of
+/// the result, as `totalTokens`, or input + output tokens (camelCase,
+/// snake_case or the prompt/completion spelling). `None` when the client
+/// says nothing: the reservation (the request's `maxTokens`) stays counted.
+pub fn usage_tokens(result: &Value) -> Option<u64> {
+    let usage = result
+        .get("usage")
+        .or_else(|| result.get("_meta").and_then(|meta| meta.get("usage")))?;
+    let number = |names: &[&str]| names.iter().find_map(|n| usage.get(*n)?.as_u64());
+    if let Some(total) = number(&["totalTokens", "total_tokens"]) {
+        return Some(total);
+    }
+    let input = number(&[
+        "inputTokens",
+        "input_tokens",
+        "promptTokens",
+        "prompt_tokens",
+    ]);
+    let output = number(&[
+        "outputTokens",
+        "output_tokens",
+        "completionTokens",
+        "completion_tokens",
+    ]);
+    match (input, output) {
+        (None, None) => None,
+        (input, output) => Some(input.unwrap_or(0).saturating_add(output.unwrap_or(0))),
+    }
+}
+
+/// A proxied connection between one client and one server.
+pub struct Session {
+    engine: Engine,
+    server_id: String,
+    to_server: Mutex<Option<Sink>>,
+    to_client: Mutex<Sink>,
+    state: Mutex<State>,
+    log: Log,
+    audit: Option<Audit>,
+    sampling_context: AtomicBool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("server_id", &self.server_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Session {
+    /// A session deciding for `server_id`, writing to the server and the client.
+    pub fn new(
+        engine: Engine,
+        server_id: impl Into<String>,
+        to_server: Sink,
+        to_client: Sink,
+        log: Log,
+        audit: Option<Audit>,
+    ) -> Session {
+        Session {
+            engine,
+            server_id: server_id.into(),
+            to_server: Mutex::new(Some(to_server)),
+            to_client: Mutex::new(to_client),
+            state: Mutex::new(State::default()),
+            log,
+            audit,
+            sampling_context: AtomicBool::new(false),
+        }
+    }
+
+    /// The engine deciding for this session.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The server id the policy knows the server by.
+    pub fn server_id(&self) -> &str {
+        &self.server_id
+    }
+
+    /// The diagnostic log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    fn ctx(&self) -> ClientContext {
+        ClientContext::with_sampling_context(self.sampling_context.load(Ordering::Relaxed))
+    }
+
+    fn write(&self, sink: &mut dyn Write, text: &[u8]) -> std::io::Result<()> {
+        sink.write_all(text)?;
+        if text.last() != Some(&b'\n') {
+            sink.write_all(b"\n")?;
+        }
+        sink.flush()
+    }
+
+    fn send_server(&self, text: &[u8]) {
+        let mut guard = lock(&self.to_server);
+        let Some(sink) = guard.as_mut() else {
+            return;
+        };
+        if let Err(error) = self.write(sink.as_mut(), text) {
+            self.log
+                .line(format_args!("writing to the server failed: {error}"));
+        }
+    }
+
+    fn send_client(&self, text: &[u8]) {
+        let mut sink = lock(&self.to_client);
+        if let Err(error) = self.write(sink.as_mut(), text) {
+            self.log
+                .line(format_args!("writing to the client failed: {error}"));
+        }
+    }
+
+    /// Answers the server's last line with a JSON-RPC error (id `null`)
+    /// instead of forwarding it, e.g. a line too long to hold.
+    pub fn reject_server_line(&self, code: i64, message: &str) {
+        self.send_server(frame::request_error_response(None, code, message).as_bytes());
+    }
+
+    /// The client closed its side: close the server's stdin so it can exit.
+    pub fn close_server_input(&self) {
+        lock(&self.to_server).take();
+    }
+
+    fn audit(&self, entry: &Entry<'_>) {
+        if let Some(audit) = &self.audit {
+            audit.write(&self.server_id, entry);
+        }
+    }
+
+    /// The identity of a denied request, for the audit only (a denial does
+    /// not carry it; computing it costs a few microseconds).
+    fn identity_for_audit(&self, params: &Map<String, Value>) -> Option<String> {
+        self.audit.as_ref().map(|_| {
+            identity::request_identity(&self.server_id, params, &self.engine.table().identity)
+                .into_string()
+        })
+    }
+
+    fn audit_denial(
+        &self,
+        event: &str,
+        via: &str,
+        id: Option<&Value>,
+        params: &Map<String, Value>,
+        denial: &Denial,
+    ) {
+        if self.audit.is_none() {
+            return;
+        }
+        let identity = self.identity_for_audit(params);
+        self.audit(&Entry {
+            event,
+            via,
+            id,
+            identity: identity.as_deref(),
+            outcome: "deny",
+            reason: Some(&denial.reason),
+            replayed: denial.replayed,
+            represented: Some(denial.represented),
+            requested: Some(params),
+            applied: None,
+            code: Some(denial.code),
+        });
+    }
+
+    // ------------------------------------------------------------ server → client
+
+    /// Handles one line read from the server (with or without its newline).
+    pub fn from_server(&self, raw: &[u8]) {
+        let line = body(raw);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let probe: ServerProbe<'_> = match serde_json::from_slice(line) {
+            Ok(probe) => probe,
+            Err(error) => {
+                // Not one JSON object with unique routing members: the client
+                // might read it differently than we do, so it does not pass.
+                let valid_json = serde_json::from_slice::<IgnoredAny>(line).is_ok();
+                let (code, what) = if valid_json {
+                    (
+                        request::INVALID_REQUEST,
+                        "not a single JSON-RPC message object",
+                    )
+                } else {
+                    (request::PARSE_ERROR, "not JSON")
+                };
+                self.log.line(format_args!(
+                    "server sent a frame that is {what} ({error}); answered {code}, not forwarded"
+                ));
+                let message = format!("Invalid frame from the server: {what} ({error})");
+                self.send_server(frame::request_error_response(None, code, &message).as_bytes());
+                return;
+            }
+        };
+        match probe.method.as_deref() {
+            Some(request::SAMPLING_METHOD) => self.sampling_request(raw, line),
+            Some("notifications/cancelled") => {
+                self.server_cancelled(line);
+                self.send_client(raw);
+            }
+            Some(_) => {
+                if let Some(id) = &probe.id {
+                    // A reused id is a new request: its answer is not late.
+                    let mut state = lock(&self.state);
+                    if !state.late.is_empty() {
+                        state.late.remove(&id_key(id));
+                    }
+                }
+                self.send_client(raw);
+            }
+            None => {
+                let input_required = probe.result.as_ref().and_then(|r| r.result_type.as_deref())
+                    == Some("input_required");
+                match (&probe.id, input_required) {
+                    (Some(id), true) => self.input_required(raw, line, id),
+                    _ => self.send_client(raw),
+                }
+            }
+        }
+    }
+
+    /// The server gave up on a request: forget it (a pending consent is
+    /// dropped unresolved and keeps its reservation, as the engine documents).
+    fn server_cancelled(&self, line: &[u8]) {
+        let Ok(value) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        if let Some(id) = value.pointer("/params/requestId") {
+            lock(&self.state).requests.remove(&id_key(id));
+        }
+    }
+
+    fn sampling_request(&self, raw: &[u8], line: &[u8]) {
+        match self.engine.decide_bytes(&self.server_id, line, &self.ctx()) {
+            Answer::Invalid { frame, code } => {
+                self.log.line(format_args!(
+                    "invalid sampling request answered {code}: {frame}"
+                ));
+                self.audit(&Entry {
+                    event: "invalid",
+                    via: "request",
+                    outcome: "deny",
+                    code: Some(code),
+                    ..Entry::default()
+                });
+                self.send_server(frame.as_bytes());
+            }
+            Answer::Failed { frame, error } => {
+                self.log
+                    .line(format_args!("decision failed, refused: {error}"));
+                self.audit(&Entry {
+                    event: "error",
+                    via: "request",
+                    outcome: "deny",
+                    reason: Some("runtime.store_unavailable"),
+                    code: Some(frame::INTERNAL_ERROR),
+                    ..Entry::default()
+                });
+                self.send_server(frame.as_bytes());
+            }
+            Answer::Decided { request, decision } => self.decided(raw, request, decision),
+        }
+    }
+
+    fn decided(&self, raw: &[u8], request: SamplingRequest, decision: Decision) {
+        let SamplingRequest { id, params } = request;
+        let id = id.unwrap_or(Value::Null);
+        match decision {
+            Decision::Deny(denial) => {
+                self.audit_denial("decision", "request", Some(&id), &params, &denial);
+                self.send_server(denial.frame(Some(&id)).as_bytes());
+            }
+            Decision::Allow(grant) | Decision::Trim(grant) => {
+                let applied = grant.params(&params);
+                let trimmed = !grant.lowered.is_empty();
+                self.audit(&Entry {
+                    event: "decision",
+                    via: "request",
+                    id: Some(&id),
+                    identity: Some(grant.ticket.identity()),
+                    outcome: if trimmed { "trim" } else { "allow" },
+                    replayed: grant.replayed,
+                    requested: Some(&params),
+                    applied: Some(&applied),
+                    ..Entry::default()
+                });
+                let deadline = grant
+                    .deadline_ms
+                    .map(|ms| Instant::now() + Duration::from_millis(ms));
+                let forward = trimmed.then(|| rewrite_request(&id, applied));
+                self.remember(id, Awaiting::Grant(grant), deadline, params);
+                self.send_client(forward.as_deref().unwrap_or(raw));
+            }
+            Decision::NeedsConsent(pending) => {
+                let mut shown = params.clone();
+                pending.lowered().apply(&mut shown);
+                self.audit(&Entry {
+                    event: "decision",
+                    via: "request",
+                    id: Some(&id),
+                    identity: Some(pending.identity()),
+                    outcome: "consent",
+                    requested: Some(&params),
+                    applied: Some(&shown),
+                    ..Entry::default()
+                });
+                let forward = (!pending.lowered().is_empty()).then(|| rewrite_request(&id, shown));
+                // No deadline while the user decides: the client's approval
+                // dialog and the completion are one round trip to us.
+                self.remember(id, Awaiting::Consent(pending), None, params);
+                self.send_client(forward.as_deref().unwrap_or(raw));
+            }
+        }
+    }
+
+    fn remember(
+        &self,
+        id: Value,
+        awaiting: Awaiting,
+        deadline: Option<Instant>,
+        requested: Map<String, Value>,
+    ) {
+        let key = id_key(&id);
+        let mut state = lock(&self.state);
+        state.late.remove(&key);
+        let previous = state.requests.insert(
+            key,
+            Pending {
+                awaiting,
+                id,
+                deadline,
+                requested,
+            },
+        );
+        drop(state);
+        if previous.is_some() {
+            self.log
+                .line("server reused the id of a sampling request still in flight");
+        }
+    }
+
+    /// MCP 2026-07-28: a result asking the client for input. `call_id` is
+    /// the id of the client's own pending call.
+    fn input_required(&self, raw: &[u8], line: &[u8], call_id: &Value) {
+        let mut value = match request::parse_strict(line) {
+            Ok(value) => value,
+            Err(error) => {
+                self.log.line(format_args!(
+                    "malformed input_required result refused: {error}"
+                ));
+                let frame = frame::local_error_response(
+                    Some(call_id),
+                    error.code(),
+                    &format!("Invalid result from the server: {error}"),
+                    None,
+                );
+                self.send_client(frame.as_bytes());
+                return;
+            }
+        };
+        let Some(result) = value.get("result") else {
+            self.send_client(raw);
+            return;
+        };
+        let request_state = result
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let decisions = self
+            .engine
+            .decide_input_requests(&self.server_id, result, &self.ctx());
+        let mut refusal: Option<String> = None;
+        let mut rewrites: Vec<(String, Map<String, Value>)> = Vec::new();
+        let mut remembered: Vec<(String, Pending)> = Vec::new();
+        for entry in decisions {
+            let key = entry.key;
+            let key_value = Value::from(key.as_str());
+            match entry.outcome {
+                InputOutcome::NotSampling => {}
+                InputOutcome::Invalid { code, message } => {
+                    self.audit(&Entry {
+                        event: "invalid",
+                        via: "inputRequests",
+                        id: Some(&key_value),
+                        outcome: "deny",
+                        code: Some(code),
+                        ..Entry::default()
+                    });
+                    refusal.get_or_insert_with(|| {
+                        frame::local_error_response(
+                            Some(call_id),
+                            code,
+                            &format!("Invalid sampling request from the server: {message}"),
+                            None,
+                        )
+                    });
+                }
+                InputOutcome::Failed(error) => {
+                    self.log
+                        .line(format_args!("decision failed, refused: {error}"));
+                    refusal.get_or_insert_with(|| error.frame(Some(call_id), &self.server_id));
+                }
+                InputOutcome::Decided { request, decision } => {
+                    let params = request.params;
+                    match decision {
+                        Decision::Deny(denial) => {
+                            self.audit_denial(
+                                "decision",
+                                "inputRequests",
+                                Some(&key_value),
+                                &params,
+                                &denial,
+                            );
+                            refusal.get_or_insert_with(|| denial.local_error(Some(call_id)));
+                        }
+                        Decision::Allow(grant) | Decision::Trim(grant) => {
+                            let applied = grant.params(&params);
+                            let trimmed = !grant.lowered.is_empty();
+                            self.audit(&Entry {
+                                event: "decision",
+                                via: "inputRequests",
+                                id: Some(&key_value),
+                                identity: Some(grant.ticket.identity()),
+                                outcome: if trimmed { "trim" } else { "allow" },
+                                replayed: grant.replayed,
+                                requested: Some(&params),
+                                applied: Some(&applied),
+                                ..Entry::default()
+                            });
+                            let deadline = grant
+                                .deadline_ms
+                                .map(|ms| Instant::now() + Duration::from_millis(ms));
+                            if trimmed {
+                                rewrites.push((key.clone(), applied));
+                            }
+                            remembered.push((
+                                key,
+                                Pending {
+                                    awaiting: Awaiting::Grant(grant),
+                                    id: key_value,
+                                    deadline,
+                                    requested: params,
+                                },
+                            ));
+                        }
+                        Decision::NeedsConsent(pending) => {
+                            let mut shown = params.clone();
+                            pending.lowered().apply(&mut shown);
+                            self.audit(&Entry {
+                                event: "decision",
+                                via: "inputRequests",
+                                id: Some(&key_value),
+                                identity: Some(pending.identity()),
+                                outcome: "consent",
+                                requested: Some(&params),
+                                applied: Some(&shown),
+                                ..Entry::default()
+                            });
+                            if !pending.lowered().is_empty() {
+                                rewrites.push((key.clone(), shown));
+                            }
+                            remembered.push((
+                                key,
+                                Pending {
+                                    awaiting: Awaiting::Consent(pending),
+                                    id: key_value,
+                                    deadline: None,
+                                    requested: params,
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(refusal) = refusal {
+            // Whoever made the call learns why; the other entries' grants are
+            // dropped with their reservations counted (the safe side).
+            self.send_client(refusal.as_bytes());
+            return;
+        }
+        if !remembered.is_empty() {
+            let mut state = lock(&self.state);
+            for (key, pending) in remembered {
+                state.inputs.insert((request_state.clone(), key), pending);
+            }
+        }
+        if rewrites.is_empty() {
+            self.send_client(raw);
+            return;
+        }
+        if let Some(requests) = value.pointer_mut("/result/inputRequests") {
+            for (key, params) in rewrites {
+                let entry = match requests {
+                    Value::Object(map) => map.get_mut(&key),
+                    Value::Array(list) => key.parse::<usize>().ok().and_then(|i| list.get_mut(i)),
+                    _ => None,
+                };
+                if let Some(Value::Object(entry)) = entry {
+                    entry.insert("params".to_owned(), Value::Object(params));
+                }
+            }
+        }
+        self.send_client(value.to_string().as_bytes());
+    }
+
+    // ------------------------------------------------------------ client → server
+
+    /// Handles one line read from the client (with or without its newline).
+    pub fn from_client(&self, raw: &[u8]) {
+        let line = body(raw);
+        let Ok(probe) = serde_json::from_slice::<ClientProbe<'_>>(line) else {
+            // The client is the party the proxy works for: whatever it sends
+            // goes on, and the server answers malformed frames itself.
+            self.send_server(raw);
+            return;
+        };
+        match (probe.method.as_deref(), &probe.id) {
+            (None, Some(id)) if probe.result.is_some() || probe.error.is_some() => {
+                let key = id_key(id);
+                let mut state = lock(&self.state);
+                if state.late.remove(&key) {
+                    drop(state);
+                    self.log.line(format_args!(
+                        "dropped the client's late answer to request {key} (answered policy.deadline)"
+                    ));
+                    return;
+                }
+                let pending = state.requests.remove(&key);
+                drop(state);
+                match pending {
+                    Some(pending) => self.client_answered(raw, line, pending),
+                    None => self.send_server(raw),
+                }
+            }
+            (Some(method), _) => {
+                if method == "initialize" || contains(line, CLIENT_CAPABILITIES_META.as_bytes()) {
+                    self.note_capabilities(line, method == "initialize");
+                }
+                let retry = probe
+                    .params
+                    .as_ref()
+                    .is_some_and(|p| p.input_responses.is_some());
+                if retry {
+                    self.input_responses(raw, line, probe.id.as_ref());
+                } else {
+                    self.send_server(raw);
+                }
+            }
+            _ => self.send_server(raw),
+        }
+    }
+
+    /// Whether the client declared `sampling.context`: from `initialize`
+    /// (2025-11-25) or the per-request capabilities `_meta` (2026-07-28).
+    fn note_capabilities(&self, line: &[u8], initialize: bool) {
+        let Ok(value) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        let capabilities = if initialize {
+            value.pointer("/params/capabilities")
+        } else {
+            value
+                .get("params")
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(CLIENT_CAPABILITIES_META))
+        };
+        if let Some(capabilities) = capabilities {
+            let declared = capabilities
+                .get("sampling")
+                .and_then(|s| s.get("context"))
+                .is_some_and(|c| !c.is_null());
+            self.sampling_context.store(declared, Ordering::Relaxed);
+        }
+    }
+
+    /// The client answered a sampling request the proxy forwarded.
+    fn client_answered(&self, raw: &[u8], line: &[u8], pending: Pending) {
+        let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
+            self.send_server(raw);
+            return;
+        };
+        let refused = value.get("result").is_none();
+        let Pending {
+            awaiting,
+            id,
+            requested,
+            ..
+        } = pending;
+        let grant = match awaiting {
+            Awaiting::Consent(pending) => {
+                let code = value.pointer("/error/code").and_then(Value::as_i64);
+                match self.engine.resolve_consent(pending, !refused) {
+                    Ok(Decision::Deny(denial)) => {
+                        self.log.line(format_args!(
+                            "client refused request {id} (code {}): recorded {}",
+                            code.map_or_else(|| "none".to_owned(), |c| c.to_string()),
+                            denial.reason
+                        ));
+                        self.audit_denial("consent", "request", Some(&id), &requested, &denial);
+                        // The policy's frame, not the client's: a replay of
+                        // this identity must send the same bytes.
+                        self.send_server(denial.frame(Some(&id)).as_bytes());
+                        return;
+                    }
+                    Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
+                        let applied = grant.params(&requested);
+                        self.audit(&Entry {
+                            event: "consent",
+                            via: "request",
+                            id: Some(&id),
+                            identity: Some(grant.ticket.identity()),
+                            outcome: if grant.lowered.is_empty() {
+                                "allow"
+                            } else {
+                                "trim"
+                            },
+                            requested: Some(&requested),
+                            applied: Some(&applied),
+                            ..Entry::default()
+                        });
+                        grant
+                    }
+                    Ok(Decision::NeedsConsent(_)) => {
+                        self.send_server(raw);
+                        return;
+                    }
+                    Err(error) => {
+                        self.log.line(format_args!(
+                            "recording the client's consent answer failed: {error}"
+                        ));
+                        if refused {
+                            self.send_server(error.frame(Some(&id), &self.server_id).as_bytes());
+                        } else {
+                            // The completion already ran: withholding it spends nothing back.
+                            self.send_server(raw);
+                        }
+                        return;
+                    }
+                }
+            }
+            Awaiting::Grant(grant) => grant,
+        };
+        if refused {
+            // A provider failure or a refusal of an allowed request: the
+            // server learns it from the client's own error; the reservation stays.
+            self.send_server(raw);
+            return;
+        }
+        let Some(result) = value.get_mut("result") else {
+            self.send_server(raw);
+            return;
+        };
+        self.settle(&grant, result);
+        if grant.annotations.is_empty() {
+            self.send_server(raw);
+        } else {
+            frame::annotate_result(result, &grant.annotations);
+            self.send_server(value.to_string().as_bytes());
+        }
+    }
+
+    fn settle(&self, grant: &Grant, result: &Value) {
+        if let Some(tokens) = usage_tokens(result)
+            && let Err(error) = self.engine.settle(&grant.ticket, tokens)
+        {
+            self.log
+                .line(format_args!("settling {tokens} tokens failed: {error}"));
+        }
+    }
+
+    /// MCP 2026-07-28: the client retries its call with `inputResponses`.
+    fn input_responses(&self, raw: &[u8], line: &[u8], call_id: Option<&Value>) {
+        let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
+            self.send_server(raw);
+            return;
+        };
+        let request_state = value
+            .pointer("/params/requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut pending: Vec<(String, Pending)> = {
+            let mut state = lock(&self.state);
+            let keys: Vec<(String, String)> = state
+                .inputs
+                .keys()
+                .filter(|(s, _)| *s == request_state)
+                .cloned()
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| state.inputs.remove(&k).map(|p| (k.1, p)))
+                .collect()
+        };
+        if pending.is_empty() {
+            self.send_server(raw);
+            return;
+        }
+        pending.sort_by(|a, b| a.0.cmp(&b.0));
+        let now = Instant::now();
+        let mut changed = false;
+        let mut refusal: Option<String> = None;
+        for (key, entry) in pending {
+            let Pending {
+                awaiting,
+                id,
+                deadline,
+                requested,
+            } = entry;
+            let response = value
+                .pointer_mut("/params/inputResponses")
+                .and_then(|r| r.get_mut(&key));
+            let answered = response.as_ref().is_some_and(|r| r.is_object());
+            let grant = match awaiting {
+                Awaiting::Consent(consent) => {
+                    match self.engine.resolve_consent(consent, answered) {
+                        Ok(Decision::Allow(grant) | Decision::Trim(grant)) => grant,
+                        Ok(Decision::Deny(denial)) => {
+                            // No response for the entry: the client declined it.
+                            self.audit_denial(
+                                "consent",
+                                "inputRequests",
+                                Some(&id),
+                                &requested,
+                                &denial,
+                            );
+                            continue;
+                        }
+                        Ok(Decision::NeedsConsent(_)) => continue,
+                        Err(error) => {
+                            self.log.line(format_args!(
+                                "recording the client's consent answer failed: {error}"
+                            ));
+                            continue;
+                        }
+                    }
+                }
+                Awaiting::Grant(grant) => grant,
+            };
+            let Some(response) = response else {
+                continue;
+            };
+            if deadline.is_some_and(|d| now > d) {
+                match self.engine.report_deadline_miss(&grant.ticket) {
+                    Ok(denial) => {
+                        self.audit_denial(
+                            "deadline",
+                            "inputRequests",
+                            Some(&id),
+                            &requested,
+                            &denial,
+                        );
+                        refusal.get_or_insert_with(|| denial.local_error(call_id));
+                    }
+                    Err(error) => {
+                        refusal.get_or_insert_with(|| error.frame(call_id, &self.server_id));
+                    }
+                }
+                continue;
+            }
+            self.settle(&grant, response);
+            if !grant.annotations.is_empty() {
+                changed |= frame::annotate_result(response, &grant.annotations);
+            }
+        }
+        if let Some(refusal) = refusal {
+            // The late completion never reaches the server.
+            self.send_client(refusal.as_bytes());
+        } else if changed {
+            self.send_server(value.to_string().as_bytes());
+        } else {
+            self.send_server(raw);
+        }
+    }
+
+    // ------------------------------------------------------------ deadlines
+
+    /// The earliest deadline of a request the client has not answered yet.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let state = lock(&self.state);
+        state.requests.values().filter_map(|p| p.deadline).min()
+    }
+
+    /// Answers every request whose deadline passed by `now` with the
+    /// policy's deadline denial, tells the client to stop
+    /// (`notifications/cancelled`), and drops its answer when it comes.
+    pub fn expire(&self, now: Instant) {
+        let expired: Vec<Pending> = {
+            let mut state = lock(&self.state);
+            let keys: Vec<String> = state
+                .requests
+                .iter()
+                .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            let mut expired = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Some(pending) = state.requests.remove(&key) {
+                    state.mark_late(key);
+                    expired.push(pending);
+                }
+            }
+            expired
+        };
+        for pending in expired {
+            let Awaiting::Grant(grant) = &pending.awaiting else {
+                continue;
+            };
+            let id = &pending.id;
+            match self.engine.report_deadline_miss(&grant.ticket) {
+                Ok(denial) => {
+                    self.log.line(format_args!(
+                        "request {id} missed its deadline: answered {}",
+                        denial.reason
+                    ));
+                    self.audit_denial("deadline", "request", Some(id), &pending.requested, &denial);
+                    self.send_server(denial.frame(Some(id)).as_bytes());
+                }
+                Err(error) => {
+                    self.log
+                        .line(format_args!("request {id} missed its deadline: {error}"));
+                    self.send_server(error.frame(Some(id), &self.server_id).as_bytes());
+                }
+            }
+            let cancel = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": "policy.deadline: the policy's deadline passed"},
+            });
+            self.send_client(cancel.to_string().as_bytes());
+        }
+    }
+}
+
+/// A `sampling/createMessage` request with new params and the server's id.
+fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": request::SAMPLING_METHOD,
+        "params": params,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::sync::Arc;
+
+    use mcpolicy_runtime::clock::SystemClock;
+    use mcpolicy_runtime::store::MemoryStore;
+    use serde_json::json;
+
+    use super::*;
+    use crate::db::{self, Database, SourceText};
+
+    const POLICY: &str = r#"
+mcpolicy 1
+protocol 2025-11-25
+error_code -32010
+identity systemPrompt, messages, includeContext, modelPreferences
+
+defaults {
+  max_context thisServer
+  max_tokens 1000
+  consent never
+}
+
+server "off" {
+  sampling off
+}
+
+server "asks" {
+  consent always
+}
+
+server "slow" {
+  deadline 10ms
+}
+"#;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buf {
+        /// The lines written since the last call.
+        fn take(&self) -> Vec<String> {
+            let bytes = std::mem::take(&mut *self.0.lock().unwrap());
+            String::from_utf8(bytes)
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    struct Rig {
+        session: Session,
+        server: Buf,
+        client: Buf,
+        audit: Buf,
+    }
+
+    fn rig(server_id: &str) -> Rig {
+        let db = Database::default();
+        let source = SourceText::new(&db, "t.mcpolicy".into(), POLICY.into());
+        let table = db::lower_file(&db, source).clone().unwrap();
+        let engine = Engine::new(table, Arc::new(MemoryStore::new()), Arc::new(SystemClock));
+        let (server, client, audit) = (Buf::default(), Buf::default(), Buf::default());
+        let session = Session::new(
+            engine,
+            server_id,
+            Box::new(server.clone()),
+            Box::new(client.clone()),
+            Log::to(Box::new(std::io::sink()), server_id),
+            Some(Audit::to(Box::new(audit.clone()))),
+        );
+        Rig {
+            session,
+            server,
+            client,
+            audit,
+        }
+    }
+
+    fn parse(line: &str) -> Value {
+        serde_json::from_str(line).unwrap()
+    }
+
+    const SAMPLE: &str = r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":100}}"#;
+
+    #[test]
+    fn non_sampling_frames_pass_byte_for_byte() {
+        let rig = rig("any");
+        let odd = "{ \"jsonrpc\" : \"2.0\", \"id\":1 ,\"method\":\"roots/list\" }\n";
+        rig.session.from_server(odd.as_bytes());
+        assert_eq!(rig.client.take(), [odd.trim_end()]);
+        let from_client = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"roots\":[]}}  \n";
+        rig.session.from_client(from_client.as_bytes());
+        assert_eq!(rig.server.take(), [from_client.trim_end_matches('\n')]);
+        // Garbage from the client is the server's to answer.
+        rig.session.from_client(b"not json at all\n");
+        assert_eq!(rig.server.take(), ["not json at all"]);
+        assert!(rig.audit.take().is_empty());
+    }
+
+    #[test]
+    fn malformed_server_frames_are_answered_not_forwarded() {
+        let rig = rig("any");
+        rig.session.from_server(b"{not json\n");
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["error"]["code"], -32700);
+        assert_eq!(answer["id"], Value::Null);
+        // A batch could hide a sampling request from a proxy that only reads objects.
+        rig.session.from_server(format!("[{SAMPLE}]\n").as_bytes());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        // Two `method` members: the client might read the second one.
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":3,"method":"roots/list","method":"sampling/createMessage","params":{}}"#,
+        );
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        assert!(rig.client.take().is_empty());
+    }
+
+    #[test]
+    fn an_escaped_method_name_is_still_decided() {
+        let rig = rig("off");
+        let escaped = SAMPLE.replace("sampling/createMessage", "sampling\\/createMessage");
+        rig.session.from_server(escaped.as_bytes());
+        assert!(rig.client.take().is_empty(), "never reaches the client");
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 7);
+        assert_eq!(
+            answer["error"]["data"]["reason"],
+            "policy.sampling_disabled"
+        );
+    }
+
+    #[test]
+    fn an_invalid_sampling_request_is_answered_with_its_id() {
+        let rig = rig("any");
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":"a","method":"sampling/createMessage","params":{"maxTokens":5}}"#,
+        );
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], "a");
+        assert_eq!(answer["error"]["code"], -32602);
+        assert_eq!(parse(&rig.audit.take()[0])["event"], "invalid");
+    }
+
+    #[test]
+    fn trim_forwards_lowered_params_and_annotates_the_result() {
+        let rig = rig("any");
+        let wide = SAMPLE.replace(
+            "\"maxTokens\":100",
+            "\"maxTokens\":5000,\"includeContext\":\"allServers\"",
+        );
+        rig.session.from_server(wide.as_bytes());
+        let forwarded = parse(&rig.client.take()[0]);
+        assert_eq!(forwarded["id"], 7);
+        assert_eq!(forwarded["params"]["includeContext"], "thisServer");
+        assert_eq!(forwarded["params"]["maxTokens"], 1000);
+        rig.session.from_client(
+            br#"{"jsonrpc":"2.0","id":7,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"ok"},"usage":{"inputTokens":3,"outputTokens":4}}}"#,
+        );
+        let result = parse(&rig.server.take()[0]);
+        assert_eq!(
+            result["result"]["_meta"]["context"]["applied"],
+            "thisServer"
+        );
+        assert_eq!(result["result"]["_meta"]["maxTokens"]["requested"], 5000);
+        let audit = parse(&rig.audit.take()[0]);
+        assert_eq!(audit["outcome"], "trim");
+        assert_eq!(
+            audit["applied"],
+            json!({"includeContext": "thisServer", "maxTokens": 1000})
+        );
+    }
+
+    #[test]
+    fn a_refused_consent_is_answered_with_the_policy_frame() {
+        let rig = rig("asks");
+        rig.session.from_server(SAMPLE.as_bytes());
+        assert_eq!(rig.client.take(), [SAMPLE], "forwarded unchanged");
+        rig.session.from_client(
+            br#"{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"User rejected"}}"#,
+        );
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["code"], -1);
+        assert_eq!(
+            answer["error"]["data"],
+            json!({"reason": "user.denied", "server": "asks", "retryable": false})
+        );
+        // The refusal is stored: the same request is refused without the client.
+        rig.session.from_server(SAMPLE.as_bytes());
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0]), answer);
+    }
+
+    #[test]
+    fn a_missed_deadline_answers_the_server_and_drops_the_late_answer() {
+        let rig = rig("slow");
+        rig.session.from_server(SAMPLE.as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        assert!(rig.session.next_deadline().is_some());
+        rig.session.expire(Instant::now() + Duration::from_secs(1));
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["data"]["reason"], "policy.deadline");
+        let cancel = parse(&rig.client.take()[0]);
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], 7);
+        assert!(cancel.get("id").is_none(), "a notification: no id of ours");
+        rig.session.from_client(
+            br#"{"jsonrpc":"2.0","id":7,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"late"}}}"#,
+        );
+        assert!(rig.server.take().is_empty(), "the late answer is dropped");
+        assert!(rig.session.next_deadline().is_none());
+    }
+
+    #[test]
+    fn input_required_denial_answers_the_clients_own_call() {
+        let rig = rig("off");
+        let result = format!(
+            r#"{{"jsonrpc":"2.0","id":42,"result":{{"resultType":"input_required","inputRequests":{{"s":{{"method":"sampling/createMessage","params":{}}}}},"requestState":"r1"}}}}"#,
+            parse(SAMPLE)["params"]
+        );
+        rig.session.from_server(result.as_bytes());
+        assert!(rig.server.take().is_empty());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], 42, "the client's call id, not one of ours");
+        assert_eq!(
+            answer["error"]["data"]["reason"],
+            "policy.sampling_disabled"
+        );
+    }
+
+    #[test]
+    fn input_required_trim_is_annotated_in_the_retry() {
+        let rig = rig("any");
+        let params = json!({"messages": [], "maxTokens": 50, "includeContext": "allServers"});
+        let result = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required",
+            "inputRequests": {"s": {"method": "sampling/createMessage", "params": params}},
+            "requestState": "r1"}});
+        rig.session.from_server(result.to_string().as_bytes());
+        let forwarded = parse(&rig.client.take()[0]);
+        assert_eq!(
+            forwarded["result"]["inputRequests"]["s"]["params"]["includeContext"], "thisServer",
+            "the capability rule is 2026-07-28's; this table is 2025-11-25"
+        );
+        let retry = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "t", "requestState": "r1",
+            "inputResponses": {"s": {"role": "assistant", "model": "m",
+                                     "content": {"type": "text", "text": "ok"}}}}});
+        rig.session.from_client(retry.to_string().as_bytes());
+        let sent = parse(&rig.server.take()[0]);
+        assert_eq!(
+            sent["params"]["inputResponses"]["s"]["_meta"]["context"],
+            json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"})
+        );
+    }
+
+    #[test]
+    fn usage_is_read_from_the_usual_spellings() {
+        assert_eq!(
+            usage_tokens(&json!({"usage": {"inputTokens": 3, "outputTokens": 4}})),
+            Some(7)
+        );
+        assert_eq!(
+            usage_tokens(&json!({"_meta": {"usage": {"total_tokens": 9}}})),
+            Some(9)
+        );
+        assert_eq!(
+            usage_tokens(&json!({"usage": {"prompt_tokens": 2}})),
+            Some(2)
+        );
+        assert_eq!(usage_tokens(&json!({"model": "m"})), None);
+    }
+}
