@@ -222,15 +222,15 @@ impl PendingConsent {
 #[derive(Debug, Clone)]
 pub struct Denial {
     /// The reason name (`data.reason`).
-    pub reason: String,
+    pub reason: Arc<str>,
     /// The server id (`data.server`).
     pub server: String,
     /// The JSON-RPC error code.
     pub code: i64,
     /// Whether the server may usefully retry (`data.retryable`).
     pub retryable: bool,
-    /// The exact `error.data` JSON text.
-    pub data: String,
+    /// The exact `error.data` JSON text (shared with the store on a replay).
+    pub data: Arc<str>,
     /// This denial was answered from the store.
     pub replayed: bool,
     /// How often the identity has been re-presented (after this replay).
@@ -446,6 +446,8 @@ type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
 /// globs in source order.
 #[derive(Debug)]
 struct ServerIndex {
+    /// Exact pattern → the entry governing that id: the pattern's own entry,
+    /// or an earlier glob that matches it (resolved once, at construction).
     exact: FastMap<String, usize>,
     globs: Vec<usize>,
 }
@@ -486,6 +488,17 @@ impl Engine {
                 exact.entry(entry.pattern.clone()).or_insert(i);
             }
         }
+        // An exact id is governed by the first glob before its own entry that
+        // matches it, if any: decided here once instead of at every lookup.
+        for (pattern, governing) in exact.iter_mut() {
+            if let Some(&g) = globs
+                .iter()
+                .take_while(|&&g| g < *governing)
+                .find(|&&g| glob::matches(&table.servers[g].pattern, pattern))
+            {
+                *governing = g;
+            }
+        }
         let plans = table
             .servers
             .iter()
@@ -521,17 +534,15 @@ impl Engine {
     /// Index of the entry governing `server_id` (`servers.len()` = fallback);
     /// the same answer as [`Table::entry_for`].
     fn entry_index(&self, server_id: &str) -> usize {
-        let exact = self.index.exact.get(server_id).copied();
-        let bound = exact.unwrap_or(usize::MAX);
-        for &i in &self.index.globs {
-            if i > bound {
-                break;
-            }
-            if glob::matches(&self.table.servers[i].pattern, server_id) {
-                return i;
-            }
+        if let Some(&governing) = self.index.exact.get(server_id) {
+            return governing;
         }
-        exact.unwrap_or(self.table.servers.len())
+        self.index
+            .globs
+            .iter()
+            .copied()
+            .find(|&i| glob::matches(&self.table.servers[i].pattern, server_id))
+            .unwrap_or(self.table.servers.len())
     }
 
     fn block(&self, entry: usize) -> &EffectiveBlock {
@@ -617,8 +628,8 @@ impl Engine {
                 // `tools` is not part of the identity: a server that drops its
                 // tools after a `tools off` denial is asking something new.
                 Verdict::Deny
-                    if stored.reason == block.tools.reason
-                        && stored.reason != block.sampling.reason
+                    if *stored.reason == *block.tools.reason
+                        && *stored.reason != *block.sampling.reason
                         && !block.tools.enabled
                         && !carries_tools(params) => {}
                 Verdict::Deny => {
@@ -924,6 +935,8 @@ impl Engine {
             timing: produced.timing,
         }
         .to_json();
+        let data: Arc<str> = Arc::from(data);
+        let reason: Arc<str> = Arc::from(reason);
         let expiry = expiry(rt.spec.ttl, now, produced.reset);
         if let Some(expires_at) = expiry {
             self.purge_once(&key.server_id, &plan.digest, now)?;
@@ -931,8 +944,8 @@ impl Engine {
                 &key,
                 &StoredDecision {
                     verdict: Verdict::Deny,
-                    reason: reason.to_owned(),
-                    digest: plan.digest.to_string(),
+                    reason: reason.clone(),
+                    digest: plan.digest.clone(),
                     expires_at,
                     data: Some(data.clone()),
                     represented: 0,
@@ -941,7 +954,7 @@ impl Engine {
             )?;
         }
         Ok(Denial {
-            reason: reason.to_owned(),
+            reason,
             server: key.server_id,
             code: rt.spec.code,
             retryable: rt.spec.retryable,
@@ -972,12 +985,13 @@ impl Engine {
         let data = stored.data.unwrap_or_else(|| {
             // A row written without data (another tool): rebuild it.
             DenialData {
-                reason: stored.reason.clone(),
+                reason: stored.reason.to_string(),
                 server: key.server_id.clone(),
                 retryable: rt.spec.retryable,
                 timing: None,
             }
             .to_json()
+            .into()
         });
         let limit = rt
             .needs_limit
@@ -1040,8 +1054,8 @@ impl Engine {
                     &key,
                     &StoredDecision {
                         verdict: Verdict::Allow,
-                        reason: builtin::USER_APPROVED.to_owned(),
-                        digest: ticket.digest.to_string(),
+                        reason: Arc::from(builtin::USER_APPROVED),
+                        digest: ticket.digest.clone(),
                         expires_at,
                         data: None,
                         represented: 0,

@@ -226,7 +226,7 @@ fn sampling_off_denies_forever_until_the_block_changes() {
     off.sampling.enabled = false;
     let h = Harness::new(table(vec![("github-*", off.clone())]));
     let d = denial(h.decide("github-enterprise", &simple("x")));
-    assert_eq!(d.reason, builtin::SAMPLING_DISABLED);
+    assert_eq!(&*d.reason, builtin::SAMPLING_DISABLED);
     assert_eq!(d.code, CODE);
     assert!(!d.retryable);
     assert_eq!(d.expires_at, None);
@@ -255,14 +255,14 @@ fn tools_off_denies_requests_that_carry_tools() {
         "tools": [{"name": "get_weather", "inputSchema": {"type": "object"}}],
     }));
     assert_eq!(
-        denial(h.decide("s", &with_tools)).reason,
+        &*denial(h.decide("s", &with_tools)).reason,
         builtin::TOOLS_DISABLED
     );
     let choice = params(json!({
         "messages": [], "maxTokens": 10, "toolChoice": {"mode": "auto"},
     }));
     assert_eq!(
-        denial(h.decide("s", &choice)).reason,
+        &*denial(h.decide("s", &choice)).reason,
         builtin::TOOLS_DISABLED
     );
     let empty = params(json!({"messages": [], "maxTokens": 10, "tools": []}));
@@ -283,7 +283,7 @@ fn input_limits_deny() {
         {"role": "assistant", "content": {"type": "text", "text": "2"}},
         {"role": "user", "content": {"type": "text", "text": "3"}}], "maxTokens": 5}));
     let d = denial(h.decide("s", &three));
-    assert_eq!(d.reason, builtin::INPUT_TOO_LARGE);
+    assert_eq!(&*d.reason, builtin::INPUT_TOO_LARGE);
     assert_eq!(
         d.message(),
         "Sampling denied: the request from server 's' exceeds 2 messages"
@@ -422,11 +422,11 @@ fn rate_limit_denies_retryably_and_expires() {
     h.clock.advance(10_500);
     allowed(h.decide("s", &simple("b")));
     let d = denial(h.decide("s", &simple("c")));
-    assert_eq!(d.reason, builtin::RATE_LIMIT);
+    assert_eq!(&*d.reason, builtin::RATE_LIMIT);
     assert!(d.retryable);
     // "a" leaves the window 60 s after it was admitted: 49.5 s from now, rounded up.
     assert_eq!(
-        d.data,
+        &*d.data,
         r#"{"reason":"policy.rate_limit","server":"s","retryable":true,"retryAfter":50}"#
     );
     assert_eq!(
@@ -494,7 +494,7 @@ fn budget_denial_expires_at_resets_at_in(store: Arc<dyn DecisionStore>) {
     allowed(h.decide("release-notes", &simple("1")));
     allowed(h.decide("release-notes", &simple("2")));
     let d = denial(h.decide("release-notes", &simple("3")));
-    assert_eq!(d.reason, builtin::BUDGET_EXHAUSTED);
+    assert_eq!(&*d.reason, builtin::BUDGET_EXHAUSTED);
     assert!(!d.retryable);
     assert_eq!(
         d.message(),
@@ -583,19 +583,19 @@ fn tokens_in(store: Arc<dyn DecisionStore>) {
     let first = trimmed(h.decide("s", &ask("1", 9000)));
     // 600 + 600 > 1000.
     assert_eq!(
-        denial(h.decide("s", &ask("2", 600))).reason,
+        &*denial(h.decide("s", &ask("2", 600))).reason,
         builtin::BUDGET_EXHAUSTED
     );
     // The first completion used 100 tokens: 900 more fit now.
     h.engine.settle(&first.ticket, 100).expect("settle");
     allowed(h.decide("s", &ask("3", 600)));
     assert_eq!(
-        denial(h.decide("s", &ask("4", 301))).reason,
+        &*denial(h.decide("s", &ask("4", 301))).reason,
         builtin::BUDGET_EXHAUSTED
     );
     allowed(h.decide("s", &ask("5", 300)));
     assert_eq!(
-        denial(h.decide("s", &ask("6", 1))).reason,
+        &*denial(h.decide("s", &ask("6", 1))).reason,
         builtin::BUDGET_EXHAUSTED
     );
 }
@@ -627,11 +627,14 @@ fn consent_first_is_asked_once_and_stored_approval_still_counts_rate() {
     let key = DecisionKey::new("s", grant.ticket.identity());
     let stored = h.store.get(&key).expect("get").expect("approval stored");
     assert_eq!(stored.verdict, Verdict::Allow);
-    assert_eq!(stored.reason, builtin::USER_APPROVED);
+    assert_eq!(&*stored.reason, builtin::USER_APPROVED);
     assert_eq!(stored.expires_at, None);
     // Second time: no question, but the rate counts it.
     assert!(allowed(h.decide("s", &request)).replayed);
-    assert_eq!(denial(h.decide("s", &request)).reason, builtin::RATE_LIMIT);
+    assert_eq!(
+        &*denial(h.decide("s", &request)).reason,
+        builtin::RATE_LIMIT
+    );
 }
 
 #[test]
@@ -690,10 +693,10 @@ fn deadline_miss_is_stored_briefly() {
         .engine
         .report_deadline_miss(&grant.ticket)
         .expect("report");
-    assert_eq!(d.reason, builtin::DEADLINE);
+    assert_eq!(&*d.reason, builtin::DEADLINE);
     assert!(d.retryable);
     assert_eq!(
-        d.data,
+        &*d.data,
         r#"{"reason":"policy.deadline","server":"s","retryable":true,"retryAfter":30}"#
     );
     assert_eq!(
@@ -814,7 +817,7 @@ fn editing_a_block_keeps_what_was_spent() {
     let h2 = h.reload(table(vec![("s", block)]));
     allowed(h2.decide("s", &simple("3")));
     assert_eq!(
-        denial(h2.decide("s", &simple("4"))).reason,
+        &*denial(h2.decide("s", &simple("4"))).reason,
         builtin::BUDGET_EXHAUSTED
     );
 }

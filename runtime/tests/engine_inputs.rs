@@ -214,7 +214,7 @@ fn input_requests_are_decided_entry_by_entry() {
                     // serde_json sorts keys; compare as values, and the text itself below.
                     serde_json::to_string(&parse(&denial.data)).expect("json")
                 );
-                assert!(denial.local_error(Some(&json!(12))).contains(&denial.data));
+                assert!(denial.local_error(Some(&json!(12))).contains(&*denial.data));
                 assert_eq!(local["error"]["data"]["reason"], builtin::TOOLS_DISABLED);
             }
             (key, outcome) => panic!("{key}: unexpected {outcome:?}"),

@@ -146,7 +146,7 @@ fn replay_counts_and_returns_data_byte_for_byte(f: Fixture) {
         assert_eq!(hit.represented, n);
         assert_eq!(hit.data.as_deref(), Some(DATA));
         assert_eq!(hit.verdict, Verdict::Deny);
-        assert_eq!(hit.reason, "policy.budget_exhausted");
+        assert_eq!(&*hit.reason, "policy.budget_exhausted");
         assert_eq!(hit.decided_at, 1_000);
     }
     // get() does not count.

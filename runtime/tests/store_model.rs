@@ -248,9 +248,9 @@ fn run(ops: Vec<Op>) {
                 let decision = StoredDecision {
                     verdict: if deny { Verdict::Deny } else { Verdict::Allow },
                     reason: if deny { "user.denied" } else { "user.approved" }.into(),
-                    digest: format!("d{digest}"),
+                    digest: format!("d{digest}").into(),
                     expires_at: ttl.map(|t| now + Millis::from(t)),
-                    data: deny.then(|| format!("{{\"step\":{step}}}")),
+                    data: deny.then(|| format!("{{\"step\":{step}}}").into()),
                     represented: 0,
                     decided_at: now,
                 };
@@ -263,7 +263,7 @@ fn run(ops: Vec<Op>) {
                 let key = DecisionKey::new(SERVERS[usize::from(server)], format!("i{id}"));
                 let digest = format!("d{digest}");
                 let expected = match model.decisions.get_mut(&key) {
-                    Some(d) if d.digest == digest && d.expires_at.is_none_or(|at| now < at) => {
+                    Some(d) if *d.digest == *digest && d.expires_at.is_none_or(|at| now < at) => {
                         d.represented += 1;
                         Some(d.clone())
                     }
@@ -291,7 +291,7 @@ fn run(ops: Vec<Op>) {
                 let before = model.decisions.len();
                 model.decisions.retain(|k, d| {
                     k.server_id != server
-                        || (d.digest == digest && d.expires_at.is_none_or(|at| now < at))
+                        || (*d.digest == *digest && d.expires_at.is_none_or(|at| now < at))
                 });
                 let removed = (before - model.decisions.len()) as u64;
                 for (name, store) in &stores {

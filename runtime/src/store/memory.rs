@@ -164,7 +164,9 @@ impl MemoryStore {
         &self,
         key: &DecisionKey,
     ) -> Result<(u64, MutexGuard<'_, DecisionShard>), StoreError> {
-        let hash = self.hasher.hash_one(key);
+        // The identity alone: it already starts with the server id, and
+        // keys with equal identities share a bucket and are told apart there.
+        let hash = self.hasher.hash_one(key.identity.as_str());
         let index = ((hash >> 32) as usize) & (SHARDS - 1);
         Ok((hash, lock(&self.decisions[index])?))
     }
@@ -261,7 +263,7 @@ impl DecisionStore for MemoryStore {
             .get_mut(&hash)
             .and_then(|bucket| bucket.iter_mut().find(|(k, _)| k == key));
         match found {
-            Some((_, found)) if found.digest == digest && !found.is_expired(now) => {
+            Some((_, found)) if *found.digest == *digest && !found.is_expired(now) => {
                 found.represented = found.represented.saturating_add(1);
                 Ok(Some(found.clone()))
             }
@@ -352,7 +354,7 @@ impl DecisionStore for MemoryStore {
                 let before = bucket.len();
                 bucket.retain(|(key, decision)| {
                     key.server_id != server_id
-                        || (decision.digest == digest && !decision.is_expired(now))
+                        || (*decision.digest == *digest && !decision.is_expired(now))
                 });
                 removed += (before - bucket.len()) as u64;
                 !bucket.is_empty()

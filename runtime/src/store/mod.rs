@@ -25,6 +25,7 @@ pub use memory::MemoryStore;
 pub use sqlite::{SCHEMA_VERSION, SETTLE_WINDOW_MS, SqliteOptions, SqliteStore, Synchronous};
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Unix epoch milliseconds, UTC.
 pub type Millis = i64;
@@ -83,13 +84,14 @@ pub struct StoredDecision {
     /// Allow or deny.
     pub verdict: Verdict,
     /// The reason name, e.g. `policy.budget_exhausted` or `user.approved`.
-    pub reason: String,
+    /// Shared text (`Arc<str>`): a replay hands it out without copying.
+    pub reason: Arc<str>,
     /// The effective-block digest that produced it; a lookup with another digest misses.
-    pub digest: String,
+    pub digest: Arc<str>,
     /// None = no expiry (until the block changes).
     pub expires_at: Option<Millis>,
     /// The exact `error.data` JSON text sent with a denial (so a replay is byte-identical); None for allow.
-    pub data: Option<String>,
+    pub data: Option<Arc<str>>,
     /// How many times this identity was re-presented and answered from the store.
     pub represented: u64,
     /// When the decision was made.

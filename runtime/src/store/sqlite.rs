@@ -17,7 +17,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params};
@@ -409,10 +409,10 @@ fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail>
     })?;
     Ok(StoredDecision {
         verdict,
-        reason: row.get(1)?,
-        digest: row.get(2)?,
+        reason: Arc::from(row.get::<_, String>(1)?),
+        digest: Arc::from(row.get::<_, String>(2)?),
         expires_at: row.get(3)?,
-        data: row.get(4)?,
+        data: row.get::<_, Option<String>>(4)?.map(Arc::from),
         represented: uint(row.get(5)?),
         decided_at: row.get(6)?,
     })
