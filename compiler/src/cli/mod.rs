@@ -8,6 +8,7 @@ mod fmt;
 mod identity;
 mod policy;
 mod proxy;
+mod test;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ enum Command {
     Explain(explain::Args),
     /// Run an MCP server behind a policy: a stdio proxy the client launches in its place.
     Proxy(proxy::Args),
+    /// Run policy unit tests (TOML cases) and report coverage.
+    Test(test::Args),
 }
 
 /// How to colour output.
@@ -104,5 +107,6 @@ pub fn main() -> ExitCode {
         Command::Identity(args) => identity::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Test(args) => test::run(args),
     }
 }

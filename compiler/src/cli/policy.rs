@@ -3,7 +3,9 @@
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::input;
+use mcpolicy_compiler::model::PolicyModel;
 use mcpolicy_compiler::render::{self, FileReport};
+use mcpolicy_compiler::syntax::SourceFile;
 use mcpolicy_runtime::table::Table;
 
 use super::{ColorChoice, human_style};
@@ -14,15 +16,58 @@ pub(crate) enum LoadFailure {
     Findings,
 }
 
-/// Reads `path` as a compiled table when it is JSON, otherwise as a policy.
-pub(crate) fn load_table(path: &str, color: ColorChoice) -> Result<Table, LoadFailure> {
+/// A policy file as read: already a compiled table, or source to check.
+enum Read {
+    Table(Table),
+    Source(input::Loaded),
+}
+
+/// Reads `path`, recognising a compiled table by its JSON.
+fn read(path: &str) -> Result<Read, LoadFailure> {
     let loaded =
         input::load(path).map_err(|e| LoadFailure::Usage(format!("cannot read {path}: {e}")))?;
     if loaded.problem.is_none() && loaded.text.trim_start().starts_with('{') {
         return Table::from_json(loaded.text.as_bytes())
+            .map(Read::Table)
             .map_err(|e| LoadFailure::Usage(format!("{path}: {e}")));
     }
-    compile_loaded(loaded, color)
+    Ok(Read::Source(loaded))
+}
+
+/// Reads `path` as a compiled table when it is JSON, otherwise as a policy.
+pub(crate) fn load_table(path: &str, color: ColorChoice) -> Result<Table, LoadFailure> {
+    match read(path)? {
+        Read::Table(table) => Ok(table),
+        Read::Source(loaded) => compile_loaded(loaded, color),
+    }
+}
+
+/// Like [`load_table`], also keeping the checked source of a policy
+/// (`None` for a compiled table).
+pub(crate) fn load_table_with_source(
+    path: &str,
+    color: ColorChoice,
+) -> Result<(Table, Option<PolicySource>), LoadFailure> {
+    match read(path)? {
+        Read::Table(table) => Ok((table, None)),
+        Read::Source(loaded) => {
+            compile_with_source(loaded, color).map(|(table, source)| (table, Some(source)))
+        }
+    }
+}
+
+/// The checked source behind a table, for commands that report on
+/// statements (`mcpc test --coverage`).
+#[derive(Debug)]
+pub(crate) struct PolicySource {
+    /// The path as given.
+    pub path: String,
+    /// The whole text.
+    pub text: String,
+    /// The syntax tree (statement spans).
+    pub file: SourceFile,
+    /// The checked meaning (which block states which statement).
+    pub model: PolicyModel,
 }
 
 /// Checks a loaded policy (printing its findings) and lowers it, from one
@@ -31,6 +76,31 @@ pub(crate) fn compile_loaded(
     loaded: input::Loaded,
     color: ColorChoice,
 ) -> Result<Table, LoadFailure> {
+    compile_with(loaded, color, |_, _| Some(())).map(|(table, ())| table)
+}
+
+/// Like [`compile_loaded`], keeping the syntax tree and model as well.
+fn compile_with_source(
+    loaded: input::Loaded,
+    color: ColorChoice,
+) -> Result<(Table, PolicySource), LoadFailure> {
+    compile_with(loaded, color, |db, source| {
+        Some(PolicySource {
+            path: source.path(db).clone(),
+            text: source.text(db).clone(),
+            file: db::parse_file(db, source).file.clone(),
+            model: db::model(db, source).clone()?,
+        })
+    })
+}
+
+/// The one parse-check-lower path; `keep` takes what else the caller needs
+/// from the database before it is dropped.
+fn compile_with<T>(
+    loaded: input::Loaded,
+    color: ColorChoice,
+    keep: impl FnOnce(&Database, SourceText) -> Option<T>,
+) -> Result<(Table, T), LoadFailure> {
     let db = Database::default();
     let source = SourceText::new(&db, loaded.path.clone(), loaded.text.clone());
     let diagnostics = match loaded.problem {
@@ -52,7 +122,9 @@ pub(crate) fn compile_loaded(
     if errors > 0 {
         return Err(LoadFailure::Findings);
     }
-    db::lower_file(&db, source)
+    let table = db::lower_file(&db, source)
         .clone()
-        .ok_or(LoadFailure::Findings)
+        .ok_or(LoadFailure::Findings)?;
+    let kept = keep(&db, source).ok_or(LoadFailure::Findings)?;
+    Ok((table, kept))
 }
