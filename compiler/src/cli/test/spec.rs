@@ -5,6 +5,7 @@
 //! now = 2026-03-10T12:00:00Z          # the clock of every case (optional)
 //! server = "git"                      # the server of every case (optional)
 //! params = { maxTokens = 256 }        # merged under every `prompt`/`request` table
+//! consent = "approve"                 # the answer to consent prompts (optional)
 //!
 //! [[case]]
 //! name = "git: maxTokens above 512 is clamped"
@@ -141,6 +142,8 @@ struct RawFile {
     now: Option<Spanned<toml::Value>>,
     server: Option<Spanned<String>>,
     params: Option<Spanned<toml::Value>>,
+    consent: Option<Spanned<String>>,
+    sampling_context: Option<bool>,
     #[serde(default)]
     case: Vec<Spanned<RawCase>>,
 }
@@ -295,6 +298,8 @@ pub fn parse(path: &str, text: &str) -> Result<TestFile, SpecError> {
         now: file_now,
         server: raw.server.as_ref().map(|s| s.get_ref().clone()),
         params: file_params,
+        consent: ctx.consent(raw.consent.as_ref())?,
+        sampling_context: raw.sampling_context.unwrap_or(false),
     };
     if raw.case.is_empty() {
         return Err(SpecError {
@@ -327,6 +332,8 @@ struct FileDefaults {
     now: Millis,
     server: Option<String>,
     params: Map<String, Value>,
+    consent: Option<bool>,
+    sampling_context: bool,
 }
 
 struct Ctx<'a> {
@@ -473,7 +480,10 @@ impl Ctx<'_> {
             ));
         }
         let form = self.request(&case.request(), &defaults.params)?;
-        let consent = self.consent(case.consent.as_ref())?;
+        let consent = match &case.consent {
+            Some(_) => self.consent(case.consent.as_ref())?,
+            None => defaults.consent,
+        };
         let usage = self.count(case.usage.as_ref(), "usage")?;
         let Some(expect) = &case.expect else {
             return Err(self.error(
@@ -491,7 +501,9 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        let sampling_context = case.sampling_context.unwrap_or(false);
+        let sampling_context = case
+            .sampling_context
+            .unwrap_or(defaults.sampling_context);
         let deadline_missed = case.deadline_missed.unwrap_or(false);
 
         let mut before = Vec::new();
