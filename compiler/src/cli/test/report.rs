@@ -111,6 +111,7 @@ pub fn json(policy: &str, files: &[FileResults], coverage: Option<&Coverage>) ->
                         "field": f.field,
                         "expected": f.expected,
                         "actual": f.actual,
+                        "actual_present": f.actual.is_some(),
                         "location": f.at.to_string(),
                         "note": f.note,
                         "message": f.detail,

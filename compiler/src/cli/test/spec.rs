@@ -501,9 +501,7 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        let sampling_context = case
-            .sampling_context
-            .unwrap_or(defaults.sampling_context);
+        let sampling_context = case.sampling_context.unwrap_or(defaults.sampling_context);
         let deadline_missed = case.deadline_missed.unwrap_or(false);
 
         let mut before = Vec::new();
@@ -741,7 +739,11 @@ impl Ctx<'_> {
             if !ok {
                 return Err(self.error(
                     value.span(),
-                    format!("`expect.{field}` must be {}", kind.describe()),
+                    format!(
+                        "`expect.{field}` must be {}, not {}",
+                        kind.describe(),
+                        table_to_json(self, value.get_ref(), value.span())?
+                    ),
                 ));
             }
             list.push(Expectation {
