@@ -36,14 +36,12 @@ use toml::Spanned;
 /// gives the same answers on every day it is run.
 pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
 
-/// The largest request file read (the runtime's own request limit is lower).
+/// The largest request file read, and the largest `prompt` × `prompt_repeat`
+/// (the runtime's own request limit is lower).
 const MAX_REQUEST_FILE_BYTES: u64 = 16 << 20;
 
 /// The largest `repeat`.
 const MAX_REPEAT: u64 = 100_000;
-
-/// The largest `prompt_repeat` (a prompt of a few MiB at most).
-const MAX_PROMPT_REPEAT: usize = 1 << 20;
 
 /// What a step's outcome may be.
 pub const OUTCOMES: &[&str] = &["allow", "trim", "deny", "consent", "invalid", "error"];
@@ -372,7 +370,6 @@ impl RequestForm {
                     let message =
                         json!({"role": "user", "content": {"type": "text", "text": text}});
                     value.insert("messages".to_owned(), Value::Array(vec![message]));
-                    // A `request` table's own `messages` wins over the prompt.
                 }
                 let value = if *envelope {
                     Value::Object(value)
@@ -666,11 +663,23 @@ impl Ctx<'_> {
                 ));
             }
             Some(r) => match usize::try_from(*r.get_ref()) {
-                Ok(n) if (1..=MAX_PROMPT_REPEAT).contains(&n) => n,
+                Ok(n)
+                    if n >= 1
+                        && raw
+                            .prompt
+                            .map_or(0, |p| p.get_ref().len())
+                            .saturating_mul(n)
+                            <= MAX_REQUEST_FILE_BYTES as usize =>
+                {
+                    n
+                }
                 _ => {
                     return Err(self.error(
                         r.span(),
-                        format!("`prompt_repeat` must be between 1 and {MAX_PROMPT_REPEAT}"),
+                        format!(
+                            "`prompt_repeat` must be at least 1 and keep the prompt within {} MiB",
+                            MAX_REQUEST_FILE_BYTES >> 20
+                        ),
                     ));
                 }
             },
@@ -692,13 +701,15 @@ impl Ctx<'_> {
             });
         }
         let mut value = base.clone();
-        let own_messages = table.contains_key("messages");
+        if let (Some(prompt), true) = (raw.prompt, table.contains_key("messages")) {
+            return Err(self.error(
+                prompt.span(),
+                "`prompt` and `request.messages` both give the messages; keep one",
+            ));
+        }
         value.extend(table);
         Ok(RequestForm::Built {
-            prompt: raw
-                .prompt
-                .filter(|_| !own_messages)
-                .map(|p| (p.get_ref().clone(), times)),
+            prompt: raw.prompt.map(|p| (p.get_ref().clone(), times)),
             envelope: false,
             value,
         })
