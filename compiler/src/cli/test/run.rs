@@ -346,7 +346,7 @@ fn decide_step(
     match decision {
         Decision::Deny(denial) => {
             deny_fields(&denial, request.id.as_ref(), &mut observed);
-            result.reasons.push(denial.reason.clone());
+            result.reasons.push(denial.reason.to_string());
             if step.deadline_missed {
                 problem(
                     result,
@@ -395,7 +395,7 @@ fn decide_step(
                         observed.clear();
                         observed.insert("consent_asked".into(), consent_asked.into());
                         deny_fields(&denial, request.id.as_ref(), &mut observed);
-                        result.reasons.push(denial.reason.clone());
+                        result.reasons.push(denial.reason.to_string());
                     }
                     Err(error) => problem(
                         result,
@@ -496,11 +496,11 @@ fn trim_reasons(annotations: &Annotations) -> Vec<String> {
 fn deny_fields(denial: &Denial, id: Option<&Value>, observed: &mut Map<String, Value>) {
     let frame_text = denial.frame(id);
     let frame: Value = serde_json::from_str(&frame_text).unwrap_or(Value::String(frame_text));
-    let data: Value =
-        serde_json::from_str(&denial.data).unwrap_or(Value::String(denial.data.clone()));
+    let data: Value = serde_json::from_str(&denial.data)
+        .unwrap_or_else(|_| Value::String(denial.data.to_string()));
     observed.insert("outcome".into(), "deny".into());
-    observed.insert("reason".into(), denial.reason.clone().into());
-    observed.insert("reasons".into(), json!([denial.reason]));
+    observed.insert("reason".into(), Value::from(&*denial.reason));
+    observed.insert("reasons".into(), json!([&*denial.reason]));
     observed.insert("code".into(), Value::from(denial.code));
     observed.insert("message".into(), denial.message().into());
     observed.insert("retryable".into(), denial.retryable.into());
