@@ -183,6 +183,48 @@ fn coverage_credits_the_budget_that_refused() {
     assert_eq!(report["coverage"]["unattributed"], serde_json::json!([]));
 }
 
+/// Hits of the statement at `line`, from a `--format json` coverage report.
+fn hits_at(report: &Value, line: u64) -> u64 {
+    report["coverage"]["statement_list"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|s| s["line"] == line)
+        .and_then(|s| s["hits"].as_u64())
+        .unwrap_or_else(|| panic!("no statement at line {line}"))
+}
+
+/// Under MCP 2026-07-28 a client without `sampling.context` has every scope
+/// lowered to `none` by the protocol: such a trim is not the statement's.
+#[test]
+fn coverage_does_not_credit_max_context_for_the_protocol_rule() {
+    let policy = "tests/cases/test/protocol-2026.mcpolicy";
+    let rule = "tests/cases/test/protocol-2026-rule.tests.toml";
+    let statement = "tests/cases/test/protocol-2026-statement.tests.toml";
+    let only_rule = mcpc(&["test", policy, rule, "--coverage", "--format", "json"]);
+    assert_eq!(
+        only_rule.code, 0,
+        "{}{}",
+        only_rule.stdout, only_rule.stderr
+    );
+    let report: Value = serde_json::from_str(&only_rule.stdout).expect("JSON report");
+    assert_eq!(hits_at(&report, 9), 0);
+    assert_eq!(report["coverage"]["reasons"]["covered"], 1);
+
+    let both = mcpc(&[
+        "test",
+        policy,
+        rule,
+        statement,
+        "--coverage",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(both.code, 0, "{}{}", both.stdout, both.stderr);
+    let report: Value = serde_json::from_str(&both.stdout).expect("JSON report");
+    assert_eq!(hits_at(&report, 9), 1);
+}
+
 #[test]
 fn every_example_passes_with_full_coverage() {
     let examples = repo_root().join("examples");
