@@ -250,9 +250,11 @@ struct RawExpect {
 
 /// Reads and validates one test file.
 pub fn load(path: &str) -> Result<TestFile, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+    let cannot = |e: &dyn std::fmt::Display| SpecError {
         text: format!("{path}: cannot read: {e}"),
-    })?;
+    };
+    let bytes = read_limited(Path::new(path)).map_err(|e| cannot(&e))?;
+    let text = String::from_utf8(bytes).map_err(|_| cannot(&"not UTF-8 text"))?;
     parse(path, &text)
 }
 
