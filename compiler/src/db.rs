@@ -10,7 +10,7 @@ use crate::check::{self, Analysis};
 use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
 use crate::model::PolicyModel;
-use crate::parse::{self, Parsed};
+use crate::parse::{self, ChunkParse, Parsed};
 use crate::syntax::Span;
 
 /// One policy file's text.
@@ -24,16 +24,59 @@ pub struct SourceText {
     pub text: String,
 }
 
-/// The syntax tree and lexical findings.
+/// The text of one top-level item, or of a run of items the splitter left
+/// together (`parse::item_starts`). Interned: equal texts are one value
+/// wherever they stand in the file, so an edit that moves an item does not
+/// make it a new one.
+#[salsa::interned(debug)]
+pub struct ItemText<'db> {
+    /// The item's text, from the start of its first line to the start of
+    /// the next item.
+    #[returns(ref)]
+    pub text: String,
+}
+
+/// One item parsed on its own, spans relative to its first byte. Re-runs
+/// only for a text it has not seen: an edit inside one `server` block
+/// re-parses that block alone, even when it moves every item after it.
+#[salsa::tracked(returns(ref), no_eq)]
+pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemText<'db>) -> ChunkParse {
+    parse::parse_chunk(item.text(db))
+}
+
+/// The syntax tree and lexical findings: the file cut into items
+/// (`parse::item_starts`), each parsed by [`parse_item`], assembled with
+/// spans shifted to the whole text. Equal to `parse::parse` of the text.
 #[salsa::tracked(returns(ref), no_eq)]
 pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
-    parse::parse(source.text(db))
+    let text = source.text(db);
+    let starts = parse::item_starts(text);
+    if starts.len() <= 1 {
+        // One piece: nothing to reuse another time that the whole-file
+        // memo does not already reuse, so skip the interned copy.
+        return parse::parse(text);
+    }
+    let pieces: Vec<(usize, &ChunkParse)> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| {
+            let end = starts.get(i + 1).copied().unwrap_or(text.len());
+            let item = ItemText::new(db, &text[start..end]);
+            (start, parse_item(db, item))
+        })
+        .collect();
+    parse::assemble(&pieces)
 }
 
 /// Every finding: the parser's and the checker's, in source order.
 #[salsa::tracked(returns(ref))]
 pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
-    let parsed = parse_file(db, source);
+    analyze_parsed(parse_file(db, source))
+}
+
+/// What [`analyze`] computes from a parsed file: the checker's findings and
+/// the parser's, in source order.
+pub fn analyze_parsed(parsed: &Parsed) -> Analysis {
     let mut analysis = check::check(&parsed.file);
     if !parsed.diagnostics.is_empty() {
         // A control character already reported (E0007) also breaks the item or

@@ -3,7 +3,7 @@
 //! happens only at the edges (CLI, LSP).
 
 use crate::codes::{Code, Severity};
-use crate::syntax::Span;
+use crate::syntax::{Shift, Span};
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -105,6 +105,33 @@ impl Diagnostic {
     /// The code's severity.
     pub fn severity(&self) -> Severity {
         self.code.severity()
+    }
+}
+
+impl Shift for Diagnostic {
+    fn shift(&mut self, by: usize) {
+        let Diagnostic {
+            code: _,
+            message: _,
+            span,
+            label: _,
+            related,
+            help: _,
+            note: _,
+            fix,
+        } = self;
+        span.shift(by);
+        for Related { span, message: _ } in related {
+            span.shift(by);
+        }
+        if let Some(Fix {
+            title: _,
+            span,
+            replacement: _,
+        }) = fix
+        {
+            span.shift(by);
+        }
     }
 }
 

@@ -18,10 +18,29 @@ pub struct Parsed {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Parses a policy.
+/// Parses a policy, the whole text in one pest run. The salsa database
+/// parses item by item instead ([`item_starts`], [`parse_chunk`],
+/// [`assemble`]); both give equal trees and findings (tested in
+/// `compiler/tests/incremental.rs`), and this function is the reference.
 pub fn parse(text: &str) -> Parsed {
+    parse_chunk(text).parsed
+}
+
+/// One piece of a file parsed on its own, spans relative to its first byte.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ChunkParse {
+    /// The piece's items, comments and findings. The findings are the
+    /// control characters first, then the rest in the builder's order.
+    pub parsed: Parsed,
+    /// How many of `parsed.diagnostics` are control-character findings.
+    pub controls: usize,
+}
+
+/// Parses a piece of a file (or a whole file) on its own.
+pub fn parse_chunk(text: &str) -> ChunkParse {
     let mut builder = Builder::default();
     builder.control_characters(text);
+    let controls = builder.diagnostics.len();
     match PolicyParser::parse(Rule::file, text) {
         Ok(mut pairs) => {
             if let Some(file) = pairs.next() {
@@ -52,13 +71,168 @@ pub fn parse(text: &str) -> Parsed {
         }
     }
     builder.comments.sort_by_key(|c| c.span.start);
-    Parsed {
-        file: SourceFile {
-            items: builder.items,
-            comments: builder.comments,
+    ChunkParse {
+        parsed: Parsed {
+            file: SourceFile {
+                items: builder.items,
+                comments: builder.comments,
+            },
+            diagnostics: builder.diagnostics,
         },
-        diagnostics: builder.diagnostics,
+        controls,
     }
+}
+
+/// Where the text can be cut into pieces that parse on their own exactly as
+/// they do inside the whole file: the first offset is always 0, and each
+/// further one starts a line at which the whole-file parser is certainly
+/// between two top-level items.
+///
+/// Why a cut at `p` is safe. Only two things in the grammar run across a
+/// line break: the `sep` of the top-level and block loops, and the
+/// `brace_run` of a `bad_item`, which reads from a `{` to the first `}`
+/// whatever lies between (strings and comments included). So at the start
+/// of a line the parser is in the top-level loop, in a block's loop, or in a
+/// `brace_run`. A cut is made only where
+///
+/// - the last `{` or `}` byte before `p` (anywhere: in a string, a comment,
+///   a bad item) is not a `{`, so every `{` before `p` has a `}` after it and
+///   before `p`, and no `brace_run` can reach `p`; and
+/// - the line starts, in its first column, with what the grammar's
+///   `top_start` matches (`mcpolicy`, `protocol`, `error_code`, `identity`,
+///   `reason`, `defaults` as whole words, or `server` then blanks and `"`).
+///   A block's loop cannot read that line as a statement (`bad_stmt`
+///   refuses it), so an unclosed block ends there through `&top_start`,
+///   just as it ends through `&EOI` when the piece is parsed alone; with no
+///   blank before the keyword, no implicit whitespace is skipped either way.
+///
+/// So at `p` the whole-file parser starts a top-level item, as the parser
+/// of the piece does at its start; and nothing read before `p` looks past
+/// the line break that ends the piece (lookaheads read at most to the end
+/// of their line), so each piece's tree is the whole file's tree for it.
+/// Unbalanced braces only make the pieces larger: after a `{` left open,
+/// nothing is cut until a `}`.
+pub fn item_starts(text: &str) -> Vec<usize> {
+    let bytes = text.as_bytes();
+    let mut starts = vec![0];
+    let mut open = false;
+    for (i, &b) in bytes.iter().enumerate() {
+        let line_start = match b {
+            b'{' => {
+                open = true;
+                continue;
+            }
+            b'}' => {
+                open = false;
+                continue;
+            }
+            b'\n' => true,
+            b'\r' => bytes.get(i + 1) != Some(&b'\n'),
+            _ => false,
+        };
+        // `{`, `}`, `\n` and `\r` never occur inside a UTF-8 sequence, so
+        // `i + 1` after one of the last two is a character boundary.
+        if line_start && !open && i + 1 < bytes.len() && starts_item(&bytes[i + 1..]) {
+            starts.push(i + 1);
+        }
+    }
+    starts
+}
+
+/// Whether the grammar's `top_start` matches at the start of `rest`.
+fn starts_item(rest: &[u8]) -> bool {
+    let word = |kw: &[u8]| {
+        rest.starts_with(kw)
+            && rest
+                .get(kw.len())
+                .is_none_or(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))
+    };
+    const KEYWORDS: [&[u8]; 6] = [
+        b"mcpolicy",
+        b"protocol",
+        b"error_code",
+        b"identity",
+        b"reason",
+        b"defaults",
+    ];
+    if KEYWORDS.iter().any(|kw| word(kw)) {
+        return true;
+    }
+    if !word(b"server") {
+        return false;
+    }
+    // `kw_server ~ WHITESPACE* ~ "\""`: blanks (space, tab, U+FEFF) between.
+    // The implicit COMMENT could also be skipped there, but a comment runs
+    // to the end of the line, where no `"` can follow.
+    let mut after = &rest[b"server".len()..];
+    loop {
+        if let Some(tail) = after
+            .strip_prefix(b" ")
+            .or_else(|| after.strip_prefix(b"\t"))
+        {
+            after = tail;
+        } else if let Some(tail) = after.strip_prefix("\u{FEFF}".as_bytes()) {
+            after = tail;
+        } else {
+            return after.first() == Some(&b'"');
+        }
+    }
+}
+
+/// A file's tree from its pieces, each given with the offset it starts at:
+/// spans shifted to the whole text, the control-character findings of all
+/// pieces before the other findings, as [`parse`] orders them.
+pub fn assemble<'a>(pieces: &[(usize, &'a ChunkParse)]) -> Parsed {
+    let mut file = SourceFile {
+        items: Vec::with_capacity(pieces.iter().map(|(_, p)| p.parsed.file.items.len()).sum()),
+        comments: Vec::with_capacity(
+            pieces
+                .iter()
+                .map(|(_, p)| p.parsed.file.comments.len())
+                .sum(),
+        ),
+    };
+    let mut diagnostics = Vec::new();
+    for &(offset, piece) in pieces {
+        file.items
+            .extend(piece.parsed.file.items.iter().cloned().map(|mut item| {
+                item.shift(offset);
+                item
+            }));
+        file.comments
+            .extend(piece.parsed.file.comments.iter().cloned().map(|mut c| {
+                c.shift(offset);
+                c
+            }));
+        diagnostics.extend(shifted(&piece.parsed.diagnostics[..piece.controls], offset));
+    }
+    for &(offset, piece) in pieces {
+        diagnostics.extend(shifted(&piece.parsed.diagnostics[piece.controls..], offset));
+    }
+    Parsed { file, diagnostics }
+}
+
+fn shifted(diagnostics: &[Diagnostic], offset: usize) -> impl Iterator<Item = Diagnostic> + '_ {
+    diagnostics.iter().cloned().map(move |mut d| {
+        d.shift(offset);
+        d
+    })
+}
+
+/// [`parse`] item by item, without a database: [`item_starts`], then
+/// [`parse_chunk`] per piece, then [`assemble`].
+pub fn parse_by_items(text: &str) -> Parsed {
+    let starts = item_starts(text);
+    let chunks: Vec<(usize, ChunkParse)> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| {
+            let end = starts.get(i + 1).copied().unwrap_or(text.len());
+            (start, parse_chunk(&text[start..end]))
+        })
+        .collect();
+    let pieces: Vec<(usize, &ChunkParse)> = chunks.iter().map(|(o, c)| (*o, c)).collect();
+    assemble(&pieces)
 }
 
 #[derive(Default)]

@@ -331,3 +331,216 @@ impl fmt::Display for Quantity {
         Ok(())
     }
 }
+
+/// Moves every span of a node by a byte offset. The parser reads each
+/// top-level item on its own, with spans relative to the item's first byte,
+/// and the file's tree is assembled by shifting each item to where it stands
+/// (see `parse::item_starts`). Every impl names each field, so a new field
+/// with a span cannot be forgotten here.
+pub trait Shift {
+    /// Adds `by` to every span's start and end.
+    fn shift(&mut self, by: usize);
+}
+
+impl Shift for Span {
+    fn shift(&mut self, by: usize) {
+        self.start += by;
+        self.end += by;
+    }
+}
+
+impl<T: Shift> Shift for Option<T> {
+    fn shift(&mut self, by: usize) {
+        if let Some(inner) = self {
+            inner.shift(by);
+        }
+    }
+}
+
+impl<T: Shift> Shift for Vec<T> {
+    fn shift(&mut self, by: usize) {
+        for inner in self {
+            inner.shift(by);
+        }
+    }
+}
+
+/// The value of a `Spanned` carries no span (it is a `String` or a `bool`).
+impl<T> Shift for Spanned<T> {
+    fn shift(&mut self, by: usize) {
+        let Spanned { value: _, span } = self;
+        span.shift(by);
+    }
+}
+
+impl Shift for IntLit {
+    fn shift(&mut self, by: usize) {
+        let IntLit {
+            value: _,
+            text: _,
+            span,
+        } = self;
+        span.shift(by);
+    }
+}
+
+impl Shift for Comment {
+    fn shift(&mut self, by: usize) {
+        let Comment { text: _, span } = self;
+        span.shift(by);
+    }
+}
+
+impl Shift for Item {
+    fn shift(&mut self, by: usize) {
+        let Item {
+            kind,
+            keyword,
+            span,
+        } = self;
+        kind.shift(by);
+        keyword.shift(by);
+        span.shift(by);
+    }
+}
+
+impl Shift for ItemKind {
+    fn shift(&mut self, by: usize) {
+        match self {
+            ItemKind::Version(int) | ItemKind::ErrorCode(int) => int.shift(by),
+            ItemKind::Protocol(revision) => revision.shift(by),
+            ItemKind::Identity(fields) => fields.shift(by),
+            ItemKind::Reason(ReasonDecl { name, body }) => {
+                name.shift(by);
+                body.shift(by);
+            }
+            ItemKind::Defaults(body) => body.shift(by),
+            ItemKind::Server(ServerDecl { pattern, body }) => {
+                pattern.shift(by);
+                body.shift(by);
+            }
+            ItemKind::Bad(_) => {}
+        }
+    }
+}
+
+impl<S: Shift> Shift for Block<S> {
+    fn shift(&mut self, by: usize) {
+        let Block { stmts, open, close } = self;
+        stmts.shift(by);
+        open.shift(by);
+        close.shift(by);
+    }
+}
+
+impl Shift for StringLit {
+    fn shift(&mut self, by: usize) {
+        let StringLit { value: _, span } = self;
+        span.shift(by);
+    }
+}
+
+impl Shift for Stmt {
+    fn shift(&mut self, by: usize) {
+        let Stmt {
+            kind,
+            keyword,
+            span,
+        } = self;
+        kind.shift(by);
+        keyword.shift(by);
+        span.shift(by);
+    }
+}
+
+impl Shift for StmtKind {
+    fn shift(&mut self, by: usize) {
+        match self {
+            StmtKind::Sampling(switch, reason) | StmtKind::Tools(switch, reason) => {
+                switch.shift(by);
+                reason.shift(by);
+            }
+            StmtKind::MaxContext(word) | StmtKind::Consent(word) => word.shift(by),
+            StmtKind::MaxInput(quantity, reason)
+            | StmtKind::MaxMessages(quantity, reason)
+            | StmtKind::Deadline(quantity, reason) => {
+                quantity.shift(by);
+                reason.shift(by);
+            }
+            StmtKind::MaxTokens(quantity) => quantity.shift(by),
+            StmtKind::Rate {
+                count,
+                window,
+                reason,
+            } => {
+                count.shift(by);
+                window.shift(by);
+                reason.shift(by);
+            }
+            StmtKind::Budget {
+                limit,
+                metric,
+                window,
+                reason,
+            } => {
+                limit.shift(by);
+                metric.shift(by);
+                window.shift(by);
+                reason.shift(by);
+            }
+            StmtKind::Models(models) => models.shift(by),
+            StmtKind::Bad(bad) => bad.shift(by),
+        }
+    }
+}
+
+impl Shift for WindowSyntax {
+    fn shift(&mut self, by: usize) {
+        match self {
+            WindowSyntax::Calendar(unit) => unit.shift(by),
+            WindowSyntax::Rolling(quantity) => quantity.shift(by),
+        }
+    }
+}
+
+impl Shift for ReasonStmt {
+    fn shift(&mut self, by: usize) {
+        let ReasonStmt {
+            kind,
+            keyword,
+            span,
+        } = self;
+        kind.shift(by);
+        keyword.shift(by);
+        span.shift(by);
+    }
+}
+
+impl Shift for ReasonStmtKind {
+    fn shift(&mut self, by: usize) {
+        match self {
+            ReasonStmtKind::Retryable(value) => value.shift(by),
+            ReasonStmtKind::Ttl(TtlSyntax::Duration(quantity)) => quantity.shift(by),
+            ReasonStmtKind::Ttl(TtlSyntax::Keyword(word)) => word.shift(by),
+            ReasonStmtKind::Message(message) => message.shift(by),
+            ReasonStmtKind::Code(code) => code.shift(by),
+            ReasonStmtKind::Bad(bad) => bad.shift(by),
+        }
+    }
+}
+
+impl Shift for BadStmt {
+    fn shift(&mut self, by: usize) {
+        let BadStmt { text: _, span } = self;
+        span.shift(by);
+    }
+}
+
+impl Shift for Quantity {
+    fn shift(&mut self, by: usize) {
+        let Quantity { number, unit, span } = self;
+        number.shift(by);
+        unit.shift(by);
+        span.shift(by);
+    }
+}
