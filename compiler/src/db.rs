@@ -44,12 +44,31 @@ pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemText<'db>) -> Chu
     parse::parse_chunk(item.text(db))
 }
 
-/// The syntax tree and lexical findings: the file cut into items
+/// How [`parse_file`] reads a file. Set once, by [`Database::incremental`];
+/// a database without it parses each file in one pass.
+///
+/// Item by item suits an editor: the next revision reuses every item an
+/// edit did not touch. A batch run (`mcpc check`) has no next revision and
+/// would only pay for a second copy of the tree (the items' memos), so it
+/// keeps the one-pass parse. Both give equal results
+/// (`compiler/tests/incremental.rs`).
+#[salsa::input(singleton, debug)]
+pub struct ParseMode {
+    /// Whether files are parsed item by item.
+    #[returns(copy)]
+    pub by_items: bool,
+}
+
+/// The syntax tree and lexical findings, equal to `parse::parse` of the
+/// text. In a [`Database::incremental`] database: the file cut into items
 /// (`parse::item_starts`), each parsed by [`parse_item`], assembled with
-/// spans shifted to the whole text. Equal to `parse::parse` of the text.
+/// spans shifted to the whole text.
 #[salsa::tracked(returns(ref), no_eq)]
 pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
     let text = source.text(db);
+    if !ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db)) {
+        return parse::parse(text);
+    }
     let starts = parse::item_starts(text);
     if starts.len() <= 1 {
         // One piece: nothing to reuse another time that the whole-file
@@ -143,7 +162,16 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
-    /// A database that records the queries it executes.
+    /// A database for an editor: files are parsed item by item
+    /// ([`ParseMode`]), so an edit re-parses only the items it touched.
+    pub fn incremental() -> Self {
+        let db = Database::default();
+        ParseMode::new(&db, true);
+        db
+    }
+
+    /// An [`incremental`](Database::incremental) database that records the
+    /// queries it executes.
     pub fn with_log() -> Self {
         let log: Arc<Mutex<Option<Vec<String>>>> = Arc::new(Mutex::new(Some(Vec::new())));
         let sink = log.clone();
@@ -155,7 +183,9 @@ impl Database {
                 entries.push(format!("{database_key:?}"));
             }
         })));
-        Database { storage, log }
+        let db = Database { storage, log };
+        ParseMode::new(&db, true);
+        db
     }
 
     /// The queries executed since the last call, and clears the record.

@@ -7,7 +7,8 @@
 //!   versions of them give an EQUAL tree, comment list and findings (the
 //!   whole `Parsed` value, spans included) and equal diagnostics, both
 //!   without a database and through one salsa database that sees every
-//!   edit in turn (so its reused items are exercised);
+//!   edit in turn (so its reused items are exercised), and through a
+//!   one-pass (`Database::default`, as `mcpc`) database;
 //! - an edit inside one `server` block re-parses that item alone, even when
 //!   it moves every item after it (salsa's `WillExecute` events).
 
@@ -202,8 +203,10 @@ fn assert_same(name: &str, text: &str, db: &mut Database, source: SourceText) {
 
 #[test]
 fn item_by_item_parse_equals_whole_file_parse() {
-    let mut db = Database::default();
+    let mut db = Database::incremental();
+    let mut batch = Database::default();
     let source = SourceText::new(&db, "p.mcpolicy".into(), String::new());
+    let batch_source = SourceText::new(&batch, "p.mcpolicy".into(), String::new());
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut split = 0;
     // More with `MCPOLICY_DIFF_EDITS=2000 cargo test --release …`.
@@ -214,6 +217,7 @@ fn item_by_item_parse_equals_whole_file_parse() {
     for (name, text) in corpus() {
         split += usize::from(parse::item_starts(&text).len() > 1);
         assert_same(&name, &text, &mut db, source);
+        assert_same(&name, &text, &mut batch, batch_source);
         // A chain of edits, each on the text the previous one left, so the
         // later ones hit files already broken in several places.
         let mut edited = text;
@@ -257,6 +261,25 @@ fn item_starts_cuts_only_at_certain_boundaries() {
             at("server\t\"g\""),
         ]
     );
+}
+
+/// A one-pass database does not parse item by item.
+#[test]
+fn batch_database_parses_in_one_pass() {
+    let text = "mcpolicy 1\nserver \"a\" {}\nserver \"b\" {}\n";
+    let mut db = Database::with_log();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
+    assert_eq!(*db::parse_file(&db, source), parse::parse(text));
+    let log = db.take_log();
+    assert_eq!(
+        log.iter().filter(|q| q.starts_with("parse_item")).count(),
+        3,
+        "{log:?}"
+    );
+    db = Database::default();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
+    assert_eq!(*db::parse_file(&db, source), parse::parse(text));
+    assert!(db::ParseMode::try_get(&db).is_none());
 }
 
 /// An edit inside one `server` block of a 1,111-server policy re-parses

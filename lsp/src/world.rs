@@ -93,7 +93,7 @@ impl World {
     /// An empty world speaking `encoding`.
     pub fn new(encoding: Encoding) -> Self {
         World {
-            db: Database::default(),
+            db: Database::incremental(),
             documents: HashMap::new(),
             encoding,
             dirty: BTreeSet::new(),
