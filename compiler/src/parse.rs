@@ -182,7 +182,7 @@ fn starts_item(rest: &[u8]) -> bool {
 /// A file's tree from its pieces, each given with the offset it starts at:
 /// spans shifted to the whole text, the control-character findings of all
 /// pieces before the other findings, as [`parse`] orders them.
-pub fn assemble<'a>(pieces: &[(usize, &'a ChunkParse)]) -> Parsed {
+pub fn assemble(pieces: &[(usize, &ChunkParse)]) -> Parsed {
     let mut file = SourceFile {
         items: Vec::with_capacity(pieces.iter().map(|(_, p)| p.parsed.file.items.len()).sum()),
         comments: Vec::with_capacity(
