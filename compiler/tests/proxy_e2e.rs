@@ -95,8 +95,10 @@ defaults {
 // ------------------------------------------------------------------ roles
 
 fn main() -> ExitCode {
-    if std::env::var_os("MCPOLICY_E2E_ROLE").is_some_and(|r| r == "adversary") {
-        return serve_adversary();
+    match std::env::var("MCPOLICY_E2E_ROLE").as_deref() {
+        Ok("adversary") => return serve_adversary(),
+        Ok("raw") => return raw_server(),
+        _ => {}
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tests: &[(&str, fn())] = &[
@@ -125,6 +127,10 @@ fn main() -> ExitCode {
             deadline_answers_the_server_and_drops_the_late_answer,
         ),
         ("input_required_2026_07_28", input_required_2026_07_28),
+        (
+            "malformed_frames_through_the_binary",
+            malformed_frames_through_the_binary,
+        ),
         (
             "non_sampling_traffic_is_forwarded_and_exit_status_kept",
             non_sampling_traffic_is_forwarded_and_exit_status_kept,
@@ -189,6 +195,37 @@ fn serve_adversary() -> ExitCode {
         let _ = running.waiting().await;
     });
     ExitCode::SUCCESS
+}
+
+/// Frames a hostile or broken server might write. The proxy must answer the
+/// first four itself and pass the fifth through byte for byte.
+const RAW_FRAMES: [&str; 5] = [
+    "this is not json",
+    r#"[{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":9}}]"#,
+    r#"{"jsonrpc":"2.0","id":2,"method":"roots/list","method":"sampling/createMessage","params":{"messages":[],"maxTokens":9}}"#,
+    r#"{"jsonrpc":"2.0","id":3,"method":"sampling\/createMessage","params":{"messages":[],"maxTokens":9}}"#,
+    r#"{ "jsonrpc":"2.0", "method":"notifications/message", "params":{"level":"info","data":"  spaced  "} }"#,
+];
+
+/// A server that writes [`RAW_FRAMES`], records the next five lines it
+/// receives in `MCPOLICY_E2E_RAW_OUT`, and exits with status 3.
+fn raw_server() -> ExitCode {
+    use std::io::{BufRead, Write};
+    let mut out = std::io::stdout().lock();
+    for frame in RAW_FRAMES {
+        writeln!(out, "{frame}").unwrap();
+    }
+    out.flush().unwrap();
+    let mut seen = Vec::new();
+    for line in std::io::stdin().lock().lines().take(5) {
+        seen.push(line.unwrap());
+    }
+    std::fs::write(
+        std::env::var("MCPOLICY_E2E_RAW_OUT").unwrap(),
+        seen.join("\n"),
+    )
+    .unwrap();
+    ExitCode::from(3)
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -795,5 +832,79 @@ fn non_sampling_traffic_is_forwarded_and_exit_status_kept() {
         fixture.log_text().contains("server exited"),
         "{}",
         fixture.log_text()
+    );
+}
+
+/// Broken and hostile frames through the real binary: the server's are
+/// answered per JSON-RPC and never reach the client (an escaped method name
+/// is still recognised and decided); the client's pass through unchanged;
+/// the proxy survives all of it and exits with the server's status.
+fn malformed_frames_through_the_binary() {
+    use std::io::{BufRead, BufReader, Write};
+    let fixture = Fixture::new(
+        "mcpolicy 1\nprotocol 2025-11-25\nerror_code -32010\nidentity messages\n\nserver \"raw\" {\n  sampling off\n}\n",
+    );
+    let seen_path = fixture.store.with_extension("seen");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mcpc"));
+    command
+        .args(["proxy", "--server-id", "raw", "--policy"])
+        .arg(&fixture.policy)
+        .arg("--store")
+        .arg(&fixture.store)
+        .arg("--log")
+        .arg(&fixture.log)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .env("MCPOLICY_E2E_ROLE", "raw")
+        .env("MCPOLICY_E2E_RAW_OUT", &seen_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut proxy = command.spawn().unwrap();
+    let mut from_proxy = BufReader::new(proxy.stdout.take().unwrap());
+    let mut line = String::new();
+    from_proxy.read_line(&mut line).unwrap();
+    assert_eq!(line, format!("{}\n", RAW_FRAMES[4]), "byte for byte");
+    let mut to_proxy = proxy.stdin.take().unwrap();
+    to_proxy.write_all(b"{broken from the client\n").unwrap();
+    to_proxy.flush().unwrap();
+    let status = proxy.wait().unwrap();
+    assert_eq!(status.code(), Some(3), "{}", fixture.log_text());
+    line.clear();
+    assert_eq!(
+        from_proxy.read_line(&mut line).unwrap(),
+        0,
+        "nothing else reached the client: {line}"
+    );
+
+    let seen: Vec<String> = std::fs::read_to_string(&seen_path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert!(
+        seen.contains(&"{broken from the client".to_owned()),
+        "{seen:?}"
+    );
+    let answers: Vec<Value> = seen
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let codes: Vec<(Value, Value)> = answers
+        .iter()
+        .map(|a| (a["id"].clone(), a["error"]["code"].clone()))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (Value::Null, json!(-32700)),
+            (Value::Null, json!(-32600)),
+            (Value::Null, json!(-32600)),
+            (json!(3), json!(-32010)),
+        ]
+    );
+    assert_eq!(
+        answers[3]["error"]["data"]["reason"],
+        "policy.sampling_disabled"
     );
 }

@@ -819,12 +819,25 @@ impl Session {
         }
     }
 
+    /// Settles token usage, and warns when the client ran a model outside
+    /// the block's `models` (the proxy trims hints but cannot choose the
+    /// client's model; the completion has run, so it is not withheld).
     fn settle(&self, grant: &Grant, result: &Value) {
         if let Some(tokens) = usage_tokens(result)
             && let Err(error) = self.engine.settle(&grant.ticket, tokens)
         {
             self.log
                 .line(format_args!("settling {tokens} tokens failed: {error}"));
+        }
+        if let Some(model) = result.get("model").and_then(Value::as_str)
+            && !self.engine.model_allowed(&grant.ticket, model)
+        {
+            self.log.line(format_args!(
+                "warning: the client ran model `{model}`, outside the policy's `models` {:?}",
+                self.engine
+                    .allowed_models(&grant.ticket)
+                    .unwrap_or_default()
+            ));
         }
     }
 
