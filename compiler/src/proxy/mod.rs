@@ -219,7 +219,7 @@ pub fn run(
         session.server_id()
     ));
 
-    // Deadlines: woken whenever a line from the server may have added one.
+    // Deadlines: woken whenever a line from the server added one.
     let (wake, woken) = mpsc::channel::<()>();
     {
         let session = session.clone();
@@ -268,7 +268,11 @@ fn pump_server(session: &Session, out: impl Read, wake: &mpsc::Sender<()>) {
         match read_line_capped(&mut reader, &mut buf, MAX_SERVER_LINE) {
             Ok(Some(true)) => {
                 session.from_server(&buf);
-                let _ = wake.send(());
+                // Only a new deadline needs the deadline thread; waking it
+                // for every line would cost a context switch per message.
+                if session.take_new_deadline() {
+                    let _ = wake.send(());
+                }
             }
             Ok(Some(false)) => {
                 session.log().line(format_args!(

@@ -104,10 +104,78 @@ struct ServerProbe<'a> {
     result: Option<ResultProbe<'a>>,
 }
 
-#[derive(Deserialize)]
+/// `result.resultType` when `result` is an object; any other `result`
+/// (JSON-RPC allows any value) probes as `None` rather than failing.
 struct ResultProbe<'a> {
-    #[serde(borrow, default, rename = "resultType")]
     result_type: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ResultProbe<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(std::marker::PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = ResultProbe<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC result")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut result_type: Option<Option<Cow<'a, str>>> = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == "resultType" {
+                        if result_type.is_some() {
+                            return Err(serde::de::Error::duplicate_field("resultType"));
+                        }
+                        result_type = Some(map.next_value::<Option<Cow<'de, str>>>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(ResultProbe {
+                    result_type: result_type.flatten(),
+                })
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ResultProbe { result_type: None })
+            }
+
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(ResultProbe { result_type: None })
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(ResultProbe { result_type: None })
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(ResultProbe { result_type: None })
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(ResultProbe { result_type: None })
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(ResultProbe { result_type: None })
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ResultProbe { result_type: None })
+            }
+        }
+
+        deserializer.deserialize_any(Visitor(std::marker::PhantomData))
+    }
 }
 
 /// The members of a client frame the proxy routes on.
@@ -182,6 +250,9 @@ pub struct Session {
     log: Log,
     audit: Option<Audit>,
     sampling_context: AtomicBool,
+    /// A request with a deadline was remembered since the last
+    /// [`Session::take_new_deadline`]: the deadline thread must recompute.
+    new_deadline: AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -218,6 +289,7 @@ impl Session {
             log,
             audit,
             sampling_context: AtomicBool::new(false),
+            new_deadline: AtomicBool::new(false),
         }
     }
 
@@ -479,6 +551,9 @@ impl Session {
         requested: Map<String, Value>,
     ) {
         let key = id_key(&id);
+        if deadline.is_some() {
+            self.new_deadline.store(true, Ordering::Release);
+        }
         let mut state = lock(&self.state);
         state.late.remove(&key);
         let previous = state.requests.insert(
@@ -947,6 +1022,11 @@ impl Session {
 
     // ------------------------------------------------------------ deadlines
 
+    /// Whether a request with a deadline was remembered since the last call.
+    pub fn take_new_deadline(&self) -> bool {
+        self.new_deadline.swap(false, Ordering::AcqRel)
+    }
+
     /// The earliest deadline of a request the client has not answered yet.
     pub fn next_deadline(&self) -> Option<Instant> {
         let state = lock(&self.state);
@@ -1127,6 +1207,23 @@ server "slow" {
         let from_client = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"roots\":[]}}  \n";
         rig.session.from_client(from_client.as_bytes());
         assert_eq!(rig.server.take(), [from_client.trim_end_matches('\n')]);
+        // JSON-RPC allows any result; only MCP's objects are probed.
+        for result in [
+            "5",
+            "[1,{\"a\":2}]",
+            "null",
+            "\"text\"",
+            "{\"resultType\":\"complete\"}",
+        ] {
+            let frame = format!("{{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{result}}}");
+            rig.session.from_server(frame.as_bytes());
+            assert_eq!(rig.client.take(), [frame]);
+        }
+        let twice = r#"{"jsonrpc":"2.0","id":9,"result":{"resultType":"complete","resultType":"input_required"}}"#;
+        rig.session.from_server(twice.as_bytes());
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        assert!(!rig.session.take_new_deadline());
         // Garbage from the client is the server's to answer.
         rig.session.from_client(b"not json at all\n");
         assert_eq!(rig.server.take(), ["not json at all"]);
@@ -1232,6 +1329,8 @@ server "slow" {
         let rig = rig("slow");
         rig.session.from_server(SAMPLE.as_bytes());
         assert_eq!(rig.client.take().len(), 1);
+        assert!(rig.session.take_new_deadline());
+        assert!(!rig.session.take_new_deadline());
         assert!(rig.session.next_deadline().is_some());
         rig.session.expire(Instant::now() + Duration::from_secs(1));
         let answer = parse(&rig.server.take()[0]);
