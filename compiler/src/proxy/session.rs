@@ -961,7 +961,24 @@ impl Session {
             let grant = match awaiting {
                 Awaiting::Consent(consent) => {
                     match self.engine.resolve_consent(consent, answered) {
-                        Ok(Decision::Allow(grant) | Decision::Trim(grant)) => grant,
+                        Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
+                            let applied = grant.params(&requested);
+                            self.audit(&Entry {
+                                event: "consent",
+                                via: "inputRequests",
+                                id: Some(&id),
+                                identity: Some(grant.ticket.identity()),
+                                outcome: if grant.lowered.is_empty() {
+                                    "allow"
+                                } else {
+                                    "trim"
+                                },
+                                requested: Some(&requested),
+                                applied: Some(&applied),
+                                ..Entry::default()
+                            });
+                            grant
+                        }
                         Ok(Decision::Deny(denial)) => {
                             // No response for the entry: the client declined it.
                             self.audit_denial(
@@ -1387,6 +1404,60 @@ server "slow" {
             sent["params"]["inputResponses"]["s"]["_meta"]["context"],
             json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"})
         );
+    }
+
+    #[test]
+    fn input_required_consent_is_resolved_by_the_retry() {
+        let rig = rig("asks");
+        let ask = |state: &str, text: &str| {
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required",
+                "inputRequests": {"s": {"method": "sampling/createMessage", "params": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+                    "maxTokens": 50}}},
+                "requestState": state}})
+            .to_string()
+        };
+        // Approved: the retry carries the response and goes on unchanged.
+        rig.session.from_server(ask("r1", "one").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let retry = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "t", "requestState": "r1", "inputResponses": {"s": {"role": "assistant",
+            "model": "m", "content": {"type": "text", "text": "ok"}}}}})
+        .to_string();
+        rig.session.from_client(retry.as_bytes());
+        assert_eq!(rig.server.take(), [retry]);
+        // Declined: the retry has no response for the entry.
+        rig.session.from_server(ask("r2", "two").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let declined = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "t", "requestState": "r2", "inputResponses": {}}})
+        .to_string();
+        rig.session.from_client(declined.as_bytes());
+        assert_eq!(
+            rig.server.take().len(),
+            1,
+            "forwarded for the server to handle"
+        );
+        let audit: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+        let events: Vec<(&str, &str)> = audit
+            .iter()
+            .map(|l| (l["event"].as_str().unwrap(), l["outcome"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("decision", "consent"),
+                ("consent", "allow"),
+                ("decision", "consent"),
+                ("consent", "deny")
+            ]
+        );
+        assert_eq!(audit[3]["reason"], "user.denied");
+        // The declined request again: refused from the store, on the client's call.
+        rig.session.from_server(ask("r3", "two").as_bytes());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], 1);
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied");
     }
 
     #[test]
