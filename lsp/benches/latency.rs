@@ -8,7 +8,9 @@
 //! ```
 //!
 //! `MCPOLICY_BENCH_EDITS` sets the number of edits (default 200);
-//! `MCPOLICY_BENCH_LINES` the size of the policy (default 10,000).
+//! `MCPOLICY_BENCH_LINES` the size of the policy (default 10,000);
+//! `MCPOLICY_BENCH_EDIT=server` edits a `server` block in the middle of the
+//! file instead of `defaults`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -168,13 +170,33 @@ fn main() {
     let open_latency = first - opened;
 
     // Each edit types or deletes one character inside `max_tokens 4096`
-    // (line 12): 4096 → 40960 → 4096 → …, so every other version is a
-    // semantic change and the whole file is re-checked each time.
-    let target_line = text
-        .lines()
-        .position(|l| l.trim_start().starts_with("max_tokens"))
-        .unwrap() as u32;
-    let column = text.lines().nth(target_line as usize).unwrap().len() as u32;
+    // (line 12, in `defaults`): 4096 → 40960 → 4096 → …, so every other
+    // version is a semantic change and the whole file is re-checked each
+    // time. With `MCPOLICY_BENCH_EDIT=server` the digit goes after the
+    // number of the first `budget N requests per day` past the middle of
+    // the file instead (an edit inside one `server` block).
+    let in_server = std::env::var("MCPOLICY_BENCH_EDIT").is_ok_and(|v| v == "server");
+    let (target_line, column) = if in_server {
+        let middle = text.lines().count() / 2;
+        let line = middle
+            + text
+                .lines()
+                .skip(middle)
+                .position(|l| {
+                    l.trim_start().starts_with("budget") && l.contains("requests per day")
+                })
+                .unwrap();
+        let shown = text.lines().nth(line).unwrap();
+        let digits = shown.find("budget ").unwrap() + "budget ".len();
+        let end = digits + shown[digits..].find(' ').unwrap();
+        (line as u32, end as u32)
+    } else {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("max_tokens"))
+            .unwrap();
+        (line as u32, text.lines().nth(line).unwrap().len() as u32)
+    };
     let mut samples = Vec::with_capacity(edits);
     let cpu_before = cpu_time(pid);
     for i in 0..edits {
@@ -215,9 +237,10 @@ fn main() {
     samples.sort();
     let mean = samples.iter().sum::<Duration>() / samples.len().max(1) as u32;
     println!(
-        "policy: {} lines, {} bytes; {edits} one-character edits",
+        "policy: {} lines, {} bytes; {edits} one-character edits on line {}",
         text.lines().count(),
-        text.len()
+        text.len(),
+        target_line + 1
     );
     println!("didOpen → publishDiagnostics: {open_latency:.2?}");
     println!(
