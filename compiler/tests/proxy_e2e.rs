@@ -142,10 +142,32 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    // libtest's command line, as far as it applies: filters, `--exact`,
+    // `--skip NAME`; other options (and the values of those that take one) ignored.
+    const WITH_VALUE: &[&str] = &[
+        "--test-threads",
+        "--format",
+        "--color",
+        "--logfile",
+        "--shuffle-seed",
+        "-Z",
+    ];
+    let mut filters: Vec<&String> = Vec::new();
+    let mut skips: Vec<&String> = Vec::new();
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        if word == "--skip" {
+            skips.extend(words.next());
+        } else if WITH_VALUE.contains(&word.as_str()) {
+            words.next();
+        } else if !word.starts_with('-') {
+            filters.push(word);
+        }
+    }
     let exact = args.iter().any(|a| a == "--exact");
     let selected: Vec<_> = tests
         .iter()
+        .filter(|(name, _)| !skips.iter().any(|s| name.contains(s.as_str())))
         .filter(|(name, _)| {
             filters.is_empty()
                 || filters.iter().any(|f| {
