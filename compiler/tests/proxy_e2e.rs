@@ -115,6 +115,10 @@ fn main() -> ExitCode {
             fifty_one_character_variants_hit_the_rate_limit,
         ),
         (
+            "twenty_concurrent_requests_admit_exactly_the_rate",
+            twenty_concurrent_requests_admit_exactly_the_rate,
+        ),
+        (
             "trim_arrives_with_meta_context",
             trim_arrives_with_meta_context,
         ),
@@ -666,6 +670,43 @@ fn fifty_one_character_variants_hit_the_rate_limit() {
         50,
         "every variant is a fresh evaluation"
     );
+}
+
+/// Twenty different requests in flight at once against `rate 3 per 1m`:
+/// the proxy tracks every id, exactly three reach the client, and each call
+/// gets its own answer.
+fn twenty_concurrent_requests_admit_exactly_the_rate() {
+    let fixture = Fixture::new(POLICY);
+    block_on(async {
+        let proxied = start(&fixture, "chatty", User::slow(Duration::from_millis(50))).await;
+        let mut burst = tokio::task::JoinSet::new();
+        for i in 0..20 {
+            let peer = proxied.session.peer().clone();
+            let mut args = Map::new();
+            let p = request(&format!("burst {i}"), ContextInclusion::None);
+            args.insert("params".into(), serde_json::to_value(&p).unwrap());
+            burst.spawn(async move {
+                let call = CallToolRequestParams::new("sample").with_arguments(args);
+                peer.call_tool(call)
+                    .await
+                    .unwrap()
+                    .structured_content
+                    .unwrap()
+            });
+        }
+        let outcomes = burst.join_all().await;
+        let allowed = outcomes
+            .iter()
+            .filter(|o| o.get("result").is_some())
+            .count();
+        let limited = outcomes
+            .iter()
+            .filter(|o| o["error"]["data"]["reason"] == "policy.rate_limit")
+            .count();
+        assert_eq!((allowed, limited), (3, 17), "{outcomes:#?}");
+        assert_eq!(proxied.user.provider_calls(), 3);
+        proxied.close().await;
+    });
 }
 
 /// `max_context thisServer` against a request for `allServers`: the client
