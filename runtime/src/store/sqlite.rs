@@ -78,7 +78,7 @@ const PAGE_SIZE: i64 = 4096;
 
 /// WAL pages after which a commit checkpoints the WAL into the main file
 /// (SQLite's default; 10,000 measured no better, see STORE.md).
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 10000;
 
 /// How long after admission a reservation can still be settled; older ones
 /// are pruned and settling them is a no-op (the reserved amount stands).
@@ -433,14 +433,19 @@ fn add_to_total(
     Ok(())
 }
 
-/// Prunes `counter` to `window`'s floor and returns the spend that counts in it.
+/// Prunes the spend rows of `counter` below `window`'s floor and returns
+/// `(counting, freed)`: the spend that counts in the window, computed from the
+/// stored running total minus `already_freed` (what earlier checks of the same
+/// admission pruned from this counter, not yet written back), and what this
+/// prune deleted. The caller must lower the running total by `freed`.
 fn prune_and_sum(
     conn: &Connection,
     server_id: &str,
     counter: &str,
     window: LimitWindow,
     now: Millis,
-) -> Result<u64, rusqlite::Error> {
+    already_freed: i64,
+) -> Result<(u64, i64), rusqlite::Error> {
     let floor = match window {
         LimitWindow::Rolling { ms } => rolling_floor(now, ms),
         LimitWindow::Fixed { start, .. } => start,
@@ -470,9 +475,31 @@ fn prune_and_sum(
         // Rows before the floor can never count again (windows only move forward).
         conn.prepare_cached("DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3")?
             .execute(params![server_id, counter, floor])?;
-        add_to_total(conn, server_id, counter, -freed)?;
     }
-    Ok(uint(total.saturating_sub(freed).saturating_sub(after_end)))
+    let counting = total
+        .saturating_sub(already_freed)
+        .saturating_sub(freed)
+        .saturating_sub(after_end);
+    Ok((uint(counting), freed))
+}
+
+/// `INSERT … VALUES` with `rows` groups of `columns` numbered parameters,
+/// `(?1, ?2, …), (?k+1, …)`, then `tail`.
+fn multi_row_sql(head: &str, rows: usize, columns: usize, tail: &str) -> String {
+    let mut sql = String::from(head);
+    for row in 0..rows {
+        sql.push_str(if row == 0 { " VALUES (" } else { ", (" });
+        for column in 0..columns {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("?{}", row * columns + column + 1));
+        }
+        sql.push(')');
+    }
+    sql.push(' ');
+    sql.push_str(tail);
+    sql
 }
 
 impl DecisionStore for SqliteStore {
@@ -483,6 +510,21 @@ impl DecisionStore for SqliteStore {
         now: Millis,
     ) -> Result<Option<StoredDecision>, StoreError> {
         let conn = self.lock()?;
+        // A miss (the common case: a fresh request) is answered by one read
+        // transaction, without the write lock. A miss seen here is a miss at
+        // some moment of the call, so this is still linearisable; only a hit
+        // has something to count, and is looked up again under the lock.
+        let hit = conn
+            .prepare_cached(
+                "SELECT 1 FROM decisions
+                 WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
+                   AND (expires_at IS NULL OR expires_at > ?4)",
+            )
+            .and_then(|mut stmt| stmt.exists(params![key.server_id, key.identity, digest, now]))
+            .map_err(|e| map_sql(&self.path, e))?;
+        if !hit {
+            return Ok(None);
+        }
         in_immediate(&self.path, &conn, |conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {DECISION_COLUMNS} FROM decisions
@@ -491,7 +533,7 @@ impl DecisionStore for SqliteStore {
             ))?;
             let mut rows = stmt.query(params![key.server_id, key.identity, digest, now])?;
             let Some(row) = rows.next()? else {
-                return Ok(None); // a miss writes nothing, so its commit costs no I/O
+                return Ok(None); // gone since the look-up: a miss after all
             };
             let mut found = decision_from_row(&self.path, row)?;
             drop(rows);
@@ -517,17 +559,40 @@ impl DecisionStore for SqliteStore {
         }
         let conn = self.lock()?;
         in_immediate(&self.path, &conn, |conn| {
+            // What each check's prune deleted: written back to the running
+            // totals together with the new spend, in one statement.
+            let mut freed: Vec<i64> = Vec::with_capacity(checks.len());
             for (index, check) in checks.iter().enumerate() {
-                // Several checks may name one counter; count what earlier checks of this call add.
-                let pending: u64 = checks[..index]
+                // Several checks may name one counter; count what earlier checks of this call add
+                // (and what their prunes already deleted from its stored total).
+                let (pending, already_freed) = checks[..index]
                     .iter()
-                    .filter(|earlier| earlier.counter == check.counter)
-                    .map(|earlier| earlier.amount)
-                    .sum();
-                let spent = prune_and_sum(conn, server_id, &check.counter, check.window, now)?
-                    .saturating_add(pending);
+                    .zip(&freed)
+                    .filter(|(earlier, _)| earlier.counter == check.counter)
+                    .fold((0u64, 0i64), |(amount, gone), (earlier, f)| {
+                        (
+                            amount.saturating_add(earlier.amount),
+                            gone.saturating_add(*f),
+                        )
+                    });
+                let (counting, pruned) = prune_and_sum(
+                    conn,
+                    server_id,
+                    &check.counter,
+                    check.window,
+                    now,
+                    already_freed,
+                )?;
+                freed.push(pruned);
+                let spent = counting.saturating_add(pending);
                 if spent.saturating_add(check.amount) <= check.limit {
                     continue;
+                }
+                // Refused: nothing is recorded, but what was pruned stays pruned.
+                for (earlier, gone) in checks.iter().zip(&freed) {
+                    if *gone != 0 {
+                        add_to_total(conn, server_id, &earlier.counter, -gone)?;
+                    }
                 }
                 let available_at = match check.window {
                     LimitWindow::Fixed { end, .. } => end,
@@ -559,27 +624,46 @@ impl DecisionStore for SqliteStore {
             conn.prepare_cached("INSERT INTO reservations (server_id, at) VALUES (?1, ?2)")?
                 .execute(params![server_id, now])?;
             let reservation = conn.last_insert_rowid();
-            let mut insert = conn.prepare_cached(
-                "INSERT INTO spend (server_id, counter, at, reservation, amount)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
-            )?;
-            for check in checks {
-                insert.execute(params![
-                    server_id,
-                    check.counter,
-                    now,
-                    reservation,
-                    int(check.amount)
-                ])?;
-                add_to_total(conn, server_id, &check.counter, int(check.amount))?;
+            // All spend rows in one statement, all running totals (new spend
+            // minus what was pruned) in another: fewer statements per admission.
+            let mut spend_values: Vec<rusqlite::types::Value> =
+                Vec::with_capacity(checks.len() * 5);
+            let mut total_values: Vec<rusqlite::types::Value> =
+                Vec::with_capacity(checks.len() * 3);
+            for (check, gone) in checks.iter().zip(&freed) {
+                spend_values.extend([
+                    server_id.to_owned().into(),
+                    check.counter.clone().into(),
+                    now.into(),
+                    reservation.into(),
+                    int(check.amount).into(),
+                ]);
+                total_values.extend([
+                    server_id.to_owned().into(),
+                    check.counter.clone().into(),
+                    int(check.amount).saturating_sub(*gone).into(),
+                ]);
             }
-            // Forget reservations too old to settle: 4 of the oldest every 2nd admission keeps up.
-            if reservation % 2 == 0 {
+            conn.prepare_cached(&multi_row_sql(
+                "INSERT INTO spend (server_id, counter, at, reservation, amount)",
+                checks.len(),
+                5,
+                "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
+            ))?
+            .execute(rusqlite::params_from_iter(spend_values))?;
+            conn.prepare_cached(&multi_row_sql(
+                "INSERT INTO counters (server_id, counter, total)",
+                checks.len(),
+                3,
+                "ON CONFLICT (server_id, counter) DO UPDATE SET total = total + excluded.total",
+            ))?
+            .execute(rusqlite::params_from_iter(total_values))?;
+            // Forget reservations too old to settle: 16 of the oldest every 8th admission keeps up.
+            if reservation % 8 == 0 {
                 conn.prepare_cached(
                     // A rowid range, not `id IN (SELECT …)`, which would build a temporary b-tree.
                     "DELETE FROM reservations
-                     WHERE id <= (SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 1 OFFSET 3)
+                     WHERE id <= (SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 1 OFFSET 15)
                        AND at < ?2",
                 )?
                 .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
