@@ -13,6 +13,12 @@
 //!   from `/proc/thread-self/stat` instead of the wall clock, so the figure
 //!   holds on a machine shared with other builds (Linux only).
 //!
+//! - `decide_sqlite/*` and the `sqlite cpu:` line: the same paths with the
+//!   durable [`SqliteStore`] (default options, a file in a temporary
+//!   directory): what "decisions per second with the SQLite store" means for
+//!   the engine. A fresh decision is a replay miss (one read transaction) and
+//!   one admission (one write transaction); a replay is one write transaction.
+//!
 //! Run: `CARGO_TARGET_DIR=target-engine cargo bench -p mcpolicy-runtime --bench decide`
 //! (figures in `runtime/ENGINE.md`).
 
@@ -25,7 +31,7 @@ use mcpolicy_runtime::calendar;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{ClientContext, Decision, Engine};
 use mcpolicy_runtime::identity;
-use mcpolicy_runtime::store::MemoryStore;
+use mcpolicy_runtime::store::{MemoryStore, SqliteStore};
 use mcpolicy_runtime::table::{
     Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, Deadline, EffectiveBlock, Limit,
     ProtocolRevision, Rate, ReasonSpec, ServerEntry, Switch, TABLE_FORMAT, Table, Window,
@@ -251,6 +257,57 @@ fn bench(c: &mut Criterion) {
     });
     if let (Some(fresh_ns), Some(replay_ns)) = (fresh_ns, replay_ns) {
         println!("cpu: decide/fresh {fresh_ns:.0} ns/iter, decide/replay {replay_ns:.0} ns/iter");
+    }
+
+    // The same with the SQLite store.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut group = c.benchmark_group("decide_sqlite");
+    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
+    let store = Arc::new(SqliteStore::open(dir.path().join("fresh.db")).expect("open store"));
+    let fresh = Engine::new(table(true), store, clock.clone());
+    let mut f = 0usize;
+    let mut fresh_op = || {
+        f = (f + 1) % ids.len();
+        let n = f;
+        clock.advance(60);
+        let decision = fresh
+            .decide_with_identity(&ids[n], identities[n].clone(), &params, &ctx)
+            .expect("decide");
+        debug_assert!(matches!(decision, Decision::Allow(_)));
+        black_box(decision);
+    };
+    group.bench_function("fresh", |b| b.iter(&mut fresh_op));
+    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
+    let store = Arc::new(SqliteStore::open(dir.path().join("replay.db")).expect("open store"));
+    let replays = Engine::new(table(false), store, clock);
+    for (id, identity) in ids.iter().zip(&identities) {
+        let first = replays
+            .decide_with_identity(id, identity.clone(), &params, &ctx)
+            .expect("decide");
+        assert!(matches!(first, Decision::Deny(_)));
+    }
+    let mut r = 0usize;
+    let mut replay_op = || {
+        r = (r + 1) % ids.len();
+        let n = r;
+        black_box(
+            replays
+                .decide_with_identity(&ids[n], identities[n].clone(), &params, &ctx)
+                .expect("decide"),
+        );
+    };
+    group.bench_function("replay", |b| b.iter(&mut replay_op));
+    group.finish();
+    const SQLITE_ITERS: u64 = 50_000;
+    if let (Some(fresh_ns), Some(replay_ns)) = (
+        cpu_per_iter(SQLITE_ITERS, &mut fresh_op),
+        cpu_per_iter(SQLITE_ITERS, &mut replay_op),
+    ) {
+        println!(
+            "sqlite cpu: decide/fresh {fresh_ns:.0} ns/iter ({:.0}/s), decide/replay {replay_ns:.0} ns/iter ({:.0}/s)",
+            1e9 / fresh_ns,
+            1e9 / replay_ns
+        );
     }
 }
 

@@ -621,72 +621,76 @@ impl Engine {
             identity,
         };
 
-        // 3. Replay.
+        // Steps 3–8 in one store call where the store can (SQLite: one
+        // transaction): the replay; then, unless a stored denial answers,
+        // steps 4–6 (pure computation, in `evaluate`) and the admission of
+        // steps 7–8.
         let mut approved_before = false;
-        if let Some(stored) = self.store.replay(&key, &plan.digest, now)? {
-            match stored.verdict {
-                // `tools` is not part of the identity: a server that drops its
-                // tools after a `tools off` denial is asking something new.
-                Verdict::Deny
-                    if *stored.reason == *block.tools.reason
-                        && *stored.reason != *block.sampling.reason
-                        && !block.tools.enabled
-                        && !carries_tools(params) => {}
-                Verdict::Deny => {
-                    return Ok(Decision::Deny(
-                        self.replayed_denial(key, stored, block, params),
-                    ));
+        let mut early: Option<(&str, Produced)> = None;
+        let mut trims: Option<(Lowered, Annotations)> = None;
+        let mut evaluate = |stored: Option<&StoredDecision>, checks: &mut Vec<LimitCheck>| {
+            // 3. Replay.
+            if let Some(stored) = stored {
+                match stored.verdict {
+                    // `tools` is not part of the identity: a server that drops its
+                    // tools after a `tools off` denial is asking something new.
+                    Verdict::Deny
+                        if *stored.reason == *block.tools.reason
+                            && *stored.reason != *block.sampling.reason
+                            && !block.tools.enabled
+                            && !carries_tools(params) => {}
+                    Verdict::Deny => return false,
+                    Verdict::Allow => approved_before = true,
                 }
-                Verdict::Allow => approved_before = true,
             }
-        }
-
-        // 4. Switches.
-        if !block.sampling.enabled {
-            return self.deny(key, plan, &block.sampling.reason, Produced::plain(), now);
-        }
-        if !block.tools.enabled && carries_tools(params) {
-            return self.deny(key, plan, &block.tools.reason, Produced::plain(), now);
-        }
-
-        // 5. Input limits.
-        if let Some(limit) = &block.max_messages {
-            let count = params
-                .get("messages")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len) as u64;
-            if count > limit.max {
-                let produced = Produced {
-                    limit: Some(format!("{} messages", limit.max)),
-                    ..Produced::plain()
-                };
-                return self.deny(key, plan, &limit.reason, produced, now);
+            // 4–5. Switches and input limits.
+            if let Some(denial) = self.switch_or_input_denial(block, params) {
+                early = Some(denial);
+                return false;
             }
-        }
-        if let Some(limit) = &block.max_input
-            && !input_fits(params, limit.max)
-        {
-            let produced = Produced {
-                limit: Some(frame::format_size(limit.max)),
-                ..Produced::plain()
+            // 6. Trims.
+            let (lowered, annotations) = self.trims(block, params, ctx);
+            // 7–8. Rate and budgets, admitted together.
+            let reserve_tokens = lowered
+                .max_tokens
+                .or_else(|| max_tokens_of(params))
+                .or(block.max_tokens)
+                .unwrap_or(0);
+            if !plan.checks.is_empty() {
+                *checks = self.limit_checks(block, plan, reserve_tokens, now);
+            }
+            trims = Some((lowered, annotations));
+            true
+        };
+        let mut checks = Vec::new();
+        let combined =
+            self.store
+                .replay_then_admit(&key, &plan.digest, now, &mut checks, &mut evaluate)?;
+        let (reservation, lowered, annotations) = if let Some(answer) = combined {
+            let admission = match (answer.admission, early, trims) {
+                (Some(admission), _, Some((lowered, annotations))) => {
+                    Some((admission, lowered, annotations))
+                }
+                (_, Some((reason, produced)), _) => {
+                    return self.deny(key, plan, reason, produced, now);
+                }
+                _ => None,
             };
-            return self.deny(key, plan, &limit.reason, produced, now);
-        }
-
-        // 6. Trims.
-        let (lowered, annotations) = self.trims(block, params, ctx);
-
-        // 7–8. Rate and budgets, admitted together.
-        let reserve_tokens = lowered
-            .max_tokens
-            .or_else(|| max_tokens_of(params))
-            .or(block.max_tokens)
-            .unwrap_or(0);
-        let reservation = if plan.checks.is_empty() {
-            0
-        } else {
-            let checks = self.limit_checks(block, plan, reserve_tokens, now);
-            match self.store.admit(server_id, &checks, now)? {
+            let Some((admission, lowered, annotations)) = admission else {
+                // Not evaluated: a stored denial answers.
+                return match answer.replayed {
+                    Some(stored) => Ok(Decision::Deny(
+                        self.replayed_denial(key, stored, block, params),
+                    )),
+                    // A store that skipped `evaluate` without a replay: fail closed.
+                    None => Err(EngineError::Store(StoreError::BadRow {
+                        path: "<store>".into(),
+                        detail: "replay_then_admit answered neither a replay nor an admission"
+                            .to_owned(),
+                    })),
+                };
+            };
+            let reservation = match admission {
                 Admission::Admitted { reservation } => reservation,
                 Admission::Refused {
                     index,
@@ -700,7 +704,73 @@ impl Engine {
                     };
                     return self.refuse_limit(key, plan, block, kind, window, available_at, now);
                 }
+            };
+            (reservation, lowered, annotations)
+        } else {
+            // The store does not combine them (the in-memory store, where
+            // two calls are cheap): steps 3–8 one after the other.
+            // 3. Replay.
+            if let Some(stored) = self.store.replay(&key, &plan.digest, now)? {
+                match stored.verdict {
+                    // `tools` is not part of the identity: a server that drops its
+                    // tools after a `tools off` denial is asking something new.
+                    Verdict::Deny
+                        if *stored.reason == *block.tools.reason
+                            && *stored.reason != *block.sampling.reason
+                            && !block.tools.enabled
+                            && !carries_tools(params) => {}
+                    Verdict::Deny => {
+                        return Ok(Decision::Deny(
+                            self.replayed_denial(key, stored, block, params),
+                        ));
+                    }
+                    Verdict::Allow => approved_before = true,
+                }
             }
+
+            // 4–5. Switches and input limits.
+            if let Some((reason, produced)) = self.switch_or_input_denial(block, params) {
+                return self.deny(key, plan, reason, produced, now);
+            }
+
+            // 6. Trims.
+            let (lowered, annotations) = self.trims(block, params, ctx);
+
+            // 7–8. Rate and budgets, admitted together.
+            let reserve_tokens = lowered
+                .max_tokens
+                .or_else(|| max_tokens_of(params))
+                .or(block.max_tokens)
+                .unwrap_or(0);
+            let reservation = if plan.checks.is_empty() {
+                0
+            } else {
+                let checks = self.limit_checks(block, plan, reserve_tokens, now);
+                match self.store.admit(server_id, &checks, now)? {
+                    Admission::Admitted { reservation } => reservation,
+                    Admission::Refused {
+                        index,
+                        available_at,
+                        ..
+                    } => {
+                        let (kind, window) = match (plan.checks.get(index), checks.get(index)) {
+                            (Some((_, kind)), Some(check)) => (*kind, check.window),
+                            // A store answering with an index we did not send: refuse as rate.
+                            _ => (CheckKind::Rate, LimitWindow::Rolling { ms: 60_000 }),
+                        };
+                        return self.refuse_limit(
+                            key,
+                            plan,
+                            block,
+                            kind,
+                            window,
+                            available_at,
+                            now,
+                        );
+                    }
+                }
+            };
+            (reservation, lowered, annotations)
         };
 
         let trimmed = !annotations.is_empty();
@@ -754,6 +824,45 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Steps 4–5: the denial a switch or an input limit gives this request, if any.
+    fn switch_or_input_denial<'b>(
+        &self,
+        block: &'b EffectiveBlock,
+        params: &Map<String, Value>,
+    ) -> Option<(&'b str, Produced)> {
+        // 4. Switches.
+        if !block.sampling.enabled {
+            return Some((&block.sampling.reason, Produced::plain()));
+        }
+        if !block.tools.enabled && carries_tools(params) {
+            return Some((&block.tools.reason, Produced::plain()));
+        }
+        // 5. Input limits.
+        if let Some(limit) = &block.max_messages {
+            let count = params
+                .get("messages")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len) as u64;
+            if count > limit.max {
+                let produced = Produced {
+                    limit: Some(format!("{} messages", limit.max)),
+                    ..Produced::plain()
+                };
+                return Some((&limit.reason, produced));
+            }
+        }
+        if let Some(limit) = &block.max_input
+            && !input_fits(params, limit.max)
+        {
+            let produced = Produced {
+                limit: Some(frame::format_size(limit.max)),
+                ..Produced::plain()
+            };
+            return Some((&limit.reason, produced));
+        }
+        None
     }
 
     fn trims(

@@ -246,9 +246,13 @@ fn sampling_off_denies_forever_until_the_block_changes() {
 
 #[test]
 fn tools_off_denies_requests_that_carry_tools() {
+    with_each_store(tools_off_denies_requests_that_carry_tools_in);
+}
+
+fn tools_off_denies_requests_that_carry_tools_in(store: Arc<dyn DecisionStore>) {
     let mut block = open_block();
     block.tools.enabled = false;
-    let h = Harness::new(table(vec![("s", block)]));
+    let h = Harness::with_store(table(vec![("s", block)]), store);
     let with_tools = params(json!({
         "messages": [{"role": "user", "content": {"type": "text", "text": "w"}}],
         "maxTokens": 10,
@@ -271,13 +275,17 @@ fn tools_off_denies_requests_that_carry_tools() {
 
 #[test]
 fn input_limits_deny() {
+    with_each_store(input_limits_deny_in);
+}
+
+fn input_limits_deny_in(store: Arc<dyn DecisionStore>) {
     let mut block = open_block();
     block.max_messages = Some(mcpolicy_runtime::table::Limit {
         max: 2,
         reason: builtin::INPUT_TOO_LARGE.into(),
     });
     block.max_input = limit(64 * 1024);
-    let h = Harness::new(table(vec![("s", block)]));
+    let h = Harness::with_store(table(vec![("s", block)]), store);
     let three = params(json!({"messages": [
         {"role": "user", "content": {"type": "text", "text": "1"}},
         {"role": "assistant", "content": {"type": "text", "text": "2"}},
@@ -615,10 +623,16 @@ fn a_request_larger_than_the_whole_budget_is_denied_until_the_reset() {
 
 #[test]
 fn consent_first_is_asked_once_and_stored_approval_still_counts_rate() {
+    with_each_store(consent_first_is_asked_once_and_stored_approval_still_counts_rate_in);
+}
+
+fn consent_first_is_asked_once_and_stored_approval_still_counts_rate_in(
+    store: Arc<dyn DecisionStore>,
+) {
     let mut block = open_block();
     block.consent = Consent::First;
     block.rate = rate(2, 60_000);
-    let h = Harness::new(table(vec![("s", block)]));
+    let h = Harness::with_store(table(vec![("s", block)]), store);
     let request = simple("same");
     let p = pending(h.decide("s", &request));
     assert_eq!(p.server_id(), "s");
@@ -941,4 +955,38 @@ fn a_failing_store_refuses_with_a_frame() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// 8 threads × 1,000 distinct requests through the engine against a budget of
+/// 500 requests: exactly 500 are allowed, with either store (the SQLite store
+/// replays and admits in one transaction, `replay_then_admit`).
+#[test]
+fn engine_threads_never_overspend_a_budget() {
+    with_each_store(|store| {
+        let mut block = open_block();
+        block.budgets = vec![budget(
+            BudgetMetric::Requests,
+            500,
+            Window::Calendar(CalendarUnit::Day),
+        )];
+        let h = Arc::new(Harness::with_store(table(vec![("s", block)]), store));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let h = Arc::clone(&h);
+                std::thread::spawn(move || {
+                    (0..1_000)
+                        .filter(|i| {
+                            let request = simple(&format!("{t}-{i}"));
+                            matches!(
+                                h.decide("s", &request),
+                                Decision::Allow(_) | Decision::Trim(_)
+                            )
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let allowed: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        assert_eq!(allowed, 500);
+    });
 }

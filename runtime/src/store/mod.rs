@@ -278,6 +278,40 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError>;
     /// Delete decisions of `server_id` whose digest differs from `digest`, and expired ones; returns how many.
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError>;
+
+    /// A replay and, unless `evaluate` says otherwise, an admission, in one
+    /// transaction: what the engine does for every request. `evaluate` sees
+    /// the replay's answer (`None` on a miss), fills `checks` and returns
+    /// whether to admit them (for `key.server_id`, at `now`); it is pure
+    /// computation.
+    ///
+    /// Optional: the provided implementation answers `Ok(None)` without
+    /// calling anything, and the engine then calls [`DecisionStore::replay`]
+    /// and [`DecisionStore::admit`] itself, each atomic on its own (cheapest
+    /// for an in-memory store). A store where a transaction has a fixed cost
+    /// implements it (SQLite: one write transaction per fresh decision
+    /// instead of a read and a write).
+    fn replay_then_admit(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+        checks: &mut Vec<LimitCheck>,
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
+    ) -> Result<Option<ReplayThenAdmit>, StoreError> {
+        let _ = (key, digest, now, checks, evaluate);
+        Ok(None)
+    }
+}
+
+/// The answer to [`DecisionStore::replay_then_admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayThenAdmit {
+    /// What [`DecisionStore::replay`] answered.
+    pub replayed: Option<StoredDecision>,
+    /// What [`DecisionStore::admit`] answered, if `evaluate` asked for it
+    /// (an empty `checks` is admitted with reservation 0).
+    pub admission: Option<Admission>,
 }
 
 impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
@@ -308,6 +342,16 @@ impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
     }
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
         (**self).purge_stale(server_id, digest, now)
+    }
+    fn replay_then_admit(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+        checks: &mut Vec<LimitCheck>,
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
+    ) -> Result<Option<ReplayThenAdmit>, StoreError> {
+        (**self).replay_then_admit(key, digest, now, checks, evaluate)
     }
 }
 

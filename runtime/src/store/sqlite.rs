@@ -23,8 +23,8 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params};
 
 use super::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, StoreError,
-    StoredDecision, Verdict, must_free, rolling_available_at, rolling_floor,
+    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, ReplayThenAdmit,
+    StoreError, StoredDecision, Verdict, must_free, rolling_available_at, rolling_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
@@ -502,6 +502,154 @@ fn multi_row_sql(head: &str, rows: usize, columns: usize, tail: &str) -> String 
     sql
 }
 
+/// [`DecisionStore::replay`] inside a write transaction.
+fn replay_in(
+    path: &Path,
+    conn: &Connection,
+    key: &DecisionKey,
+    digest: &str,
+    now: Millis,
+) -> Result<Option<StoredDecision>, Fail> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DECISION_COLUMNS} FROM decisions
+         WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
+           AND (expires_at IS NULL OR expires_at > ?4)"
+    ))?;
+    let mut rows = stmt.query(params![key.server_id, key.identity, digest, now])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None); // a miss
+    };
+    let mut found = decision_from_row(path, row)?;
+    drop(rows);
+    // Same transaction, write lock held since BEGIN: nobody can count in between.
+    conn.prepare_cached(
+        "UPDATE decisions SET represented = represented + 1
+         WHERE server_id = ?1 AND identity = ?2",
+    )?
+    .execute(params![key.server_id, key.identity])?;
+    found.represented = found.represented.saturating_add(1);
+    Ok(Some(found))
+}
+
+/// [`DecisionStore::admit`] inside a write transaction.
+fn admit_in(
+    conn: &Connection,
+    server_id: &str,
+    checks: &[LimitCheck],
+    now: Millis,
+) -> Result<Admission, Fail> {
+    // What each check's prune deleted: written back to the running
+    // totals together with the new spend, in one statement.
+    let mut freed: Vec<i64> = Vec::with_capacity(checks.len());
+    for (index, check) in checks.iter().enumerate() {
+        // Several checks may name one counter; count what earlier checks of this call add
+        // (and what their prunes already deleted from its stored total).
+        let (pending, already_freed) = checks[..index]
+            .iter()
+            .zip(&freed)
+            .filter(|(earlier, _)| earlier.counter == check.counter)
+            .fold((0u64, 0i64), |(amount, gone), (earlier, f)| {
+                (
+                    amount.saturating_add(earlier.amount),
+                    gone.saturating_add(*f),
+                )
+            });
+        let (counting, pruned) = prune_and_sum(
+            conn,
+            server_id,
+            &check.counter,
+            check.window,
+            now,
+            already_freed,
+        )?;
+        freed.push(pruned);
+        let spent = counting.saturating_add(pending);
+        if spent.saturating_add(check.amount) <= check.limit {
+            continue;
+        }
+        // Refused: nothing is recorded, but what was pruned stays pruned.
+        for (earlier, gone) in checks.iter().zip(&freed) {
+            if *gone != 0 {
+                add_to_total(conn, server_id, &earlier.counter, -gone)?;
+            }
+        }
+        let available_at = match check.window {
+            LimitWindow::Fixed { end, .. } => end,
+            LimitWindow::Rolling { ms } => {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT at, amount FROM spend
+                     WHERE server_id = ?1 AND counter = ?2 ORDER BY at",
+                )?;
+                let rows: Vec<(Millis, u64)> = stmt
+                    .query_map(params![server_id, check.counter], |row| {
+                        Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                rolling_available_at(
+                    rows,
+                    must_free(spent, check.amount, check.limit),
+                    check.amount,
+                    check.limit,
+                    ms,
+                )
+            }
+        };
+        return Ok(Admission::Refused {
+            index,
+            counter: check.counter.clone(),
+            available_at,
+        });
+    }
+    conn.prepare_cached("INSERT INTO reservations (server_id, at) VALUES (?1, ?2)")?
+        .execute(params![server_id, now])?;
+    let reservation = conn.last_insert_rowid();
+    // All spend rows in one statement, all running totals (new spend
+    // minus what was pruned) in another: fewer statements per admission.
+    let mut spend_values: Vec<rusqlite::types::Value> = Vec::with_capacity(checks.len() * 5);
+    let mut total_values: Vec<rusqlite::types::Value> = Vec::with_capacity(checks.len() * 3);
+    for (check, gone) in checks.iter().zip(&freed) {
+        spend_values.extend([
+            server_id.to_owned().into(),
+            check.counter.clone().into(),
+            now.into(),
+            reservation.into(),
+            int(check.amount).into(),
+        ]);
+        total_values.extend([
+            server_id.to_owned().into(),
+            check.counter.clone().into(),
+            int(check.amount).saturating_sub(*gone).into(),
+        ]);
+    }
+    conn.prepare_cached(&multi_row_sql(
+        "INSERT INTO spend (server_id, counter, at, reservation, amount)",
+        checks.len(),
+        5,
+        "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
+    ))?
+    .execute(rusqlite::params_from_iter(spend_values))?;
+    conn.prepare_cached(&multi_row_sql(
+        "INSERT INTO counters (server_id, counter, total)",
+        checks.len(),
+        3,
+        "ON CONFLICT (server_id, counter) DO UPDATE SET total = total + excluded.total",
+    ))?
+    .execute(rusqlite::params_from_iter(total_values))?;
+    // Forget reservations too old to settle: 16 of the oldest every 8th admission keeps up.
+    if reservation % 8 == 0 {
+        conn.prepare_cached(
+            // A rowid range, not `id IN (SELECT …)`, which would build a temporary b-tree.
+            "DELETE FROM reservations
+             WHERE id <= (SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 1 OFFSET 15)
+               AND at < ?2",
+        )?
+        .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
+    }
+    Ok(Admission::Admitted {
+        reservation: uint(reservation),
+    })
+}
+
 impl DecisionStore for SqliteStore {
     fn replay(
         &self,
@@ -526,25 +674,7 @@ impl DecisionStore for SqliteStore {
             return Ok(None);
         }
         in_immediate(&self.path, &conn, |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {DECISION_COLUMNS} FROM decisions
-                 WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
-                   AND (expires_at IS NULL OR expires_at > ?4)"
-            ))?;
-            let mut rows = stmt.query(params![key.server_id, key.identity, digest, now])?;
-            let Some(row) = rows.next()? else {
-                return Ok(None); // gone since the look-up: a miss after all
-            };
-            let mut found = decision_from_row(&self.path, row)?;
-            drop(rows);
-            // Same transaction, write lock held since BEGIN: nobody can count in between.
-            conn.prepare_cached(
-                "UPDATE decisions SET represented = represented + 1
-                 WHERE server_id = ?1 AND identity = ?2",
-            )?
-            .execute(params![key.server_id, key.identity])?;
-            found.represented = found.represented.saturating_add(1);
-            Ok(Some(found))
+            replay_in(&self.path, conn, key, digest, now)
         })
     }
 
@@ -559,118 +689,7 @@ impl DecisionStore for SqliteStore {
         }
         let conn = self.lock()?;
         in_immediate(&self.path, &conn, |conn| {
-            // What each check's prune deleted: written back to the running
-            // totals together with the new spend, in one statement.
-            let mut freed: Vec<i64> = Vec::with_capacity(checks.len());
-            for (index, check) in checks.iter().enumerate() {
-                // Several checks may name one counter; count what earlier checks of this call add
-                // (and what their prunes already deleted from its stored total).
-                let (pending, already_freed) = checks[..index]
-                    .iter()
-                    .zip(&freed)
-                    .filter(|(earlier, _)| earlier.counter == check.counter)
-                    .fold((0u64, 0i64), |(amount, gone), (earlier, f)| {
-                        (
-                            amount.saturating_add(earlier.amount),
-                            gone.saturating_add(*f),
-                        )
-                    });
-                let (counting, pruned) = prune_and_sum(
-                    conn,
-                    server_id,
-                    &check.counter,
-                    check.window,
-                    now,
-                    already_freed,
-                )?;
-                freed.push(pruned);
-                let spent = counting.saturating_add(pending);
-                if spent.saturating_add(check.amount) <= check.limit {
-                    continue;
-                }
-                // Refused: nothing is recorded, but what was pruned stays pruned.
-                for (earlier, gone) in checks.iter().zip(&freed) {
-                    if *gone != 0 {
-                        add_to_total(conn, server_id, &earlier.counter, -gone)?;
-                    }
-                }
-                let available_at = match check.window {
-                    LimitWindow::Fixed { end, .. } => end,
-                    LimitWindow::Rolling { ms } => {
-                        let mut stmt = conn.prepare_cached(
-                            "SELECT at, amount FROM spend
-                             WHERE server_id = ?1 AND counter = ?2 ORDER BY at",
-                        )?;
-                        let rows: Vec<(Millis, u64)> = stmt
-                            .query_map(params![server_id, check.counter], |row| {
-                                Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
-                            })?
-                            .collect::<Result<_, _>>()?;
-                        rolling_available_at(
-                            rows,
-                            must_free(spent, check.amount, check.limit),
-                            check.amount,
-                            check.limit,
-                            ms,
-                        )
-                    }
-                };
-                return Ok(Admission::Refused {
-                    index,
-                    counter: check.counter.clone(),
-                    available_at,
-                });
-            }
-            conn.prepare_cached("INSERT INTO reservations (server_id, at) VALUES (?1, ?2)")?
-                .execute(params![server_id, now])?;
-            let reservation = conn.last_insert_rowid();
-            // All spend rows in one statement, all running totals (new spend
-            // minus what was pruned) in another: fewer statements per admission.
-            let mut spend_values: Vec<rusqlite::types::Value> =
-                Vec::with_capacity(checks.len() * 5);
-            let mut total_values: Vec<rusqlite::types::Value> =
-                Vec::with_capacity(checks.len() * 3);
-            for (check, gone) in checks.iter().zip(&freed) {
-                spend_values.extend([
-                    server_id.to_owned().into(),
-                    check.counter.clone().into(),
-                    now.into(),
-                    reservation.into(),
-                    int(check.amount).into(),
-                ]);
-                total_values.extend([
-                    server_id.to_owned().into(),
-                    check.counter.clone().into(),
-                    int(check.amount).saturating_sub(*gone).into(),
-                ]);
-            }
-            conn.prepare_cached(&multi_row_sql(
-                "INSERT INTO spend (server_id, counter, at, reservation, amount)",
-                checks.len(),
-                5,
-                "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
-            ))?
-            .execute(rusqlite::params_from_iter(spend_values))?;
-            conn.prepare_cached(&multi_row_sql(
-                "INSERT INTO counters (server_id, counter, total)",
-                checks.len(),
-                3,
-                "ON CONFLICT (server_id, counter) DO UPDATE SET total = total + excluded.total",
-            ))?
-            .execute(rusqlite::params_from_iter(total_values))?;
-            // Forget reservations too old to settle: 16 of the oldest every 8th admission keeps up.
-            if reservation % 8 == 0 {
-                conn.prepare_cached(
-                    // A rowid range, not `id IN (SELECT …)`, which would build a temporary b-tree.
-                    "DELETE FROM reservations
-                     WHERE id <= (SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 1 OFFSET 15)
-                       AND at < ?2",
-                )?
-                .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
-            }
-            Ok(Admission::Admitted {
-                reservation: uint(reservation),
-            })
+            admit_in(conn, server_id, checks, now)
         })
     }
 
@@ -758,6 +777,34 @@ impl DecisionStore for SqliteStore {
         result.map_err(|fail| match fail {
             Fail::Sql(error) => map_sql(&self.path, error),
             Fail::Store(error) => error,
+        })
+    }
+
+    /// One write transaction for the replay, the evaluation and the admission.
+    fn replay_then_admit(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+        checks: &mut Vec<LimitCheck>,
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
+    ) -> Result<Option<ReplayThenAdmit>, StoreError> {
+        let conn = self.lock()?;
+        in_immediate(&self.path, &conn, |conn| {
+            let replayed = replay_in(&self.path, conn, key, digest, now)?;
+            let admission = if evaluate(replayed.as_ref(), checks) {
+                Some(if checks.is_empty() {
+                    Admission::Admitted { reservation: 0 }
+                } else {
+                    admit_in(conn, &key.server_id, checks, now)?
+                })
+            } else {
+                None
+            };
+            Ok(Some(ReplayThenAdmit {
+                replayed,
+                admission,
+            }))
         })
     }
 
