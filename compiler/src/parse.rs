@@ -112,9 +112,20 @@ pub fn parse_chunk(text: &str) -> ChunkParse {
 /// of their line), so each piece's tree is the whole file's tree for it.
 /// Unbalanced braces only make the pieces larger: after a `{` left open,
 /// nothing is cut until a `}`.
+///
+/// Any subset of these boundaries is safe too, and not every one is used: a
+/// piece costs the database about a kilobyte (an interned text, a memo, a
+/// second copy of its tree), which a file of a million one-line items would
+/// otherwise pay a million times. A boundary is cut when the item before it
+/// has at least [`SMALL_ITEM`] bytes, or else when a hash of its own first
+/// line picks it (one in [`SMALL_RUN`]), so a run of small items becomes
+/// pieces of about that many items. Both tests read only the text between
+/// the previous boundary and the end of this one's first line, so an edit
+/// moves no cut far from itself and the pieces after it are reused.
 pub fn item_starts(text: &str) -> Vec<usize> {
     let bytes = text.as_bytes();
     let mut starts = vec![0];
+    let mut previous = 0;
     let mut open = false;
     for (i, &b) in bytes.iter().enumerate() {
         let line_start = match b {
@@ -132,11 +143,30 @@ pub fn item_starts(text: &str) -> Vec<usize> {
         };
         // `{`, `}`, `\n` and `\r` never occur inside a UTF-8 sequence, so
         // `i + 1` after one of the last two is a character boundary.
-        if line_start && !open && i + 1 < bytes.len() && starts_item(&bytes[i + 1..]) {
-            starts.push(i + 1);
+        let p = i + 1;
+        if line_start && !open && p < bytes.len() && starts_item(&bytes[p..]) {
+            if p - previous >= SMALL_ITEM || first_line_hash(&bytes[p..]) % SMALL_RUN == 0 {
+                starts.push(p);
+            }
+            previous = p;
         }
     }
     starts
+}
+
+/// An item this long or longer ends its own piece (see [`item_starts`]).
+pub const SMALL_ITEM: usize = 64;
+/// Smaller items are grouped, about this many to a piece.
+pub const SMALL_RUN: u64 = 8;
+
+/// FNV-1a of the first line of `rest` (at most 80 bytes of it).
+fn first_line_hash(rest: &[u8]) -> u64 {
+    rest.iter()
+        .take(80)
+        .take_while(|&&b| b != b'\n' && b != b'\r')
+        .fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+            (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 /// Whether the grammar's `top_start` matches at the start of `rest`.

@@ -86,6 +86,16 @@ fn corpus() -> Vec<(String, String)> {
         "server\t\u{FEFF} \"a\" {}\nserver# x\nserver\"b\"{}\nservers \"c\" {}\n".to_owned(),
         "defaults {\n max_tokens 1\n}\nmcpolicy.x\nreason_x\nidentity\u{0}a\nerror_code -1\n"
             .to_owned(),
+        (0..300)
+            .map(|i| match i % 4 {
+                0 => format!("reason r{i}\n"),
+                1 => format!("server \"s{i}\" {{}}\n"),
+                2 => format!(
+                    "server \"t{i}\" {{\n  sampling off\n  max_tokens {i}\n  consent first\n}}\n"
+                ),
+                _ => format!("identity messages\nerror_code -{i}\n"),
+            })
+            .collect(),
     ];
     for (i, text) in hostile.into_iter().enumerate() {
         corpus.push((format!("hostile {i}"), text));
@@ -229,7 +239,9 @@ fn item_by_item_parse_equals_whole_file_parse() {
     assert!(split > 50, "the splitter cut only {split} files");
 }
 
-/// The cuts are where the doc comment of `item_starts` says, and no others.
+/// The cuts are where the doc comment of `item_starts` says, and no others
+/// (every item here is at least `SMALL_ITEM` bytes long, so every safe
+/// boundary is cut).
 #[test]
 fn item_starts_cuts_only_at_certain_boundaries() {
     let text = "mcpolicy 1\n\
@@ -245,9 +257,18 @@ fn item_starts_cuts_only_at_certain_boundaries() {
                 defaults {}\r\
                 servers \"f\" {}\n\
                 server\t\"g\"";
+    // A padding line after each line: no brace, no keyword.
+    let pad = format!("# {}", "-".repeat(parse::SMALL_ITEM));
+    let text = text
+        .split_inclusive(['\n', '\r'])
+        .map(|line| match line.strip_suffix('\r') {
+            Some(line) => format!("{line}\r{pad}\r"),
+            None => format!("{}\n{pad}\n", line.trim_end_matches('\n')),
+        })
+        .collect::<String>();
     let at = |needle: &str| text.find(needle).expect("needle");
     assert_eq!(
-        parse::item_starts(text),
+        parse::item_starts(&text),
         vec![
             0,
             at("server \"a\""),
@@ -261,12 +282,34 @@ fn item_starts_cuts_only_at_certain_boundaries() {
             at("server\t\"g\""),
         ]
     );
+    assert_eq!(parse::parse_by_items(&text), parse::parse(&text));
+}
+
+/// A run of small items is cut into pieces of a few items each, not one
+/// piece per item (a piece costs the database about a kilobyte), and an
+/// edit in the run re-parses only the pieces around it.
+#[test]
+fn small_items_are_grouped() {
+    let text: String = (0..2_000).map(|i| format!("reason r{i}\n")).collect();
+    let pieces = parse::item_starts(&text).len();
+    assert!((100..=600).contains(&pieces), "{pieces} pieces");
+    let mut db = Database::with_log();
+    let source = SourceText::new(&db, "p.mcpolicy".into(), text.clone());
+    assert_eq!(*db::parse_file(&db, source), parse::parse(&text));
+    db.take_log();
+    let edited = text.replacen("reason r1000\n", "reason r1000x\n", 1);
+    source.set_text(&mut db).to(edited.clone());
+    assert_eq!(*db::parse_file(&db, source), parse::parse(&edited));
+    let log = db.take_log();
+    let parsed = log.iter().filter(|q| q.starts_with("parse_item")).count();
+    assert!((1..=2).contains(&parsed), "{log:?}");
 }
 
 /// A one-pass database does not parse item by item.
 #[test]
 fn batch_database_parses_in_one_pass() {
-    let text = "mcpolicy 1\nserver \"a\" {}\nserver \"b\" {}\n";
+    let block = format!("{{\n  # {}\n}}\n", "-".repeat(parse::SMALL_ITEM));
+    let text = &format!("mcpolicy 1 # {block}server \"a\" {block}server \"b\" {block}");
     let mut db = Database::with_log();
     let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
     assert_eq!(*db::parse_file(&db, source), parse::parse(text));
@@ -294,7 +337,8 @@ fn edit_in_one_server_block_reparses_only_that_item() {
         globs_percent: 5,
     });
     let items = parse::item_starts(&text).len();
-    assert!(items > 1_111, "only {items} pieces");
+    // A few generated blocks are shorter than `SMALL_ITEM` and share a piece.
+    assert!(items >= 1_000, "only {items} pieces");
     let mut db = Database::with_log();
     let source = SourceText::new(&db, "big.mcpolicy".into(), text.clone());
     assert!(db::diagnostics(&db, source).is_empty());
