@@ -145,7 +145,8 @@ pub fn item_starts(text: &str) -> Vec<usize> {
         // `i + 1` after one of the last two is a character boundary.
         let p = i + 1;
         if line_start && !open && p < bytes.len() && starts_item(&bytes[p..]) {
-            if p - previous >= SMALL_ITEM || first_line_hash(&bytes[p..]) % SMALL_RUN == 0 {
+            if p - previous >= SMALL_ITEM || first_line_hash(&bytes[p..]).is_multiple_of(SMALL_RUN)
+            {
                 starts.push(p);
             }
             previous = p;
