@@ -25,7 +25,8 @@ pub struct SourceText {
 }
 
 /// The text of one top-level item, or of a run of items the splitter left
-/// together (`parse::item_starts`). Interned: equal texts are one value
+/// together (`parse::item_starts`: small items are grouped, and nothing is
+/// cut after a `{` left open). Interned: equal texts are one value
 /// wherever they stand in the file, so an edit that moves an item does not
 /// make it a new one.
 #[salsa::interned(debug)]
@@ -36,9 +37,10 @@ pub struct ItemText<'db> {
     pub text: String,
 }
 
-/// One item parsed on its own, spans relative to its first byte. Re-runs
+/// One piece parsed on its own, spans relative to its first byte. Re-runs
 /// only for a text it has not seen: an edit inside one `server` block
-/// re-parses that block alone, even when it moves every item after it.
+/// re-parses that block's piece alone (the block, or a few small items
+/// around it), even when it moves every item after it.
 #[salsa::tracked(returns(ref), no_eq)]
 pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemText<'db>) -> ChunkParse {
     parse::parse_chunk(item.text(db))
