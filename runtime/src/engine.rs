@@ -635,9 +635,9 @@ impl Engine {
                     // `tools` is not part of the identity: a server that drops its
                     // tools after a `tools off` denial is asking something new.
                     Verdict::Deny
-                        if *stored.reason == *block.tools.reason
+                        if !block.tools.enabled
+                            && *stored.reason == *block.tools.reason
                             && *stored.reason != *block.sampling.reason
-                            && !block.tools.enabled
                             && !carries_tools(params) => {}
                     Verdict::Deny => return false,
                     Verdict::Allow => approved_before = true,
@@ -715,9 +715,9 @@ impl Engine {
                     // `tools` is not part of the identity: a server that drops its
                     // tools after a `tools off` denial is asking something new.
                     Verdict::Deny
-                        if *stored.reason == *block.tools.reason
+                        if !block.tools.enabled
+                            && *stored.reason == *block.tools.reason
                             && *stored.reason != *block.sampling.reason
-                            && !block.tools.enabled
                             && !carries_tools(params) => {}
                     Verdict::Deny => {
                         return Ok(Decision::Deny(

@@ -176,6 +176,13 @@ impl MemoryStore {
     }
 }
 
+/// Whether two strings are equal; the engine passes the very digest text it
+/// stored (one `Arc<str>`), so the pointers usually settle it without a compare.
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
     mutex.lock().map_err(|_| StoreError::Poisoned)
 }
@@ -263,7 +270,7 @@ impl DecisionStore for MemoryStore {
             .get_mut(&hash)
             .and_then(|bucket| bucket.iter_mut().find(|(k, _)| k == key));
         match found {
-            Some((_, found)) if *found.digest == *digest && !found.is_expired(now) => {
+            Some((_, found)) if same_text(&found.digest, digest) && !found.is_expired(now) => {
                 found.represented = found.represented.saturating_add(1);
                 Ok(Some(found.clone()))
             }
