@@ -493,7 +493,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             return Some((1, length));
         }
         match decode(bytes, at) {
-            Some((c, width)) if is_inert_fast(c) => {
+            Some((c, width)) if is_inert(c) => {
                 self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
                 Some((width, width))
             }
@@ -853,7 +853,7 @@ fn nfc_from(text: &str, from: usize) -> Cow<'_, str> {
 /// they are normalised and leave the quick check's state as they found it,
 /// so a string of them and ASCII is NFC. A unit test checks every one.
 #[inline]
-const fn is_inert(c: u32) -> bool {
+fn is_inert(c: u32) -> bool {
     if c < 0x300 {
         // The common case first: C1, Latin-1 to the modifier letters.
         return c >= 0x80;
@@ -879,30 +879,6 @@ const fn is_inert(c: u32) -> bool {
         | 0x1F000..=0x1FAFF   // emoji and pictographs
     )
 }
-
-/// [`is_inert`] by table for the BMP (one bit per code point, 8 KiB) and a
-/// range check above it.
-#[inline(always)]
-fn is_inert_fast(c: u32) -> bool {
-    if c < 0x10000 {
-        (INERT_BMP[(c >> 6) as usize] >> (c & 63)) & 1 == 1
-    } else {
-        (0x1F000..=0x1FAFF).contains(&c)
-    }
-}
-
-/// One bit per BMP code point, set when [`is_inert`].
-static INERT_BMP: [u64; 1024] = {
-    let mut table = [0u64; 1024];
-    let mut c = 0u32;
-    while c < 0x10000 {
-        if is_inert(c) {
-            table[(c >> 6) as usize] |= 1 << (c & 63);
-        }
-        c += 1;
-    }
-    table
-};
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -1172,13 +1148,6 @@ mod tests {
                 u32::from(c)
             );
             assert_eq!(canonical_combining_class(c), 0, "{:04X}", u32::from(c));
-        }
-    }
-
-    #[test]
-    fn inert_table_agrees_with_the_ranges() {
-        for c in 0..=0x10FFFFu32 {
-            assert_eq!(is_inert_fast(c), is_inert(c), "{c:04X}");
         }
     }
 
