@@ -46,6 +46,15 @@ enum Op {
         server: u8,
         digest: u8,
     },
+    /// `replay_then_admit` as the engine calls it: admit unless a stored
+    /// denial answers (or, for a store without it, the two calls).
+    ReplayThenAdmit {
+        server: u8,
+        id: u8,
+        digest: u8,
+        mask: u8,
+        tokens: u16,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -58,6 +67,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..2, 0u8..4, 0u8..2).prop_map(|(server, id, digest)| Op::Replay { server, id, digest }),
         1 => (0u8..2, 0u8..4).prop_map(|(server, id)| Op::Get { server, id }),
         1 => (0u8..2, 0u8..2).prop_map(|(server, digest)| Op::Purge { server, digest }),
+        4 => (0u8..2, 0u8..4, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
+            Op::ReplayThenAdmit { server, id, digest, mask, tokens }
+        }),
     ]
 }
 
@@ -272,6 +284,69 @@ fn run(ops: Vec<Op>) {
                 for (name, store) in &stores {
                     let got = store.replay(&key, &digest, now).expect("replay");
                     assert_eq!(got, expected, "{name} replay at step {step}");
+                }
+            }
+            Op::ReplayThenAdmit {
+                server,
+                id,
+                digest,
+                mask,
+                tokens,
+            } => {
+                let server = SERVERS[usize::from(server)];
+                let key = DecisionKey::new(server, format!("i{id}"));
+                let digest = format!("d{digest}");
+                let wanted = checks(mask, tokens, now);
+                let expected_replay = match model.decisions.get_mut(&key) {
+                    Some(d) if *d.digest == *digest && d.expires_at.is_none_or(|at| now < at) => {
+                        d.represented += 1;
+                        Some(d.clone())
+                    }
+                    _ => None,
+                };
+                let go = |stored: Option<&StoredDecision>| !matches!(stored, Some(d) if d.verdict == Verdict::Deny);
+                let expected_admission =
+                    go(expected_replay.as_ref()).then(|| model.admit(server, &wanted, now, step));
+                let mut handles = Vec::new();
+                for (name, store) in &stores {
+                    let mut buffer = Vec::new();
+                    let mut evaluate =
+                        |stored: Option<&StoredDecision>, out: &mut Vec<LimitCheck>| {
+                            let admit = go(stored);
+                            if admit {
+                                out.extend(wanted.iter().cloned());
+                            }
+                            admit
+                        };
+                    let (replayed, admission) = match store
+                        .replay_then_admit(&key, &digest, now, &mut buffer, &mut evaluate)
+                        .expect("replay_then_admit")
+                    {
+                        Some(answer) => (answer.replayed, answer.admission),
+                        None => {
+                            let replayed = store.replay(&key, &digest, now).expect("replay");
+                            let admission = go(replayed.as_ref())
+                                .then(|| store.admit(server, &wanted, now).expect("admit"));
+                            (replayed, admission)
+                        }
+                    };
+                    assert_eq!(
+                        replayed, expected_replay,
+                        "{name} replay_then_admit (replay) at step {step}"
+                    );
+                    match (&expected_admission, &admission) {
+                        (
+                            Some(Admission::Admitted { .. }),
+                            Some(Admission::Admitted { reservation }),
+                        ) => handles.push(*reservation),
+                        _ => assert_eq!(
+                            admission, expected_admission,
+                            "{name} replay_then_admit (admit) at step {step}"
+                        ),
+                    }
+                }
+                if matches!(expected_admission, Some(Admission::Admitted { .. })) {
+                    admitted.push((step, handles));
                 }
             }
             Op::Get { server, id } => {
