@@ -34,7 +34,7 @@ use crate::store::{
 };
 use crate::table::{
     Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, ProtocolRevision,
-    ReasonSpec, Table, Ttl, Window, builtin,
+    Rate, ReasonSpec, Table, Ttl, Window, builtin,
 };
 
 /// What the client declared about itself, as far as the policy cares.
@@ -996,6 +996,11 @@ impl Engine {
                 let produced = Produced {
                     timing: Some(Timing::RetryAfter(seconds)),
                     reset: Some(now.saturating_add((seconds as i64).saturating_mul(1000))),
+                    limit: block.rate.as_ref().map(rate_limit_label),
+                    window: block
+                        .rate
+                        .as_ref()
+                        .map(|r| frame::format_duration(r.window_ms)),
                     ..Produced::plain()
                 };
                 self.deny(key, plan, reason, produced, now)
@@ -1007,6 +1012,7 @@ impl Engine {
                 let produced = Produced {
                     timing: Some(Timing::ResetsAt(resets_at)),
                     reset: Some(resets_at),
+                    limit: budget.map(budget_limit_label),
                     window: budget.map(window_label),
                     ..Produced::plain()
                 };
@@ -1102,14 +1108,11 @@ impl Engine {
             .to_json()
             .into()
         });
-        let limit = rt
-            .needs_limit
-            .then(|| replay_limit(block, &stored.reason, params))
-            .flatten();
-        let window = rt
-            .needs_window
-            .then(|| replay_window(block, &stored.reason, &data, stored.decided_at))
-            .flatten();
+        let (limit, window) = if rt.needs_limit || rt.needs_window {
+            replay_limit_window(block, &stored.reason, params, &data, stored.decided_at)
+        } else {
+            (None, None)
+        };
         let deadline = rt
             .needs_deadline
             .then(|| {
@@ -1477,8 +1480,57 @@ fn input_bytes(params: &Map<String, Value>) -> u64 {
     count.0
 }
 
+/// `{limit}` for a denial by `budget`, e.g. `50 requests` or `200000 tokens`.
+fn budget_limit_label(budget: &Budget) -> String {
+    let unit = match (budget.metric, budget.limit) {
+        (BudgetMetric::Requests, 1) => "request",
+        (BudgetMetric::Requests, _) => "requests",
+        (BudgetMetric::Tokens, 1) => "token",
+        (BudgetMetric::Tokens, _) => "tokens",
+    };
+    format!("{} {unit}", budget.limit)
+}
+
+/// `{limit}` for a rate-limit denial, e.g. `30 requests`.
+fn rate_limit_label(rate: &Rate) -> String {
+    let unit = if rate.count == 1 {
+        "request"
+    } else {
+        "requests"
+    };
+    format!("{} {unit}", rate.count)
+}
+
+/// `{limit}` and `{window}` for a replayed denial, derived again from the
+/// (unchanged) block. The stored `data` says which kind of statement
+/// denied: `resetsAt` a budget, `retryAfter` the rate, neither an input
+/// limit; this keeps a reason shared by several statements (`as NAME`)
+/// apart.
+fn replay_limit_window(
+    block: &EffectiveBlock,
+    reason: &str,
+    params: &Map<String, Value>,
+    data: &str,
+    decided_at: Millis,
+) -> (Option<String>, Option<String>) {
+    match parse_timing(data) {
+        Some(Timing::ResetsAt(at)) => {
+            let budget = replay_budget(block, reason, at, decided_at);
+            (budget.map(budget_limit_label), budget.map(window_label))
+        }
+        Some(Timing::RetryAfter(_)) => {
+            let rate = block.rate.as_ref().filter(|r| r.reason == reason);
+            (
+                rate.map(rate_limit_label),
+                rate.map(|r| frame::format_duration(r.window_ms)),
+            )
+        }
+        None => (replay_input_limit(block, reason, params), None),
+    }
+}
+
 /// `{limit}` for a replayed input denial: the limit this request exceeds.
-fn replay_limit(
+fn replay_input_limit(
     block: &EffectiveBlock,
     reason: &str,
     params: &Map<String, Value>,
@@ -1497,35 +1549,31 @@ fn replay_limit(
     input.map(|limit| frame::format_size(limit.max))
 }
 
-/// `{window}` for a replayed budget denial: the budget with that reason
+/// The budget behind a replayed budget denial: the one with that reason
 /// whose window reset is the stored `resetsAt`.
-fn replay_window(
-    block: &EffectiveBlock,
+fn replay_budget<'b>(
+    block: &'b EffectiveBlock,
     reason: &str,
-    data: &str,
+    resets_at: Millis,
     decided_at: Millis,
-) -> Option<String> {
-    let resets_at = match parse_timing(data) {
-        Some(Timing::ResetsAt(at)) => Some(at),
-        _ => None,
-    };
+) -> Option<&'b Budget> {
     let candidates: Vec<&Budget> = block
         .budgets
         .iter()
         .filter(|b| b.reason == reason)
         .collect();
-    let calendar_match = candidates.iter().find(|b| match (b.window, resets_at) {
-        (Window::Calendar(unit), Some(at)) => calendar::window(unit, decided_at).1 == at,
-        _ => false,
+    let calendar_match = candidates.iter().find(|b| match b.window {
+        Window::Calendar(unit) => calendar::window(unit, decided_at).1 == resets_at,
+        Window::RollingMs(_) => false,
     });
-    let chosen = calendar_match
+    calendar_match
         .or_else(|| {
             candidates
                 .iter()
                 .find(|b| matches!(b.window, Window::RollingMs(_)))
         })
-        .or(candidates.first())?;
-    Some(window_label(chosen))
+        .or(candidates.first())
+        .copied()
 }
 
 #[cfg(test)]

@@ -990,3 +990,75 @@ fn engine_threads_never_overspend_a_budget() {
         assert_eq!(allowed, 500);
     });
 }
+
+#[test]
+fn budget_and_rate_messages_fill_limit_and_window_fresh_and_replayed() {
+    with_each_store(limit_and_window_in);
+}
+
+fn limit_and_window_in(store: Arc<dyn DecisionStore>) {
+    let mut r = reasons();
+    let spec = |message: &str| mcpolicy_runtime::table::ReasonSpec {
+        retryable: false,
+        ttl: Ttl::UntilReset,
+        code: -32012,
+        message: message.into(),
+    };
+    r.insert(
+        "org.spent".into(),
+        spec("{server}: {window} limit of {limit} used up; resets at {resetsAt}"),
+    );
+    r.insert(
+        "org.slow_down".into(),
+        mcpolicy_runtime::table::ReasonSpec {
+            retryable: true,
+            ttl: Ttl::AfterMs(60_000),
+            ..spec("{server}: at most {limit} per {window}; retry in {retryAfter}s")
+        },
+    );
+    let mut budgeted = open_block();
+    let mut tokens = budget(
+        BudgetMetric::Tokens,
+        1_000,
+        Window::Calendar(CalendarUnit::Day),
+    );
+    tokens.reason = "org.spent".into();
+    budgeted.budgets = vec![tokens];
+    let mut limited = open_block();
+    limited.rate = rate(1, 60_000).map(|mut rate| {
+        rate.reason = "org.slow_down".into();
+        rate
+    });
+    let h = Harness::with_store(
+        table_with(
+            ProtocolRevision::V2025_11_25,
+            r,
+            vec![("b", budgeted), ("r", limited)],
+            open_block(),
+        ),
+        store,
+    );
+
+    let big = params(serde_json::json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": "big"}}],
+        "maxTokens": 5_000,
+    }));
+    let d = denial(h.decide("b", &big));
+    assert_eq!(
+        d.message(),
+        "b: daily limit of 1000 tokens used up; resets at 2026-03-11T00:00:00Z"
+    );
+    let replay = denial(h.decide("b", &big));
+    assert!(replay.replayed);
+    assert_eq!(replay.frame(None), d.frame(None));
+
+    allowed(h.decide("r", &simple("1")));
+    let d = denial(h.decide("r", &simple("2")));
+    assert_eq!(
+        d.message(),
+        format!("r: at most 1 request per 1m; retry in {}s", 60)
+    );
+    let replay = denial(h.decide("r", &simple("2")));
+    assert!(replay.replayed);
+    assert_eq!(replay.frame(None), d.frame(None));
+}
