@@ -392,6 +392,34 @@ impl Session {
         });
     }
 
+    /// Audits a consent the client gave: what was asked, what goes on.
+    fn audit_consent_grant(
+        &self,
+        via: &str,
+        id: &Value,
+        requested: &Map<String, Value>,
+        grant: &Grant,
+    ) {
+        if self.audit.is_none() {
+            return;
+        }
+        let applied = grant.params(requested);
+        self.audit(&Entry {
+            event: "consent",
+            via,
+            id: Some(id),
+            identity: Some(grant.ticket.identity()),
+            outcome: if grant.lowered.is_empty() {
+                "allow"
+            } else {
+                "trim"
+            },
+            requested: Some(requested),
+            applied: Some(&applied),
+            ..Entry::default()
+        });
+    }
+
     // ------------------------------------------------------------ server → client
 
     /// Handles one line read from the server (with or without its newline).
@@ -838,21 +866,7 @@ impl Session {
                         return;
                     }
                     Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
-                        let applied = grant.params(&requested);
-                        self.audit(&Entry {
-                            event: "consent",
-                            via: "request",
-                            id: Some(&id),
-                            identity: Some(grant.ticket.identity()),
-                            outcome: if grant.lowered.is_empty() {
-                                "allow"
-                            } else {
-                                "trim"
-                            },
-                            requested: Some(&requested),
-                            applied: Some(&applied),
-                            ..Entry::default()
-                        });
+                        self.audit_consent_grant("request", &id, &requested, &grant);
                         grant
                     }
                     Ok(Decision::NeedsConsent(_)) => {
@@ -962,21 +976,7 @@ impl Session {
                 Awaiting::Consent(consent) => {
                     match self.engine.resolve_consent(consent, answered) {
                         Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
-                            let applied = grant.params(&requested);
-                            self.audit(&Entry {
-                                event: "consent",
-                                via: "inputRequests",
-                                id: Some(&id),
-                                identity: Some(grant.ticket.identity()),
-                                outcome: if grant.lowered.is_empty() {
-                                    "allow"
-                                } else {
-                                    "trim"
-                                },
-                                requested: Some(&requested),
-                                applied: Some(&applied),
-                                ..Entry::default()
-                            });
+                            self.audit_consent_grant("inputRequests", &id, &requested, &grant);
                             grant
                         }
                         Ok(Decision::Deny(denial)) => {
