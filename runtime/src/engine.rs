@@ -1428,8 +1428,10 @@ fn max_tokens_of(params: &Map<String, Value>) -> Option<u64> {
     (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0).then_some(f as u64)
 }
 
-/// Whether the request offers tools to the model (`tools` non-empty, or a `toolChoice`).
-fn carries_tools(params: &Map<String, Value>) -> bool {
+/// Whether the request offers tools to the model (`tools` non-empty, or a
+/// `toolChoice`): what `tools off` refuses. Public so that tools tracing a
+/// decision (`mcpc test`'s coverage) read a request exactly as the engine does.
+pub fn carries_tools(params: &Map<String, Value>) -> bool {
     let tools = match params.get("tools") {
         None | Some(Value::Null) => false,
         Some(Value::Array(list)) => !list.is_empty(),

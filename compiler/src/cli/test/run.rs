@@ -9,7 +9,9 @@
 use std::sync::{Arc, Mutex};
 
 use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Denial, Engine, Grant};
+use mcpolicy_runtime::engine::{
+    Answer, ClientContext, Decision, Denial, Engine, Grant, carries_tools,
+};
 use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::glob;
 use mcpolicy_runtime::store::{
@@ -193,16 +195,6 @@ pub fn run_case(table: &Table, case: &Case) -> CaseResult {
     result.reasons.sort_unstable();
     result.reasons.dedup();
     result
-}
-
-/// Whether the request carries tools, as the engine reads it.
-fn carries_tools(params: &Map<String, Value>) -> bool {
-    let tools = match params.get("tools") {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(list)) => !list.is_empty(),
-        Some(_) => true,
-    };
-    tools || params.get("toolChoice").is_some_and(|c| !c.is_null())
 }
 
 fn run_step(
