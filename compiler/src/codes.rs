@@ -211,6 +211,11 @@ remove it.",
 "Trim reasons (`policy.max_scope`, `policy.max_tokens`, `policy.model`) never deny and
 are never stored, so `retryable`, `ttl` and `code` mean nothing for them; only
 `message` may be set.",
+    E0412 Error "invalid reason name" =>
+"A reason name is one or more dotted parts, each an ASCII identifier: a letter or
+`_`, then letters, digits or `_` (`acme.too_big`, `policy.rate_limit`). Servers
+branch on `data.reason`, so the name stays plain ASCII: no accents, hyphens or
+spaces. The help line gives the nearest valid name.",
 
     // ---- error codes: E05xx / W05xx
     E0501 Error "error code reserved by JSON-RPC" =>

@@ -124,6 +124,12 @@ pub(super) fn top_level_item(keyword: &str, text: &str, span: Span) -> Diagnosti
     let at = after.map_or(Span::new(span.start, span.start + keyword.len()), |t| {
         t.span
     });
+    if keyword == "reason"
+        && let Some(Tok::Word(name)) = after.map(|t| &t.tok)
+        && let Some(invalid) = invalid_reason_name(name, at)
+    {
+        return invalid;
+    }
     let (message, help) = match keyword {
         "server" => match after.map(|t| &t.tok) {
             Some(Tok::Word(w)) => (
@@ -180,6 +186,88 @@ pub(super) fn top_level_item(keyword: &str, text: &str, span: Span) -> Diagnosti
         Code::E0001
     };
     Diagnostic::new(code, at, message, "cannot read this").help(help)
+}
+
+/// The finding for a reason name the grammar cannot read (`acme.café`,
+/// `acme.too-big`, `acme.1st`, `acme..x`), or `None` if `name` is one.
+/// `span` covers `name`.
+pub(super) fn invalid_reason_name(name: &str, span: Span) -> Option<Diagnostic> {
+    let mut part_start = true;
+    let mut bad = None;
+    for (at, c) in name.char_indices() {
+        let problem = match c {
+            '.' if part_start => Some("a reason name cannot have an empty part".to_owned()),
+            '.' => None,
+            '0'..='9' if part_start => {
+                Some("each part of a reason name starts with a letter or `_`".to_owned())
+            }
+            c if c.is_ascii_alphanumeric() || c == '_' => None,
+            c => Some(format!("`{c}` cannot appear in a reason name")),
+        };
+        if let Some(message) = problem {
+            bad = Some((at, c, message));
+            break;
+        }
+        part_start = c == '.';
+    }
+    let (at, c, message) = match bad {
+        Some(found) => found,
+        None if part_start => (
+            name.len().saturating_sub(1),
+            '.',
+            "a reason name cannot end with `.`".to_owned(),
+        ),
+        None => return None,
+    };
+    let start = span.start + at;
+    let here = Span::new(start, start + c.len_utf8());
+    let (suggestion, certain) = nearest_reason_name(name);
+    if suggestion.is_empty() {
+        let help = "reason names are dotted ASCII identifiers: write e.g. `acme.too_big`";
+        return Some(Diagnostic::new(Code::E0412, here, message, "not allowed here").help(help));
+    }
+    let help = format!("reason names are dotted ASCII identifiers: write `{suggestion}`");
+    let finding = Diagnostic::new(Code::E0412, here, message, "not allowed here").help(help);
+    Some(if certain && suggestion.contains('.') {
+        finding.fix(format!("Rename to `{suggestion}`"), span, suggestion)
+    } else {
+        finding
+    })
+}
+
+/// The valid reason name nearest to `name`: accents dropped (`é` → `e`),
+/// anything else outside `[A-Za-z0-9_]` made `_`, empty parts dropped, a
+/// part starting with a digit prefixed with `_`. Also says whether the
+/// result is certain: only `-` and accents were changed (a character with no
+/// ASCII base, made `_`, is a guess).
+fn nearest_reason_name(name: &str) -> (String, bool) {
+    let mut certain = true;
+    let parts: Vec<String> = name
+        .split('.')
+        .map(|part| {
+            let mut out = String::new();
+            for c in part.chars() {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    out.push(c);
+                    continue;
+                }
+                let mut base = None;
+                unicode_normalization::char::decompose_canonical(c, |d| {
+                    if base.is_none() && d.is_ascii_alphanumeric() {
+                        base = Some(d);
+                    }
+                });
+                certain &= base.is_some() || c == '-';
+                out.push(base.unwrap_or('_'));
+            }
+            if out.starts_with(|c: char| c.is_ascii_digit()) {
+                out.insert(0, '_');
+            }
+            out
+        })
+        .filter(|part| !part.is_empty())
+        .collect();
+    (parts.join("."), certain)
 }
 
 /// One value a statement expects.
@@ -383,17 +471,23 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
             return match rest.next() {
                 Some(Token {
                     tok: Tok::Word(name),
+                    span,
                     ..
-                }) if !name.is_empty() => match rest.next() {
-                    Some(extra) => unexpected(extra, word, example),
-                    None => Diagnostic::new(
-                        Code::E0002,
-                        bad.span,
-                        format!("cannot read this `{word}` statement"),
-                        "unreadable",
-                    )
-                    .help(format!("write it like `{example} as acme.reason`")),
-                },
+                }) if !name.is_empty() => {
+                    if let Some(invalid) = invalid_reason_name(name, *span) {
+                        return invalid;
+                    }
+                    match rest.next() {
+                        Some(extra) => unexpected(extra, word, example),
+                        None => Diagnostic::new(
+                            Code::E0002,
+                            bad.span,
+                            format!("cannot read this `{word}` statement"),
+                            "unreadable",
+                        )
+                        .help(format!("write it like `{example} as acme.reason`")),
+                    }
+                }
                 Some(other) => Diagnostic::new(
                     Code::E0002,
                     other.span,
