@@ -98,6 +98,7 @@ fn main() -> ExitCode {
     match std::env::var("MCPOLICY_E2E_ROLE").as_deref() {
         Ok("adversary") => return serve_adversary(),
         Ok("raw") => return raw_server(),
+        Ok("late") => return late_server(),
         _ => {}
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -134,6 +135,10 @@ fn main() -> ExitCode {
         (
             "malformed_frames_through_the_binary",
             malformed_frames_through_the_binary,
+        ),
+        (
+            "late_answer_after_the_deadline_is_dropped",
+            late_answer_after_the_deadline_is_dropped,
         ),
         (
             "non_sampling_traffic_is_forwarded_and_exit_status_kept",
@@ -232,6 +237,29 @@ const RAW_FRAMES: [&str; 5] = [
     r#"{"jsonrpc":"2.0","id":3,"method":"sampling\/createMessage","params":{"messages":[],"maxTokens":9}}"#,
     r#"{ "jsonrpc":"2.0", "method":"notifications/message", "params":{"level":"info","data":"  spaced  "} }"#,
 ];
+
+/// The sampling request [`late_server`] sends.
+const LATE_REQUEST: &str = r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"slow"}}],"maxTokens":10}}"#;
+
+/// A server that sends [`LATE_REQUEST`], then records every line it
+/// receives, until its stdin closes, in `MCPOLICY_E2E_RAW_OUT`.
+fn late_server() -> ExitCode {
+    use std::io::{BufRead, Write};
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{LATE_REQUEST}").unwrap();
+    out.flush().unwrap();
+    let seen: Vec<String> = std::io::stdin()
+        .lock()
+        .lines()
+        .map_while(Result::ok)
+        .collect();
+    std::fs::write(
+        std::env::var("MCPOLICY_E2E_RAW_OUT").unwrap(),
+        seen.join("\n"),
+    )
+    .unwrap();
+    ExitCode::SUCCESS
+}
 
 /// A server that writes [`RAW_FRAMES`], records the next five lines it
 /// receives in `MCPOLICY_E2E_RAW_OUT`, and exits with status 3.
@@ -969,5 +997,75 @@ fn malformed_frames_through_the_binary() {
     assert_eq!(
         answers[3]["error"]["data"]["reason"],
         "policy.sampling_disabled"
+    );
+}
+
+/// A client that answers after the deadline: the server gets the
+/// `policy.deadline` denial once, never the late result; the client is told
+/// the request was cancelled; later traffic flows as before.
+fn late_answer_after_the_deadline_is_dropped() {
+    use std::io::{BufRead, BufReader, Write};
+    let fixture = Fixture::new(
+        "mcpolicy 1\nprotocol 2025-11-25\nerror_code -32010\nidentity messages\n\nserver \"late\" {\n  deadline 200ms\n  consent never\n}\n",
+    );
+    let seen_path = fixture.store.with_extension("seen");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mcpc"));
+    command
+        .args(["proxy", "--server-id", "late", "--policy"])
+        .arg(&fixture.policy)
+        .arg("--store")
+        .arg(&fixture.store)
+        .arg("--log")
+        .arg(&fixture.log)
+        .arg("--audit")
+        .arg(&fixture.audit)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .env("MCPOLICY_E2E_ROLE", "late")
+        .env("MCPOLICY_E2E_RAW_OUT", &seen_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut proxy = command.spawn().unwrap();
+    let mut from_proxy = BufReader::new(proxy.stdout.take().unwrap());
+    let mut to_proxy = proxy.stdin.take().unwrap();
+
+    let mut line = String::new();
+    from_proxy.read_line(&mut line).unwrap();
+    let forwarded: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(forwarded["method"], "sampling/createMessage", "{line}");
+    assert_eq!(forwarded["id"], 7);
+    line.clear();
+    from_proxy.read_line(&mut line).unwrap();
+    let cancelled: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(cancelled["method"], "notifications/cancelled", "{line}");
+    assert_eq!(cancelled["params"]["requestId"], 7, "{line}");
+
+    let late = r#"{"jsonrpc":"2.0","id":7,"result":{"role":"assistant","content":{"type":"text","text":"too late"},"model":"m","stopReason":"endTurn"}}"#;
+    let marker = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    writeln!(to_proxy, "{late}").unwrap();
+    writeln!(to_proxy, "{marker}").unwrap();
+    to_proxy.flush().unwrap();
+    drop(to_proxy);
+    let status = proxy.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", fixture.log_text());
+
+    let seen: Vec<Value> = std::fs::read_to_string(&seen_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert_eq!(seen[0]["id"], 7);
+    assert_eq!(
+        seen[0]["error"]["data"],
+        json!({"reason": "policy.deadline", "server": "late", "retryable": true, "retryAfter": 30}),
+        "{seen:#?}"
+    );
+    assert_eq!(seen[1]["method"], "notifications/initialized", "{seen:#?}");
+    let audit = fixture.audit();
+    assert_eq!(
+        audit.iter().filter(|l| l["event"] == "deadline").count(),
+        1,
+        "{audit:#?}"
     );
 }
