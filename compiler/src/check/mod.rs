@@ -106,6 +106,22 @@ struct Checker {
     /// Declared reasons: name → declaration span.
     declared: HashMap<String, Span>,
     producers: HashMap<String, Producers>,
+    /// Blocks left open because another block was written inside them, by
+    /// the span of their `{`: the inner block's keyword and name.
+    nested: HashMap<Span, (&'static str, &'static str, Span)>,
+    /// The `}` items that close such a block after the inner one: consequences
+    /// of the nesting, not findings of their own.
+    nested_closers: HashSet<Span>,
+}
+
+/// A block item's keyword, its `{` and its `}` (if found).
+fn block_of(kind: &ItemKind) -> Option<(&'static str, Span, Option<Span>)> {
+    match kind {
+        ItemKind::Defaults(body) => Some(("defaults", body.open, body.close)),
+        ItemKind::Server(server) => Some(("server", server.body.open, server.body.close)),
+        ItemKind::Reason(decl) => Some(("reason", decl.body.open, decl.body.close)),
+        _ => None,
+    }
 }
 
 impl Checker {
@@ -113,7 +129,49 @@ impl Checker {
         self.diagnostics.push(diagnostic);
     }
 
+    /// Finds `defaults { … server "x" { … } }`: the parser ends the outer
+    /// block where the inner item starts (blocks do not nest) and reads the
+    /// last `}` as a stray one. Said as one finding on the outer block.
+    fn find_nesting(&mut self, items: &[Item]) {
+        for window in items.windows(3) {
+            let [outer, inner, closer] = window else {
+                continue;
+            };
+            let (Some((outer_kw, open, None)), Some((inner_kw, _, Some(_)))) =
+                (block_of(&outer.kind), block_of(&inner.kind))
+            else {
+                continue;
+            };
+            if matches!(&closer.kind, ItemKind::Bad(text) if text.trim_start().starts_with('}')) {
+                self.nested
+                    .insert(open, (outer_kw, inner_kw, inner.keyword));
+                self.nested_closers.insert(closer.span);
+            }
+        }
+    }
+
+    /// The finding for a block whose `}` is missing.
+    fn unclosed(&mut self, open: Span, last: Option<Span>) {
+        let Some(&(outer, inner, inner_at)) = self.nested.get(&open) else {
+            self.push(unclosed(open, last));
+            return;
+        };
+        self.push(
+            Diagnostic::new(
+                Code::E0003,
+                open,
+                format!("`{outer}` is still open where `{inner}` begins: blocks do not nest"),
+                "unclosed `{`",
+            )
+            .related(inner_at, format!("`{inner}` starts here, inside `{outer}`"))
+            .help(format!(
+                "close `{outer}` with `}}` before `{inner}`, and remove the `}}` that follows the `{inner}` block"
+            )),
+        );
+    }
+
     fn run(&mut self, file: &SourceFile) {
+        self.find_nesting(&file.items);
         // Pass 1: the declarations everything else depends on.
         let mut firsts: HashMap<&'static str, Span> = HashMap::new();
         let mut version_seen = false;
@@ -205,6 +263,7 @@ impl Checker {
                 ItemKind::Reason(decl) => reasons.push(decl),
                 ItemKind::Defaults(block) => defaults = Some(block),
                 ItemKind::Server(server) => servers.push(server),
+                ItemKind::Bad(_) if self.nested_closers.contains(&item.span) => {}
                 ItemKind::Bad(text) => self.bad_item(text, item.span),
             }
         }
@@ -559,10 +618,7 @@ impl Checker {
             }
         }
         if decl.body.close.is_none() {
-            self.push(unclosed(
-                decl.body.open,
-                decl.body.stmts.last().map(|s| s.span),
-            ));
+            self.unclosed(decl.body.open, decl.body.stmts.last().map(|s| s.span));
         }
         if builtin.is_none() && props.retryable.is_none() {
             self.push(
@@ -880,7 +936,7 @@ impl Checker {
             }
         }
         if block.close.is_none() {
-            self.push(unclosed(block.open, block.stmts.last().map(|s| s.span)));
+            self.unclosed(block.open, block.stmts.last().map(|s| s.span));
         }
         out
     }
