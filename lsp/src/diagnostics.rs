@@ -7,6 +7,7 @@ use lsp_types::{
 };
 use mcpolicy_compiler::codes::Severity;
 use mcpolicy_compiler::diagnostic::Diagnostic;
+use salsa::Database as _;
 
 use crate::world::Snapshot;
 
@@ -44,10 +45,18 @@ pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
     }
 }
 
-/// Every finding of the document.
+/// Every finding of the document. On a worker's clone of the database this
+/// unwinds with `salsa::Cancelled` as soon as a newer edit is waiting, also
+/// between conversions (a 10 MB file can have many findings).
 pub fn all(snapshot: &Snapshot<'_>) -> Vec<LspDiagnostic> {
     mcpolicy_compiler::db::diagnostics(snapshot.db, snapshot.document.source)
         .iter()
-        .map(|d| to_lsp(snapshot, d))
+        .enumerate()
+        .map(|(i, d)| {
+            if i % 256 == 255 {
+                snapshot.db.unwind_if_revision_cancelled();
+            }
+            to_lsp(snapshot, d)
+        })
         .collect()
 }

@@ -1,8 +1,14 @@
 //! The server's state: the compiler's salsa database and the open
 //! documents. An edit sets a document's `SourceText`; every answer is a
 //! query over the database, which recomputes only what the edit changed.
+//!
+//! Each open, change or save gives the document a new `generation` (a
+//! counter over the whole world, so a document closed and reopened never
+//! reuses one); diagnostics are published only for a document's current
+//! generation (`main_loop.rs`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use lsp_server::{ErrorCode, ResponseError};
 use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
@@ -14,7 +20,7 @@ use crate::line_index::{Encoding, LineIndex};
 use crate::uri;
 
 /// An open document.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Document {
     /// The URI the client named it by.
     pub uri: Uri,
@@ -22,8 +28,12 @@ pub struct Document {
     pub source: SourceText,
     /// The client's version of the text.
     pub version: i32,
-    /// Line starts of the current text.
-    pub index: LineIndex,
+    /// Line starts of the current text (shared with checks in flight).
+    pub index: Arc<LineIndex>,
+    /// Bumped by every open, change and save of this document.
+    pub generation: u64,
+    /// The generation whose diagnostics were last published.
+    published: Option<u64>,
 }
 
 /// Everything the server knows.
@@ -35,8 +45,34 @@ pub struct World {
     pub documents: HashMap<String, Document>,
     /// The negotiated position encoding.
     pub encoding: Encoding,
-    /// Documents edited since their diagnostics were last published.
-    dirty: BTreeSet<String>,
+    /// The last generation given to a document.
+    generation: u64,
+}
+
+/// What a diagnostics check needs, owned, for a worker thread: a clone of
+/// the database (salsa cancels it when the main thread sets an input) and a
+/// copy of the document as of the generation to check.
+#[derive(Debug)]
+pub struct CheckJob {
+    /// The key the document is stored under.
+    pub key: String,
+    /// The database, cloned.
+    pub db: Database,
+    /// The document as it was when the job was made.
+    pub document: Document,
+    /// The negotiated encoding.
+    pub encoding: Encoding,
+}
+
+impl CheckJob {
+    /// A read-only view, as request handlers get.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            db: &self.db,
+            document: &self.document,
+            encoding: self.encoding,
+        }
+    }
 }
 
 /// A document and the database, for handlers that only read.
@@ -96,8 +132,13 @@ impl World {
             db: Database::incremental(),
             documents: HashMap::new(),
             encoding,
-            dirty: BTreeSet::new(),
+            generation: 0,
         }
+    }
+
+    fn next_generation(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
     }
 
     /// A read-only view of an open document, or the error a request for a
@@ -117,24 +158,57 @@ impl World {
         }
     }
 
-    /// [`World::snapshot`] by the key a document is stored under.
-    pub fn snapshot_by_key(&self, key: &str) -> Option<Snapshot<'_>> {
-        self.documents.get(key).map(|document| Snapshot {
-            db: &self.db,
-            document,
+    /// The documents whose current generation has no diagnostics published
+    /// yet, with that generation.
+    pub fn unpublished(&self) -> Vec<(String, u64)> {
+        let mut keys: Vec<(String, u64)> = self
+            .documents
+            .iter()
+            .filter(|(_, d)| d.published != Some(d.generation))
+            .map(|(key, d)| (key.clone(), d.generation))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// A check of the document stored under `key`, over a clone of the
+    /// database.
+    pub fn check_job(&self, key: &str) -> Option<CheckJob> {
+        self.documents.get(key).map(|document| CheckJob {
+            key: key.to_owned(),
+            db: self.db.clone(),
+            document: document.clone(),
             encoding: self.encoding,
         })
+    }
+
+    /// Whether `generation` is the current one of the document under `key`.
+    pub fn is_current(&self, key: &str, generation: u64) -> bool {
+        self.documents
+            .get(key)
+            .is_some_and(|d| d.generation == generation)
+    }
+
+    /// Records that `generation`'s diagnostics were published.
+    pub fn mark_published(&mut self, key: &str, generation: u64) {
+        if let Some(document) = self.documents.get_mut(key) {
+            document.published = Some(generation);
+        }
     }
 
     /// Opens (or reopens) a document.
     pub fn open(&mut self, uri: Uri, version: i32, text: String) {
         let key = uri::key(&uri);
-        let index = LineIndex::new(&text);
+        let index = Arc::new(LineIndex::new(&text));
+        let generation = self.next_generation();
         match self.documents.get_mut(&key) {
             Some(document) => {
+                // Cancels checks in flight and waits until they let go of
+                // their clones of the database.
                 document.source.set_text(&mut self.db).to(text);
                 document.version = version;
                 document.index = index;
+                document.generation = generation;
             }
             None => {
                 let source = SourceText::new(&self.db, uri::display(&uri), text);
@@ -145,11 +219,12 @@ impl World {
                         source,
                         version,
                         index,
+                        generation,
+                        published: None,
                     },
                 );
             }
         }
-        self.dirty.insert(key);
     }
 
     /// Applies a `didChange`'s edits in order: each range is read against
@@ -161,11 +236,12 @@ impl World {
         changes: Vec<TextDocumentContentChangeEvent>,
     ) -> bool {
         let key = uri::key(uri);
+        let generation = self.next_generation();
         let Some(document) = self.documents.get_mut(&key) else {
             return false;
         };
         let mut text = document.source.text(&self.db).clone();
-        let mut index = std::mem::take(&mut document.index);
+        let mut index = Arc::clone(&document.index);
         for change in changes {
             match change.range {
                 Some(range) => {
@@ -174,32 +250,27 @@ impl World {
                 }
                 None => text = change.text,
             }
-            index = LineIndex::new(&text);
+            index = Arc::new(LineIndex::new(&text));
         }
         document.index = index;
         document.version = version;
+        document.generation = generation;
+        // Cancels checks in flight (salsa unwinds them with `Cancelled` at
+        // their next query) and waits until they drop their clones.
         document.source.set_text(&mut self.db).to(text);
-        self.dirty.insert(key);
         true
     }
 
     /// Forgets a document.
     pub fn close(&mut self, uri: &Uri) -> Option<Document> {
-        let key = uri::key(uri);
-        self.dirty.remove(&key);
-        self.documents.remove(&key)
+        self.documents.remove(&uri::key(uri))
     }
 
     /// Marks a document for diagnostics (on save).
     pub fn touch(&mut self, uri: &Uri) {
-        let key = uri::key(uri);
-        if self.documents.contains_key(&key) {
-            self.dirty.insert(key);
+        let generation = self.next_generation();
+        if let Some(document) = self.documents.get_mut(&uri::key(uri)) {
+            document.generation = generation;
         }
-    }
-
-    /// The documents edited since the last call.
-    pub fn take_dirty(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.dirty).into_iter().collect()
     }
 }

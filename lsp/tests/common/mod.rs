@@ -12,6 +12,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, unbounded};
 use lsp_server::{Connection, Message, Notification, Request, RequestId, Response};
 use mcpolicy_lsp::Exit;
+use mcpolicy_lsp::main_loop::Hooks;
 use serde_json::{Value, json};
 
 /// Repository root.
@@ -52,8 +53,15 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 impl Client {
     /// The server on a thread of this process.
     pub fn memory() -> Client {
+        Client::memory_with(Hooks::default())
+    }
+
+    /// The server on a thread of this process, with test hooks.
+    pub fn memory_with(hooks: Hooks) -> Client {
         let (server, client) = Connection::memory();
-        let handle = std::thread::spawn(move || mcpolicy_lsp::run(&server).expect("session"));
+        let handle = std::thread::spawn(move || {
+            mcpolicy_lsp::main_loop::run_with(&server, hooks).expect("session")
+        });
         Client {
             transport: Transport::Memory {
                 connection: client,
