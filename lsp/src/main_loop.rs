@@ -5,9 +5,9 @@
 //! every message already queued before it starts a check, so a burst of
 //! `didChange` is checked once, for its last version.
 //!
-//! Diagnostics, the expensive part, are computed on a worker thread over a
-//! clone of the database ([`World::check_job`]), inside
-//! `salsa::Cancelled::catch`. When a newer edit arrives the main thread sets
+//! Diagnostics, the expensive part, are computed on a worker thread (one,
+//! long-lived, fed by a channel) over a clone of the database
+//! ([`World::check_job`]), inside `salsa::Cancelled::catch`. When a newer edit arrives the main thread sets
 //! the input; salsa raises the cancellation flag and waits until every clone
 //! is dropped; the worker unwinds with `Cancelled` at its next query (each
 //! item's parse is one, and `diagnostics::all` checks between conversions)
@@ -194,8 +194,9 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
     let mut world = World::new(encoding);
     let mut checks = Checks::new(hooks);
     let outcome = main_loop(connection, &mut world, &mut checks);
-    // Cancels the checks still running and waits until they let go of the
-    // database, so that no worker outlives the session.
+    // Ends the worker once its queue is empty; cancels the checks still
+    // running or queued and waits until they let go of the database.
+    drop(checks);
     world.db.trigger_cancellation();
     outcome
 }
@@ -209,21 +210,42 @@ struct Checked {
     diagnostics: Result<Vec<lsp_types::Diagnostic>, Cancelled>,
 }
 
-/// The checks in flight.
+/// The checks in flight, and the worker thread that runs them.
 struct Checks {
     hooks: Hooks,
     /// The generation each document's latest check was started for.
     in_flight: HashMap<String, u64>,
+    /// Jobs for the worker; `None` if no thread could be started.
+    jobs: Option<Sender<CheckJob>>,
     sender: Sender<Checked>,
     receiver: Receiver<Checked>,
 }
 
 impl Checks {
+    /// Starts the worker. One long-lived thread rather than one per check:
+    /// a sleeping thread woken by a channel is scheduled sooner than a new
+    /// one, and the allocator keeps one arena for it instead of a fresh one
+    /// per check.
     fn new(hooks: Hooks) -> Self {
         let (sender, receiver) = unbounded();
+        let (jobs, queue) = unbounded::<CheckJob>();
+        let results = sender.clone();
+        let hook = hooks.before_check.clone();
+        let worker = std::thread::Builder::new()
+            .name("mcpolicy-check".to_owned())
+            .spawn(move || {
+                // Ends when the loop drops its sender. Jobs queued behind a
+                // cancelled one unwind at their first query, so a main
+                // thread waiting to set an input is never kept waiting on
+                // a queue.
+                for job in queue {
+                    check(job, hook.as_deref(), &results);
+                }
+            });
         Checks {
             hooks,
             in_flight: HashMap::new(),
+            jobs: worker.is_ok().then_some(jobs),
             sender,
             receiver,
         }
@@ -239,17 +261,14 @@ impl Checks {
             let Some(job) = world.check_job(&key) else {
                 continue;
             };
-            self.in_flight.insert(key.clone(), generation);
-            let sender = self.sender.clone();
-            let hook = self.hooks.before_check.clone();
-            let spawned = std::thread::Builder::new()
-                .name("mcpolicy-check".to_owned())
-                .spawn(move || check(job, hook.as_deref(), &sender));
-            if spawned.is_err() {
-                // No thread to be had: check on this one, uncancellable.
-                if let Some(job) = world.check_job(&key) {
-                    check(job, self.hooks.before_check.as_deref(), &self.sender);
-                }
+            self.in_flight.insert(key, generation);
+            let unsent = match &self.jobs {
+                Some(jobs) => jobs.send(job).err().map(|e| e.into_inner()),
+                None => Some(job),
+            };
+            if let Some(job) = unsent {
+                // No worker: check on this thread, uncancellable.
+                check(job, self.hooks.before_check.as_deref(), &self.sender);
             }
         }
     }
