@@ -926,6 +926,34 @@ fn non_sampling_traffic_is_forwarded_and_exit_status_kept() {
     );
 }
 
+/// The real `mcpc proxy` in front of this binary re-run as a raw server in
+/// `role` (which records what it receives in `seen`), with pipes to drive
+/// it as the client, an audit and a log.
+fn spawn_raw(
+    fixture: &Fixture,
+    server_id: &str,
+    role: &str,
+    seen: &std::path::Path,
+) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_mcpc"))
+        .args(["proxy", "--server-id", server_id, "--policy"])
+        .arg(&fixture.policy)
+        .arg("--store")
+        .arg(&fixture.store)
+        .arg("--log")
+        .arg(&fixture.log)
+        .arg("--audit")
+        .arg(&fixture.audit)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .env("MCPOLICY_E2E_ROLE", role)
+        .env("MCPOLICY_E2E_RAW_OUT", seen)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Broken and hostile frames through the real binary: the server's are
 /// answered per JSON-RPC and never reach the client (an escaped method name
 /// is still recognised and decided); the client's pass through unchanged;
@@ -936,21 +964,7 @@ fn malformed_frames_through_the_binary() {
         "mcpolicy 1\nprotocol 2025-11-25\nerror_code -32010\nidentity messages\n\nserver \"raw\" {\n  sampling off\n}\n",
     );
     let seen_path = fixture.store.with_extension("seen");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mcpc"));
-    command
-        .args(["proxy", "--server-id", "raw", "--policy"])
-        .arg(&fixture.policy)
-        .arg("--store")
-        .arg(&fixture.store)
-        .arg("--log")
-        .arg(&fixture.log)
-        .arg("--")
-        .arg(std::env::current_exe().unwrap())
-        .env("MCPOLICY_E2E_ROLE", "raw")
-        .env("MCPOLICY_E2E_RAW_OUT", &seen_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    let mut proxy = command.spawn().unwrap();
+    let mut proxy = spawn_raw(&fixture, "raw", "raw", &seen_path);
     let mut from_proxy = BufReader::new(proxy.stdout.take().unwrap());
     let mut line = String::new();
     from_proxy.read_line(&mut line).unwrap();
@@ -1009,23 +1023,7 @@ fn late_answer_after_the_deadline_is_dropped() {
         "mcpolicy 1\nprotocol 2025-11-25\nerror_code -32010\nidentity messages\n\nserver \"late\" {\n  deadline 200ms\n  consent never\n}\n",
     );
     let seen_path = fixture.store.with_extension("seen");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mcpc"));
-    command
-        .args(["proxy", "--server-id", "late", "--policy"])
-        .arg(&fixture.policy)
-        .arg("--store")
-        .arg(&fixture.store)
-        .arg("--log")
-        .arg(&fixture.log)
-        .arg("--audit")
-        .arg(&fixture.audit)
-        .arg("--")
-        .arg(std::env::current_exe().unwrap())
-        .env("MCPOLICY_E2E_ROLE", "late")
-        .env("MCPOLICY_E2E_RAW_OUT", &seen_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    let mut proxy = command.spawn().unwrap();
+    let mut proxy = spawn_raw(&fixture, "late", "late", &seen_path);
     let mut from_proxy = BufReader::new(proxy.stdout.take().unwrap());
     let mut to_proxy = proxy.stdin.take().unwrap();
 
