@@ -404,20 +404,7 @@ impl Session {
             return;
         }
         let applied = grant.params(requested);
-        self.audit(&Entry {
-            event: "consent",
-            via,
-            id: Some(id),
-            identity: Some(grant.ticket.identity()),
-            outcome: if grant.lowered.is_empty() {
-                "allow"
-            } else {
-                "trim"
-            },
-            requested: Some(requested),
-            applied: Some(&applied),
-            ..Entry::default()
-        });
+        self.audit(&grant_entry("consent", via, id, requested, grant, &applied));
     }
 
     // ------------------------------------------------------------ server → client
@@ -532,15 +519,8 @@ impl Session {
                 let applied = grant.params(&params);
                 let trimmed = !grant.lowered.is_empty();
                 self.audit(&Entry {
-                    event: "decision",
-                    via: "request",
-                    id: Some(&id),
-                    identity: Some(grant.ticket.identity()),
-                    outcome: if trimmed { "trim" } else { "allow" },
                     replayed: grant.replayed,
-                    requested: Some(&params),
-                    applied: Some(&applied),
-                    ..Entry::default()
+                    ..grant_entry("decision", "request", &id, &params, &grant, &applied)
                 });
                 let deadline = grant
                     .deadline_ms
@@ -679,15 +659,15 @@ impl Session {
                             let applied = grant.params(&params);
                             let trimmed = !grant.lowered.is_empty();
                             self.audit(&Entry {
-                                event: "decision",
-                                via: "inputRequests",
-                                id: Some(&key_value),
-                                identity: Some(grant.ticket.identity()),
-                                outcome: if trimmed { "trim" } else { "allow" },
                                 replayed: grant.replayed,
-                                requested: Some(&params),
-                                applied: Some(&applied),
-                                ..Entry::default()
+                                ..grant_entry(
+                                    "decision",
+                                    "inputRequests",
+                                    &key_value,
+                                    &params,
+                                    &grant,
+                                    &applied,
+                                )
                             });
                             let deadline = grant
                                 .deadline_ms
@@ -1115,6 +1095,32 @@ fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The audit line for a request let through: what was asked, what goes on
+/// (`replayed` is left `false` for the caller to set).
+fn grant_entry<'a>(
+    event: &'a str,
+    via: &'a str,
+    id: &'a Value,
+    requested: &'a Map<String, Value>,
+    grant: &'a Grant,
+    applied: &'a Map<String, Value>,
+) -> Entry<'a> {
+    Entry {
+        event,
+        via,
+        id: Some(id),
+        identity: Some(grant.ticket.identity()),
+        outcome: if grant.lowered.is_empty() {
+            "allow"
+        } else {
+            "trim"
+        },
+        requested: Some(requested),
+        applied: Some(applied),
+        ..Entry::default()
+    }
 }
 
 #[cfg(test)]
