@@ -632,14 +632,8 @@ impl Engine {
             // 3. Replay.
             if let Some(stored) = stored {
                 match stored.verdict {
-                    // `tools` is not part of the identity: a server that drops its
-                    // tools after a `tools off` denial is asking something new.
-                    Verdict::Deny
-                        if !block.tools.enabled
-                            && *stored.reason == *block.tools.reason
-                            && *stored.reason != *block.sampling.reason
-                            && !carries_tools(params) => {}
-                    Verdict::Deny => return false,
+                    Verdict::Deny if stored_denial_answers(block, stored, params) => return false,
+                    Verdict::Deny => {}
                     Verdict::Allow => approved_before = true,
                 }
             }
@@ -651,14 +645,7 @@ impl Engine {
             // 6. Trims.
             let (lowered, annotations) = self.trims(block, params, ctx);
             // 7–8. Rate and budgets, admitted together.
-            let reserve_tokens = lowered
-                .max_tokens
-                .or_else(|| max_tokens_of(params))
-                .or(block.max_tokens)
-                .unwrap_or(0);
-            if !plan.checks.is_empty() {
-                *checks = self.limit_checks(block, plan, reserve_tokens, now);
-            }
+            *checks = self.admission_checks(block, plan, &lowered, params, now);
             trims = Some((lowered, annotations));
             true
         };
@@ -697,12 +684,7 @@ impl Engine {
                     available_at,
                     ..
                 } => {
-                    let (kind, window) = match (plan.checks.get(index), checks.get(index)) {
-                        (Some((_, kind)), Some(check)) => (*kind, check.window),
-                        // A store answering with an index we did not send: refuse as rate.
-                        _ => (CheckKind::Rate, LimitWindow::Rolling { ms: 60_000 }),
-                    };
-                    return self.refuse_limit(key, plan, block, kind, window, available_at, now);
+                    return self.refuse_limit(key, plan, block, &checks, index, available_at, now);
                 }
             };
             (reservation, lowered, annotations)
@@ -712,18 +694,12 @@ impl Engine {
             // 3. Replay.
             if let Some(stored) = self.store.replay(&key, &plan.digest, now)? {
                 match stored.verdict {
-                    // `tools` is not part of the identity: a server that drops its
-                    // tools after a `tools off` denial is asking something new.
-                    Verdict::Deny
-                        if !block.tools.enabled
-                            && *stored.reason == *block.tools.reason
-                            && *stored.reason != *block.sampling.reason
-                            && !carries_tools(params) => {}
-                    Verdict::Deny => {
+                    Verdict::Deny if stored_denial_answers(block, &stored, params) => {
                         return Ok(Decision::Deny(
                             self.replayed_denial(key, stored, block, params),
                         ));
                     }
+                    Verdict::Deny => {}
                     Verdict::Allow => approved_before = true,
                 }
             }
@@ -737,15 +713,10 @@ impl Engine {
             let (lowered, annotations) = self.trims(block, params, ctx);
 
             // 7–8. Rate and budgets, admitted together.
-            let reserve_tokens = lowered
-                .max_tokens
-                .or_else(|| max_tokens_of(params))
-                .or(block.max_tokens)
-                .unwrap_or(0);
             let reservation = if plan.checks.is_empty() {
                 0
             } else {
-                let checks = self.limit_checks(block, plan, reserve_tokens, now);
+                let checks = self.admission_checks(block, plan, &lowered, params, now);
                 match self.store.admit(server_id, &checks, now)? {
                     Admission::Admitted { reservation } => reservation,
                     Admission::Refused {
@@ -753,17 +724,12 @@ impl Engine {
                         available_at,
                         ..
                     } => {
-                        let (kind, window) = match (plan.checks.get(index), checks.get(index)) {
-                            (Some((_, kind)), Some(check)) => (*kind, check.window),
-                            // A store answering with an index we did not send: refuse as rate.
-                            _ => (CheckKind::Rate, LimitWindow::Rolling { ms: 60_000 }),
-                        };
                         return self.refuse_limit(
                             key,
                             plan,
                             block,
-                            kind,
-                            window,
+                            &checks,
+                            index,
                             available_at,
                             now,
                         );
@@ -960,17 +926,45 @@ impl Engine {
             .collect()
     }
 
+    /// Steps 7–8's checks for a request after its trims: `maxTokens` as
+    /// lowered (else as asked, else the block's cap) is what a token budget
+    /// reserves. Empty when the block has neither rate nor budgets.
+    fn admission_checks(
+        &self,
+        block: &EffectiveBlock,
+        plan: &Plan,
+        lowered: &Lowered,
+        params: &Map<String, Value>,
+        now: Millis,
+    ) -> Vec<LimitCheck> {
+        if plan.checks.is_empty() {
+            return Vec::new();
+        }
+        let reserve_tokens = lowered
+            .max_tokens
+            .or_else(|| max_tokens_of(params))
+            .or(block.max_tokens)
+            .unwrap_or(0);
+        self.limit_checks(block, plan, reserve_tokens, now)
+    }
+
+    /// The denial for an admission the store refused at `checks[index]`.
     #[allow(clippy::too_many_arguments)]
     fn refuse_limit(
         &self,
         key: DecisionKey,
         plan: &Plan,
         block: &EffectiveBlock,
-        kind: CheckKind,
-        window: LimitWindow,
+        checks: &[LimitCheck],
+        index: usize,
         available_at: Millis,
         now: Millis,
     ) -> Result<Decision, EngineError> {
+        let (kind, window) = match (plan.checks.get(index), checks.get(index)) {
+            (Some((_, kind)), Some(check)) => (*kind, check.window),
+            // A store answering with an index we did not send: refuse as rate.
+            _ => (CheckKind::Rate, LimitWindow::Rolling { ms: 60_000 }),
+        };
         let window_ms = match window {
             LimitWindow::Rolling { ms } => ms_i64(ms),
             LimitWindow::Fixed { start, end } => end.saturating_sub(start),
@@ -1426,6 +1420,20 @@ fn max_tokens_of(params: &Map<String, Value>) -> Option<u64> {
     }
     let f = number.as_f64()?;
     (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0).then_some(f as u64)
+}
+
+/// Whether a stored denial answers this request again (step 3). `tools` is
+/// not part of the identity: after a `tools off` denial, the same request
+/// without tools is asking something new.
+fn stored_denial_answers(
+    block: &EffectiveBlock,
+    stored: &StoredDecision,
+    params: &Map<String, Value>,
+) -> bool {
+    let tools_only = !block.tools.enabled
+        && *stored.reason == *block.tools.reason
+        && *stored.reason != *block.sampling.reason;
+    !tools_only || carries_tools(params)
 }
 
 /// Whether the request offers tools to the model (`tools` non-empty, or a
