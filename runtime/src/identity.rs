@@ -11,7 +11,7 @@
 //! buffer, so a hasher is fed in large chunks. Strings that are ASCII or pass
 //! Unicode's NFC quick check are written without allocating. One pass over
 //! each string both escapes it and checks it is NFC: a branch-free mask per
-//! 32 bytes finds the next byte that needs a look (an escape, or a lead byte
+//! 32 bytes (SSE2 compares on x86-64) finds the next byte that needs a look (an escape, or a lead byte
 //! of U+0300 or above), and only a character that is not known to be inert
 //! sends the rest of the string through the quick check.
 //!
@@ -380,22 +380,24 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     /// before it written. Characters up to U+02FF are inert, so their lead
     /// bytes (below 0xCC) never stop the scan.
     ///
-    /// Scans and copies 32 bytes (then eight) at a time: each chunk is stored
-    /// whole and the length advanced only past its clean prefix, so a later
-    /// store overwrites whatever followed a byte that needed a look.
+    /// Scans and copies 32 bytes at a time: each chunk is stored whole and
+    /// the length advanced only past its clean prefix, so a later store
+    /// overwrites whatever followed a byte that needed a look. The last
+    /// partial chunk is scanned as the string's last 32 bytes (the bits of
+    /// bytes already written shifted out); a string shorter than that is
+    /// checked whole and copied, or written byte by byte when it needs a look.
     fn body(&mut self, text: &str, check: bool) -> Option<usize> {
-        // Room for a whole escaped tail (7 bytes of 6 each).
-        const SLACK: usize = 64;
         // Output that must stay buffered for `string` to take back.
         const KEEP: usize = 8;
         // Bytes from this one up need a look (0xFF never occurs in UTF-8).
         let limit = if check { 0xCC } else { 0xFF };
         let bytes = text.as_bytes();
-        // The length lives in a local so the loops keep it in a register.
+        // The length lives in a local so the loop keeps it in a register.
         let mut len = self.len;
         let mut at = 0;
-        // Whole chunks: store all of it, keep the clean prefix, handle the
-        // byte that stopped it, and go on right after that byte.
+        // Store a whole chunk, keep its clean prefix, handle the byte that
+        // stopped it, and go on right after that byte. The last chunk of a
+        // string is padded with spaces, which never need a look.
         while let Some(chunk) = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>()) {
             if BUFFER - len < CHUNK + 16 {
                 self.len = len;
@@ -423,43 +425,26 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 }
             }
         }
-        // The last few words, eight bytes at a time.
-        let stop_mask = if check { u64::MAX } else { 0 };
-        while at + 8 <= bytes.len() {
-            if BUFFER - len < 16 {
-                self.len = len;
-                self.flush_keeping(KEEP);
-                len = self.len;
-            }
-            let w = word(bytes, at);
-            self.buf[len..len + 8].copy_from_slice(&w.to_le_bytes());
-            let found = special_mask(w) | (wide_lead_mask(w) & stop_mask);
-            if found == 0 {
-                len += 8;
-                at += 8;
-                continue;
-            }
-            let clean = (found.trailing_zeros() / 8) as usize;
-            len += clean;
-            at += clean;
-            match self.special(bytes, at, len) {
-                Some((read, wrote)) => {
-                    at += read;
-                    len += wrote;
-                }
-                None => {
-                    self.len = len;
-                    return Some(at);
-                }
-            }
-        }
-        if BUFFER - len < SLACK {
+        // Fewer than a chunk left. Room for all of it escaped.
+        if BUFFER - len < 6 * CHUNK {
             self.len = len;
             self.flush_keeping(KEEP);
             len = self.len;
         }
-        while let Some(&byte) = bytes.get(at) {
-            if needs_escape(byte) || byte >= limit {
+        if let Some(last) = bytes.last_chunk::<CHUNK>() {
+            // The string's last whole chunk overlaps what is done: scan it
+            // and drop the bits of bytes already written.
+            while at < bytes.len() {
+                let left = bytes.len() - at;
+                let mask = dirty_mask(last, limit) >> (CHUNK - left);
+                // No bit set reads as 32 trailing zeros, more than is left.
+                let clean = (mask.trailing_zeros() as usize).min(left);
+                self.buf[len..len + clean].copy_from_slice(&bytes[at..at + clean]);
+                len += clean;
+                at += clean;
+                if mask == 0 {
+                    break;
+                }
                 match self.special(bytes, at, len) {
                     Some((read, wrote)) => {
                         at += read;
@@ -470,10 +455,34 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                         return Some(at);
                     }
                 }
-            } else {
-                self.buf[len] = byte;
-                len += 1;
-                at += 1;
+            }
+        } else {
+            // A short string, often a key: clean as a whole, or byte by byte.
+            let dirty = bytes.iter().fold(false, |dirty, &byte| {
+                dirty | needs_escape(byte) | (byte >= limit)
+            });
+            if !dirty {
+                self.buf[len..len + bytes.len()].copy_from_slice(bytes);
+                len += bytes.len();
+                at = bytes.len();
+            }
+            while let Some(&byte) = bytes.get(at) {
+                if needs_escape(byte) || byte >= limit {
+                    match self.special(bytes, at, len) {
+                        Some((read, wrote)) => {
+                            at += read;
+                            len += wrote;
+                        }
+                        None => {
+                            self.len = len;
+                            return Some(at);
+                        }
+                    }
+                } else {
+                    self.buf[len] = byte;
+                    len += 1;
+                    at += 1;
+                }
             }
         }
         self.len = len;
@@ -606,9 +615,14 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
     let mut previous: Option<&str> = None;
     let mut canonical = true;
     for key in map.keys() {
-        if matches!(nfc(key), Cow::Owned(_))
-            || previous.is_some_and(|p| cmp_utf16(p, key) != Ordering::Less)
-        {
+        // ASCII keys (nearly all) are NFC, and order as their bytes do.
+        let in_order = if key.is_ascii() {
+            previous.is_none_or(|p| p.as_bytes() < key.as_bytes())
+        } else {
+            matches!(nfc(key), Cow::Borrowed(_))
+                && previous.is_none_or(|p| cmp_utf16(p, key) == Ordering::Less)
+        };
+        if !in_order {
             canonical = false;
             break;
         }
@@ -880,7 +894,6 @@ fn is_inert(c: u32) -> bool {
     )
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 #[inline]
@@ -916,30 +929,60 @@ fn next_ascii(bytes: &[u8], at: usize) -> usize {
         .map_or(bytes.len(), |offset| at + offset)
 }
 
-/// High bits set on the bytes of `w` that JCS escapes (`"`, `\`, control
-/// characters). Exact at the lowest set bit, which is all callers read:
-/// borrows only ever flag bytes above a true match.
-#[inline]
-fn special_mask(w: u64) -> u64 {
-    let control = w.wrapping_sub(ONES * 0x20) & !w;
-    let quote = w ^ (ONES * u64::from(b'"'));
-    let quote = quote.wrapping_sub(ONES) & !quote;
-    let backslash = w ^ (ONES * u64::from(b'\\'));
-    let backslash = backslash.wrapping_sub(ONES) & !backslash;
-    (control | quote | backslash) & HIGHS
-}
-
 /// Bytes scanned per step on the fast path.
 const CHUNK: usize = 32;
 
 /// Bit `i` set when `chunk[i]` needs escaping or is `>= limit`.
 ///
+/// On x86-64: four SSE2 compares and one `pmovmskb` per 16 bytes, through
+/// `safe_arch`'s safe wrappers (this crate forbids `unsafe`). Elsewhere,
+/// [`dirty_mask_portable`].
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline]
+fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
+    dirty_mask_portable(chunk, limit)
+}
+
+/// Bit `i` set when `chunk[i]` needs escaping or is `>= limit`: see above.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline]
+fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
+    use safe_arch::{
+        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, max_u8_m128i, min_u8_m128i,
+        move_mask_i8_m128i, set_splat_i8_m128i,
+    };
+    let control = set_splat_i8_m128i(0x1F);
+    let quote = set_splat_i8_m128i(b'"' as i8);
+    let backslash = set_splat_i8_m128i(b'\\' as i8);
+    let wide = set_splat_i8_m128i(limit as i8);
+    let (halves, _) = chunk.as_chunks::<16>();
+    halves.iter().enumerate().fold(0, |mask, (k, half)| {
+        let v = load_unaligned_m128i(half);
+        // Unsigned `v <= 0x1F` and `v >= limit`, as `min`/`max` equalities.
+        let flags = bitor_m128i(
+            bitor_m128i(
+                cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v),
+                cmp_eq_mask_i8_m128i(max_u8_m128i(v, wide), v),
+            ),
+            bitor_m128i(
+                cmp_eq_mask_i8_m128i(v, quote),
+                cmp_eq_mask_i8_m128i(v, backslash),
+            ),
+        );
+        // The sign bit of each byte, 16 of them: the cast keeps the bits.
+        mask | ((move_mask_i8_m128i(flags) as u32 & 0xFFFF) << (16 * k))
+    })
+}
+
+/// [`dirty_mask`] without SSE2 (and its oracle in the tests).
+///
 /// The flags are computed without branches (a few SIMD compares), then
 /// gathered eight at a time by a multiply: byte `i` of `w` (0 or 1) lands
 /// on bit `56 + i` of `w * 0x0102040810204080`, and no two partial
 /// products collide, so nothing carries into the top byte.
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
 #[inline]
-fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
+fn dirty_mask_portable(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     let mut flags = [0u8; CHUNK];
     for (flag, &b) in flags.iter_mut().zip(chunk) {
         *flag = u8::from((b < 0x20) | (b == b'"') | (b == b'\\') | (b >= limit));
@@ -952,13 +995,6 @@ fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
         mask |= ((w.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32) << (8 * k);
     }
     mask
-}
-
-/// High bits set on the bytes of `w` that are UTF-8 lead bytes of U+0300
-/// or above (0xCC and up). Exact per byte: the 7-bit sums never carry.
-#[inline]
-fn wide_lead_mask(w: u64) -> u64 {
-    ((w & !HIGHS).wrapping_add(ONES * 0x34)) & w & HIGHS
 }
 
 #[inline]
@@ -1082,12 +1118,6 @@ mod tests {
                 assert_eq!(String::from_utf8(out).expect("UTF-8"), expected, "{at}");
             }
         }
-        assert_eq!(
-            special_mask(u64::from_le_bytes([
-                0x7f, 0x80, 0xa2, 0xdc, 0x20, 0x21, 0x5d, 0xff
-            ])),
-            0
-        );
     }
 
     #[test]
@@ -1132,6 +1162,48 @@ mod tests {
         }
         out.push('"');
         out.into_bytes()
+    }
+
+    #[test]
+    fn simd_mask_agrees_with_portable_mask() {
+        for limit in [0xCC, 0xFF] {
+            for byte in 0..=255u8 {
+                for at in 0..CHUNK {
+                    let mut chunk = [b'a'; CHUNK];
+                    chunk[at] = byte;
+                    chunk[(at + 7) % CHUNK] = byte.wrapping_mul(37);
+                    assert_eq!(
+                        dirty_mask(&chunk, limit),
+                        dirty_mask_portable(&chunk, limit),
+                        "byte {byte:#x} at {at}, limit {limit:#x}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_length_and_offset_through_chunk_and_tail() {
+        for special in [
+            "\n",
+            "\"",
+            "\u{1}",
+            "\u{2019}",
+            "e\u{301}",
+            "\u{301}",
+            "\u{1F642}",
+        ] {
+            for len in 0..80 {
+                for at in 0..=len {
+                    let text = format!("{}{special}{}", "a".repeat(at), "b".repeat(len - at));
+                    assert_eq!(
+                        canonical_bytes(&Value::String(text.clone())),
+                        canonical_bytes_naive(&text),
+                        "{text:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
