@@ -37,46 +37,8 @@ use rmcp::{ClientHandler, ErrorData, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::process::{Child, Command};
 
-const POLICY: &str = r#"
-mcpolicy 1
-protocol 2025-11-25
-error_code -32010
-identity systemPrompt, messages, includeContext, modelPreferences
-
-defaults {
-  max_context allServers
-  max_tokens 4096
-  rate 100 per 1m
-  deadline 10s
-  consent never
-}
-
-# The seed's server: one request a day, and the user is asked once.
-server "release-notes" {
-  budget 1 requests per day
-  consent first
-}
-
-# A server the user refuses.
-server "web-fetch" {
-  consent first
-}
-
-# May see its own context, never other servers'.
-server "summarizer" {
-  max_context thisServer
-}
-
-# A tight rate limit.
-server "chatty" {
-  rate 3 per 1m
-}
-
-# A completion must finish in 300 ms.
-server "slow" {
-  deadline 300ms
-}
-"#;
+/// The policy both proxy end-to-end suites (rmcp and Python) run under.
+const POLICY: &str = include_str!("../../tests/e2e/proxy.mcpolicy");
 
 /// MCP 2026-07-28: codes inside -32768..-32000 are the spec's.
 const POLICY_2026: &str = r#"

@@ -14,37 +14,8 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-const POLICY: &str = r#"
-mcpolicy 1
-protocol 2025-11-25
-error_code -32010
-identity systemPrompt, messages, includeContext, modelPreferences
-
-defaults {
-  max_context allServers
-  max_tokens 4096
-  rate 100 per 1m
-  deadline 10s
-  consent never
-}
-
-server "release-notes" {
-  budget 1 requests per day
-  consent first
-}
-
-server "web-fetch" {
-  consent first
-}
-
-server "summarizer" {
-  max_context thisServer
-}
-
-server "chatty" {
-  rate 3 per 1m
-}
-"#;
+/// The policy both proxy end-to-end suites (rmcp and Python) run under.
+const POLICY: &str = include_str!("../../tests/e2e/proxy.mcpolicy");
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
