@@ -396,8 +396,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         let mut len = self.len;
         let mut at = 0;
         // Store a whole chunk, keep its clean prefix, handle the byte that
-        // stopped it, and go on right after that byte. The last chunk of a
-        // string is padded with spaces, which never need a look.
+        // stopped it, and go on right after that byte.
         while let Some(chunk) = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>()) {
             if BUFFER - len < CHUNK + 16 {
                 self.len = len;
@@ -414,15 +413,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             let clean = mask.trailing_zeros() as usize;
             len += clean;
             at += clean;
-            match self.special(bytes, at, len) {
-                Some((read, wrote)) => {
-                    at += read;
-                    len += wrote;
-                }
-                None => {
-                    self.len = len;
-                    return Some(at);
-                }
+            if !self.step_past(bytes, &mut at, &mut len) {
+                return Some(at);
             }
         }
         // Fewer than a chunk left. Room for all of it escaped.
@@ -445,15 +437,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 if mask == 0 {
                     break;
                 }
-                match self.special(bytes, at, len) {
-                    Some((read, wrote)) => {
-                        at += read;
-                        len += wrote;
-                    }
-                    None => {
-                        self.len = len;
-                        return Some(at);
-                    }
+                if !self.step_past(bytes, &mut at, &mut len) {
+                    return Some(at);
                 }
             }
         } else {
@@ -468,15 +453,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
             while let Some(&byte) = bytes.get(at) {
                 if needs_escape(byte) || byte >= limit {
-                    match self.special(bytes, at, len) {
-                        Some((read, wrote)) => {
-                            at += read;
-                            len += wrote;
-                        }
-                        None => {
-                            self.len = len;
-                            return Some(at);
-                        }
+                    if !self.step_past(bytes, &mut at, &mut len) {
+                        return Some(at);
                     }
                 } else {
                     self.buf[len] = byte;
@@ -487,6 +465,24 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
         self.len = len;
         None
+    }
+
+    /// [`Writer::special`] for the byte at `bytes[*at]`, moving both
+    /// positions past it; `false` (the length saved) when the character it
+    /// starts might not be NFC, `*at` then being its index.
+    #[inline(always)]
+    fn step_past(&mut self, bytes: &[u8], at: &mut usize, len: &mut usize) -> bool {
+        match self.special(bytes, *at, *len) {
+            Some((read, wrote)) => {
+                *at += read;
+                *len += wrote;
+                true
+            }
+            None => {
+                self.len = *len;
+                false
+            }
+        }
     }
 
     /// Writes, at `buf[len..]`, the byte at `bytes[at]` that stopped a scan:
