@@ -987,14 +987,12 @@ impl Engine {
                     .map_or(builtin::RATE_LIMIT, |r| r.reason.as_str());
                 let wait_ms = available_at.saturating_sub(now).max(1);
                 let seconds = (wait_ms as u64).div_ceil(1000);
+                let (limit, window) = block.rate.as_ref().map(rate_labels).unzip();
                 let produced = Produced {
                     timing: Some(Timing::RetryAfter(seconds)),
                     reset: Some(now.saturating_add((seconds as i64).saturating_mul(1000))),
-                    limit: block.rate.as_ref().map(rate_limit_label),
-                    window: block
-                        .rate
-                        .as_ref()
-                        .map(|r| frame::format_duration(r.window_ms)),
+                    limit,
+                    window,
                     ..Produced::plain()
                 };
                 self.deny(key, plan, reason, produced, now)
@@ -1003,11 +1001,12 @@ impl Engine {
                 let budget = block.budgets.get(i);
                 let reason = budget.map_or(builtin::BUDGET_EXHAUSTED, |b| b.reason.as_str());
                 let resets_at = calendar::ceil_to_second(available_at);
+                let (limit, window) = budget.map(budget_labels).unzip();
                 let produced = Produced {
                     timing: Some(Timing::ResetsAt(resets_at)),
                     reset: Some(resets_at),
-                    limit: budget.map(budget_limit_label),
-                    window: budget.map(window_label),
+                    limit,
+                    window,
                     ..Produced::plain()
                 };
                 self.deny(key, plan, reason, produced, now)
@@ -1490,25 +1489,30 @@ fn input_bytes(params: &Map<String, Value>) -> u64 {
     count.0
 }
 
-/// `{limit}` for a denial by `budget`, e.g. `50 requests` or `200000 tokens`.
-fn budget_limit_label(budget: &Budget) -> String {
+/// `{limit}` and `{window}` for a denial by `budget`, fresh or replayed:
+/// e.g. `50 requests` and `daily`, or `200000 tokens` and `24h`.
+fn budget_labels(budget: &Budget) -> (String, String) {
     let unit = match (budget.metric, budget.limit) {
         (BudgetMetric::Requests, 1) => "request",
         (BudgetMetric::Requests, _) => "requests",
         (BudgetMetric::Tokens, 1) => "token",
         (BudgetMetric::Tokens, _) => "tokens",
     };
-    format!("{} {unit}", budget.limit)
+    (format!("{} {unit}", budget.limit), window_label(budget))
 }
 
-/// `{limit}` for a rate-limit denial, e.g. `30 requests`.
-fn rate_limit_label(rate: &Rate) -> String {
+/// `{limit}` and `{window}` for a rate-limit denial, fresh or replayed:
+/// e.g. `30 requests` and `1m`.
+fn rate_labels(rate: &Rate) -> (String, String) {
     let unit = if rate.count == 1 {
         "request"
     } else {
         "requests"
     };
-    format!("{} {unit}", rate.count)
+    (
+        format!("{} {unit}", rate.count),
+        frame::format_duration(rate.window_ms),
+    )
 }
 
 /// `{limit}` and `{window}` for a replayed denial, derived again from the
@@ -1524,17 +1528,15 @@ fn replay_limit_window(
     decided_at: Millis,
 ) -> (Option<String>, Option<String>) {
     match parse_timing(data) {
-        Some(Timing::ResetsAt(at)) => {
-            let budget = replay_budget(block, reason, at, decided_at);
-            (budget.map(budget_limit_label), budget.map(window_label))
-        }
-        Some(Timing::RetryAfter(_)) => {
-            let rate = block.rate.as_ref().filter(|r| r.reason == reason);
-            (
-                rate.map(rate_limit_label),
-                rate.map(|r| frame::format_duration(r.window_ms)),
-            )
-        }
+        Some(Timing::ResetsAt(at)) => replay_budget(block, reason, at, decided_at)
+            .map(budget_labels)
+            .unzip(),
+        Some(Timing::RetryAfter(_)) => block
+            .rate
+            .as_ref()
+            .filter(|r| r.reason == reason)
+            .map(rate_labels)
+            .unzip(),
         None => (replay_input_limit(block, reason, params), None),
     }
 }
