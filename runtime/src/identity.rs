@@ -11,9 +11,10 @@
 //! buffer, so a hasher is fed in large chunks. Strings that are ASCII or pass
 //! Unicode's NFC quick check are written without allocating. One pass over
 //! each string both escapes it and checks it is NFC: a branch-free mask per
-//! 32 bytes (SSE2 compares on x86-64) finds the next byte that needs a look (an escape, or a lead byte
-//! of U+0300 or above), and only a character that is not known to be inert
-//! sends the rest of the string through the quick check.
+//! 32 bytes (SSE2 compares on x86-64) finds the next byte that needs a look
+//! (an escape, or a lead byte of U+0300 or above), and only a character that
+//! is not known to be inert sends the rest of the string through the quick
+//! check.
 //!
 //! Identities must never drift between releases: `tests/cases/identity/vectors.json`
 //! freezes them.
@@ -425,10 +426,11 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
         if let Some(last) = bytes.last_chunk::<CHUNK>() {
             // The string's last whole chunk overlaps what is done: scan it
-            // and drop the bits of bytes already written.
+            // once, and drop the bits of bytes already written.
+            let last_mask = dirty_mask(last, limit);
             while at < bytes.len() {
                 let left = bytes.len() - at;
-                let mask = dirty_mask(last, limit) >> (CHUNK - left);
+                let mask = last_mask >> (CHUNK - left);
                 // No bit set reads as 32 trailing zeros, more than is left.
                 let clean = (mask.trailing_zeros() as usize).min(left);
                 self.buf[len..len + clean].copy_from_slice(&bytes[at..at + clean]);
@@ -443,16 +445,16 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
         } else {
             // A short string, often a key: clean as a whole, or byte by byte.
-            let dirty = bytes.iter().fold(false, |dirty, &byte| {
-                dirty | needs_escape(byte) | (byte >= limit)
-            });
+            let dirty = bytes
+                .iter()
+                .fold(false, |dirty, &byte| dirty | needs_look(byte, limit));
             if !dirty {
                 self.buf[len..len + bytes.len()].copy_from_slice(bytes);
                 len += bytes.len();
                 at = bytes.len();
             }
             while let Some(&byte) = bytes.get(at) {
-                if needs_escape(byte) || byte >= limit {
+                if needs_look(byte, limit) {
                     if !self.step_past(bytes, &mut at, &mut len) {
                         return Some(at);
                     }
@@ -611,13 +613,9 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
     let mut previous: Option<&str> = None;
     let mut canonical = true;
     for key in map.keys() {
-        // ASCII keys (nearly all) are NFC, and order as their bytes do.
-        let in_order = if key.is_ascii() {
-            previous.is_none_or(|p| p.as_bytes() < key.as_bytes())
-        } else {
-            matches!(nfc(key), Cow::Borrowed(_))
-                && previous.is_none_or(|p| cmp_utf16(p, key) == Ordering::Less)
-        };
+        // ASCII keys (nearly all) are NFC without a look.
+        let in_order = (key.is_ascii() || matches!(nfc(key), Cow::Borrowed(_)))
+            && previous.is_none_or(|p| cmp_utf16(p, key) == Ordering::Less);
         if !in_order {
             canonical = false;
             break;
@@ -981,7 +979,7 @@ fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
 fn dirty_mask_portable(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     let mut flags = [0u8; CHUNK];
     for (flag, &b) in flags.iter_mut().zip(chunk) {
-        *flag = u8::from((b < 0x20) | (b == b'"') | (b == b'\\') | (b >= limit));
+        *flag = u8::from(needs_look(b, limit));
     }
     let mut mask = 0u32;
     for (k, group) in flags.chunks_exact(8).enumerate() {
@@ -995,7 +993,14 @@ fn dirty_mask_portable(chunk: &[u8; CHUNK], limit: u8) -> u32 {
 
 #[inline]
 fn needs_escape(byte: u8) -> bool {
-    byte < 0x20 || byte == b'"' || byte == b'\\'
+    (byte < 0x20) | (byte == b'"') | (byte == b'\\')
+}
+
+/// Whether a scan stops at `byte`: it needs escaping, or is `>= limit` (see
+/// [`Writer::body`]). Without short-circuits, so loops over it vectorise.
+#[inline]
+fn needs_look(byte: u8, limit: u8) -> bool {
+    needs_escape(byte) | (byte >= limit)
 }
 
 /// The escape sequence (padded to six bytes) and its length, by byte; only
