@@ -222,11 +222,12 @@ pub(super) fn invalid_reason_name(name: &str, span: Span) -> Option<Diagnostic> 
     let start = span.start + at;
     let here = Span::new(start, start + c.len_utf8());
     let (suggestion, certain) = nearest_reason_name(name);
-    if suggestion.is_empty() {
-        let help = "reason names are dotted ASCII identifiers: write e.g. `acme.too_big`";
-        return Some(Diagnostic::new(Code::E0412, here, message, "not allowed here").help(help));
-    }
-    let help = format!("reason names are dotted ASCII identifiers: write `{suggestion}`");
+    let write = if suggestion.is_empty() {
+        "e.g. `acme.too_big`".to_owned()
+    } else {
+        format!("`{suggestion}`")
+    };
+    let help = format!("reason names are dotted ASCII identifiers: write {write}");
     let finding = Diagnostic::new(Code::E0412, here, message, "not allowed here").help(help);
     Some(if certain && suggestion.contains('.') {
         finding.fix(format!("Rename to `{suggestion}`"), span, suggestion)
