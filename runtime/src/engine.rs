@@ -29,8 +29,8 @@ use crate::glob;
 use crate::identity;
 use crate::request::{self, SamplingRequest};
 use crate::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, StoreError,
-    StoredDecision, Verdict,
+    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, Reservation,
+    StoreError, StoredDecision, Verdict,
 };
 use crate::table::{
     Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, ProtocolRevision,
@@ -167,7 +167,7 @@ pub struct Ticket {
     identity: String,
     entry: usize,
     digest: Arc<str>,
-    reservation: u64,
+    reservation: Reservation,
     plan: Arc<Plan>,
 }
 
@@ -182,8 +182,8 @@ impl Ticket {
         &self.identity
     }
 
-    /// The store's reservation handle (0 when nothing was counted).
-    pub fn reservation(&self) -> u64 {
+    /// The store's reservation handle ([`Reservation::NONE`] when nothing was counted).
+    pub fn reservation(&self) -> Reservation {
         self.reservation
     }
 }
@@ -714,7 +714,7 @@ impl Engine {
 
             // 7–8. Rate and budgets, admitted together.
             let reservation = if plan.checks.is_empty() {
-                0
+                Reservation::NONE
             } else {
                 let checks = self.admission_checks(block, plan, &lowered, params, now);
                 match self.store.admit(server_id, &checks, now)? {
@@ -1181,12 +1181,13 @@ impl Engine {
 
     /// Returns a reservation's budget spend (not its rate spend).
     fn release_budgets(&self, ticket: &Ticket) -> Result<(), EngineError> {
-        if ticket.reservation == 0 {
+        if ticket.reservation.is_none() {
             return Ok(());
         }
         for (counter, kind) in &ticket.plan.checks {
             if let CheckKind::Budget(_) = kind {
-                self.store.settle(ticket.reservation, counter, 0)?;
+                self.store
+                    .settle(&ticket.server_id, ticket.reservation, counter, 0)?;
             }
         }
         Ok(())
@@ -1210,7 +1211,7 @@ impl Engine {
     /// (input + output tokens as the provider reported them). Request
     /// budgets and the rate keep their count.
     pub fn settle(&self, ticket: &Ticket, usage_tokens: u64) -> Result<(), EngineError> {
-        if ticket.reservation == 0 {
+        if ticket.reservation.is_none() {
             return Ok(());
         }
         let block = self.block(ticket.entry);
@@ -1222,7 +1223,7 @@ impl Engine {
                     .is_some_and(|b| b.metric == BudgetMetric::Tokens)
             {
                 self.store
-                    .settle(ticket.reservation, counter, usage_tokens)?;
+                    .settle(&ticket.server_id, ticket.reservation, counter, usage_tokens)?;
             }
         }
         Ok(())

@@ -215,7 +215,7 @@ fn allow_carries_deadline_and_ticket() {
     assert!(grant.ticket.identity().starts_with("s:"));
     assert_eq!(grant.ticket.identity().len(), 2 + 32);
     // Nothing counted, nothing stored.
-    assert_eq!(grant.ticket.reservation(), 0);
+    assert!(grant.ticket.reservation().is_none());
     let key = DecisionKey::new("s", grant.ticket.identity());
     assert_eq!(h.store.get(&key).expect("get"), None);
 }
@@ -915,7 +915,13 @@ impl DecisionStore for BrokenStore {
     ) -> Result<mcpolicy_runtime::store::Admission, mcpolicy_runtime::store::StoreError> {
         Err(mcpolicy_runtime::store::StoreError::Poisoned)
     }
-    fn settle(&self, _: u64, _: &str, _: u64) -> Result<(), mcpolicy_runtime::store::StoreError> {
+    fn settle(
+        &self,
+        _: &str,
+        _: mcpolicy_runtime::store::Reservation,
+        _: &str,
+        _: u64,
+    ) -> Result<(), mcpolicy_runtime::store::StoreError> {
         Err(mcpolicy_runtime::store::StoreError::Poisoned)
     }
     fn record(

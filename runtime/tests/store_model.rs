@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use mcpolicy_runtime::store::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
-    StoredDecision, Verdict,
+    Reservation, StoredDecision, Verdict,
 };
 use proptest::prelude::*;
 
@@ -184,7 +184,10 @@ impl Model {
             ));
         }
         Admission::Admitted {
-            reservation: admission as u64,
+            reservation: Reservation {
+                id: admission as u64,
+                at: now,
+            },
         }
     }
 }
@@ -205,7 +208,7 @@ fn run(ops: Vec<Op>) {
     drop(dir);
     let mut model = Model::default();
     // Admitted reservations, per store, in admission order, with the model's admission number.
-    let mut admitted: Vec<(usize, Vec<u64>)> = Vec::new();
+    let mut admitted: Vec<(usize, &str, Vec<Reservation>)> = Vec::new();
     let mut now: Millis = 1_000_000;
     for (step, op) in ops.into_iter().enumerate() {
         match op {
@@ -229,14 +232,14 @@ fn run(ops: Vec<Op>) {
                     }
                 }
                 if matches!(expected, Admission::Admitted { .. }) {
-                    admitted.push((step, handles));
+                    admitted.push((step, server, handles));
                 }
             }
             Op::Settle { nth, actual } => {
                 if admitted.is_empty() {
                     continue;
                 }
-                let (admission, handles) = &admitted[usize::from(nth) % admitted.len()];
+                let (admission, server, handles) = &admitted[usize::from(nth) % admitted.len()];
                 let counter = "budget:tokens:rolling:3000";
                 for row in model.rows.iter_mut() {
                     if row.4 == *admission && row.1 == counter {
@@ -245,7 +248,7 @@ fn run(ops: Vec<Op>) {
                 }
                 for ((name, store), handle) in stores.iter().zip(handles) {
                     store
-                        .settle(*handle, counter, u64::from(actual))
+                        .settle(server, *handle, counter, u64::from(actual))
                         .unwrap_or_else(|e| panic!("{name} settle at step {step}: {e}"));
                 }
             }
@@ -346,7 +349,7 @@ fn run(ops: Vec<Op>) {
                     }
                 }
                 if matches!(expected_admission, Some(Admission::Admitted { .. })) {
-                    admitted.push((step, handles));
+                    admitted.push((step, server, handles));
                 }
             }
             Op::Get { server, id } => {

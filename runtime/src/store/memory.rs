@@ -13,13 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, StoreError,
-    StoredDecision, must_free, rolling_available_at, rolling_floor,
+    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, Reservation,
+    StoreError, StoredDecision, must_free, rolling_available_at, rolling_floor,
 };
 
-/// Number of shards; a power of two so a reservation can carry its shard in its low bits.
+/// Number of shards; a power of two so a hash picks one with a mask.
 const SHARDS: usize = 16;
-const SHARD_BITS: u32 = SHARDS.trailing_zeros();
 
 /// One spend row: `amount` recorded at `at` under reservation `reservation`.
 #[derive(Debug, Clone, Copy)]
@@ -118,7 +117,7 @@ pub struct MemoryStore {
     hasher: RandomState,
     decisions: Vec<Mutex<DecisionShard>>,
     spend: Vec<Mutex<SpendShard>>,
-    /// The next reservation sequence number (reservation = seq << SHARD_BITS | shard).
+    /// The next reservation id (ids start at 1; 0 means nothing was counted).
     next_seq: AtomicU64,
 }
 
@@ -192,7 +191,7 @@ fn admit_into(
     counters: &mut HashMap<String, Counter>,
     checks: &[LimitCheck],
     now: Millis,
-    reservation: impl FnOnce() -> u64,
+    reservation: impl FnOnce() -> Reservation,
 ) -> Admission {
     for (index, check) in checks.iter().enumerate() {
         let spent = match counters.get_mut(check.counter.as_str()) {
@@ -245,7 +244,7 @@ fn admit_into(
         let spend = Spend {
             at: now,
             amount: check.amount,
-            reservation,
+            reservation: reservation.id,
         };
         match counters.get_mut(check.counter.as_str()) {
             Some(counter) => counter.push(spend),
@@ -285,13 +284,14 @@ impl DecisionStore for MemoryStore {
         now: Millis,
     ) -> Result<Admission, StoreError> {
         if checks.is_empty() {
-            return Ok(Admission::Admitted { reservation: 0 });
+            return Ok(Admission::Admitted {
+                reservation: Reservation::NONE,
+            });
         }
-        let shard_index = self.spend_shard_index(server_id);
-        let mut shard = lock(&self.spend[shard_index])?;
-        let reservation = || {
-            let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-            (seq << SHARD_BITS) | shard_index as u64
+        let mut shard = lock(&self.spend[self.spend_shard_index(server_id)])?;
+        let reservation = || Reservation {
+            id: self.next_seq.fetch_add(1, Ordering::Relaxed),
+            at: now,
         };
         if let Some(counters) = shard.get_mut(server_id) {
             return Ok(admit_into(counters, checks, now, reservation));
@@ -300,35 +300,43 @@ impl DecisionStore for MemoryStore {
         Ok(admit_into(counters, checks, now, reservation))
     }
 
-    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
-        if reservation == 0 {
+    fn settle(
+        &self,
+        server_id: &str,
+        reservation: Reservation,
+        counter: &str,
+        actual: u64,
+    ) -> Result<(), StoreError> {
+        if reservation.is_none() {
             return Ok(());
         }
-        if reservation >> SHARD_BITS >= self.next_seq.load(Ordering::Relaxed) {
+        if reservation.id >= self.next_seq.load(Ordering::Relaxed) {
             return Err(StoreError::UnknownReservation {
-                reservation,
+                reservation: reservation.id,
                 counter: counter.to_owned(),
             });
         }
-        let shard_index = (reservation as usize) & (SHARDS - 1);
-        let mut shard = lock(&self.spend[shard_index])?;
+        let mut shard = lock(&self.spend[self.spend_shard_index(server_id)])?;
         // Rows of a window that has passed may be pruned; settling them changes nothing that counts.
-        for counters in shard.values_mut() {
-            let Some(counter) = counters.get_mut(counter) else {
-                continue;
-            };
-            if let Some(row) = counter
-                .rows
-                .iter_mut()
-                .find(|row| row.reservation == reservation)
-            {
-                counter.total = counter
-                    .total
-                    .saturating_sub(row.amount)
-                    .saturating_add(actual);
-                row.amount = actual;
-                return Ok(());
-            }
+        let Some(counter) = shard
+            .get_mut(server_id)
+            .and_then(|counters| counters.get_mut(counter))
+        else {
+            return Ok(());
+        };
+        // Rows are sorted by time: the admission's rows start where `at` does.
+        let first = counter.rows.partition_point(|row| row.at < reservation.at);
+        let row = counter
+            .rows
+            .range_mut(first..)
+            .take_while(|row| row.at == reservation.at)
+            .find(|row| row.reservation == reservation.id);
+        if let Some(row) = row {
+            counter.total = counter
+                .total
+                .saturating_sub(row.amount)
+                .saturating_add(actual);
+            row.amount = actual;
         }
         Ok(())
     }

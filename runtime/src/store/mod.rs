@@ -22,7 +22,7 @@ mod sqlite;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SCHEMA_VERSION, SETTLE_WINDOW_MS, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -136,13 +136,38 @@ pub enum LimitWindow {
     },
 }
 
+/// Where an admission's spend rows are, for [`DecisionStore::settle`]: issued
+/// by `admit`, handed back unchanged with the same server id.
+///
+/// It carries the admission time so that a store can find the rows directly
+/// (SQLite: one primary-key look-up) without keeping an index of
+/// reservations, which would cost every admission one more page written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Reservation {
+    /// Unique among the admissions of one store; 0 = nothing was counted.
+    pub id: u64,
+    /// The admission's `now`: every spend row it wrote is recorded at this time.
+    pub at: Millis,
+}
+
+impl Reservation {
+    /// The reservation of an admission that counted nothing (no checks);
+    /// settling it is a no-op.
+    pub const NONE: Reservation = Reservation { id: 0, at: 0 };
+
+    /// Whether nothing was counted.
+    pub fn is_none(&self) -> bool {
+        self.id == 0
+    }
+}
+
 /// The answer to [`DecisionStore::admit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     /// Every check fitted; all were recorded atomically. `reservation` identifies the spend rows for settle().
     Admitted {
-        /// Handle for [`DecisionStore::settle`]; unique within the store.
-        reservation: u64,
+        /// Handle for [`DecisionStore::settle`]; its id is unique within the store.
+        reservation: Reservation,
     },
     /// The first check (in the given order) that did not fit; nothing was recorded.
     Refused {
@@ -266,12 +291,19 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
         checks: &[LimitCheck],
         now: Millis,
     ) -> Result<Admission, StoreError>;
-    /// Replace the reserved amount of `counter` in `reservation` with the real spend (token settlement).
+    /// Replace the reserved amount of `counter` in `reservation`, issued by
+    /// `admit(server_id, …)`, with the real spend (token settlement).
     ///
-    /// Reservation 0 (an admission with no checks) and spend that has already left its window
-    /// (pruned) are no-ops; a reservation this store never issued is
-    /// [`StoreError::UnknownReservation`].
-    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError>;
+    /// [`Reservation::NONE`] (an admission with no checks) and spend that has
+    /// already left its window (pruned) are no-ops; a reservation id this
+    /// store never issued is [`StoreError::UnknownReservation`].
+    fn settle(
+        &self,
+        server_id: &str,
+        reservation: Reservation,
+        counter: &str,
+        actual: u64,
+    ) -> Result<(), StoreError>;
     /// Store (insert or replace) the decision for `key` (represented starts at 0).
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError>;
     /// The stored decision as it is, without counting a replay (for tests and `mcpc eval`).
@@ -310,7 +342,7 @@ pub struct ReplayThenAdmit {
     /// What [`DecisionStore::replay`] answered.
     pub replayed: Option<StoredDecision>,
     /// What [`DecisionStore::admit`] answered, if `evaluate` asked for it
-    /// (an empty `checks` is admitted with reservation 0).
+    /// (an empty `checks` is admitted with [`Reservation::NONE`]).
     pub admission: Option<Admission>,
 }
 
@@ -331,8 +363,14 @@ impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
     ) -> Result<Admission, StoreError> {
         (**self).admit(server_id, checks, now)
     }
-    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
-        (**self).settle(reservation, counter, actual)
+    fn settle(
+        &self,
+        server_id: &str,
+        reservation: Reservation,
+        counter: &str,
+        actual: u64,
+    ) -> Result<(), StoreError> {
+        (**self).settle(server_id, reservation, counter, actual)
     }
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         (**self).record(key, decision)

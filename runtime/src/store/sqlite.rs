@@ -24,16 +24,18 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params}
 
 use super::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, ReplayThenAdmit,
-    StoreError, StoredDecision, Verdict, must_free, rolling_available_at, rolling_floor,
+    Reservation, StoreError, StoredDecision, Verdict, must_free, rolling_available_at,
+    rolling_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+/// Version 1 files are migrated at open.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of an mcpolicy store: ASCII "mcpo".
 const APPLICATION_ID: i64 = 0x6d63_706f;
 
-const SCHEMA_V1: &str = "
+const SCHEMA_V2: &str = "
 CREATE TABLE decisions (
     server_id   TEXT    NOT NULL,
     identity    TEXT    NOT NULL,
@@ -46,15 +48,15 @@ CREATE TABLE decisions (
     decided_at  INTEGER NOT NULL,
     PRIMARY KEY (server_id, identity)
 ) WITHOUT ROWID;
--- One row per admission, for settle(): its id is the reservation handle. The
--- newest row is never deleted, so ids only grow and are never reused.
-CREATE TABLE reservations (
-    id          INTEGER PRIMARY KEY,
-    server_id   TEXT    NOT NULL,
-    at          INTEGER NOT NULL
-);
--- One row per counter per admission, clustered by counter and time: a
--- window is one contiguous key range, and pruning deletes its left end.
+-- Every counter's ledger, clustered by counter and time: a window is one
+-- contiguous key range, and pruning deletes its left end. Two kinds of row:
+--   spend:  (server, counter, at, reservation >= 1, amount), one per counter
+--           per admission, found again by settle() from its reservation;
+--   total:  (server, counter, at = i64::MAX, reservation = 0, sum of the
+--           counter's spend rows), kept in step with every insert, prune and
+--           settle, so an admission costs the same however full its window is.
+-- The total row sits at the right end of its counter's range, on the page
+-- where new spend rows go: an admission usually writes one page.
 CREATE TABLE spend (
     server_id   TEXT    NOT NULL,
     counter     TEXT    NOT NULL,
@@ -63,15 +65,40 @@ CREATE TABLE spend (
     amount      INTEGER NOT NULL,
     PRIMARY KEY (server_id, counter, at, reservation)
 ) WITHOUT ROWID;
--- The sum of a counter's spend rows, kept in step with every insert, prune
--- and settle, so an admission costs the same however full its window is.
-CREATE TABLE counters (
-    server_id   TEXT    NOT NULL,
-    counter     TEXT    NOT NULL,
-    total       INTEGER NOT NULL,
-    PRIMARY KEY (server_id, counter)
+-- `epoch`: bumped by every open; a store's reservation ids are its epoch in
+-- the high 32 bits and a count in the low 32, so no two opens (processes)
+-- ever issue the same id and no admission writes an id counter.
+CREATE TABLE meta (
+    key         TEXT    PRIMARY KEY,
+    value       INTEGER NOT NULL
 ) WITHOUT ROWID;
+INSERT INTO meta (key, value) VALUES ('epoch', 0);
 ";
+
+/// Schema 1 → 2, in the open's write transaction. Version 1 kept running
+/// totals in `counters` and one `reservations` row per admission (three
+/// pages written per admission); version 2 keeps the totals as rows of
+/// `spend` and carries the admission time in the reservation handle. The
+/// first epoch starts past every version 1 id, so ids stay unique.
+const MIGRATE_V1_TO_V2: &str = "
+CREATE TABLE meta (
+    key         TEXT    PRIMARY KEY,
+    value       INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (key, value)
+    SELECT 'epoch', COALESCE(MAX(id), 0) >> 32 FROM reservations;
+INSERT INTO spend (server_id, counter, at, reservation, amount)
+    SELECT server_id, counter, 9223372036854775807, 0, total FROM counters;
+DROP TABLE counters;
+DROP TABLE reservations;
+";
+
+/// `at` of a counter's total row (with reservation 0): after every spend
+/// row's, so it sits where the counter's new spend rows are written.
+const TOTAL_AT: Millis = Millis::MAX;
+
+/// Bits of a reservation id below its epoch.
+const EPOCH_SHIFT: u32 = 32;
 
 /// Page size of a new store file (bytes). Each commit writes whole pages to the WAL.
 const PAGE_SIZE: i64 = 4096;
@@ -81,10 +108,6 @@ const PAGE_SIZE: i64 = 4096;
 /// often it was rewritten, so rarer checkpoints copy fewer pages per decision
 /// and fsync less often (see STORE.md). The WAL file is then up to 40 MiB.
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10000;
-
-/// How long after admission a reservation can still be settled; older ones
-/// are pruned and settling them is a no-op (the reserved amount stands).
-pub const SETTLE_WINDOW_MS: Millis = 7 * 86_400_000;
 
 /// How hard SQLite works to make a commit durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,7 +147,28 @@ impl Default for SqliteOptions {
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    session: Mutex<Session>,
+}
+
+/// The connection and this open's reservation ids, behind one mutex.
+#[derive(Debug)]
+struct Session {
+    conn: Connection,
+    ids: Ids,
+}
+
+/// Reservation ids of one open: `epoch << 32 | count`, count from 1.
+#[derive(Debug, Clone, Copy)]
+struct Ids {
+    epoch: i64,
+    /// The last count issued in this epoch (0: none yet).
+    issued: u32,
+}
+
+impl Ids {
+    fn id(self) -> u64 {
+        uint(self.epoch << EPOCH_SHIFT | i64::from(self.issued))
+    }
 }
 
 /// Failures inside a transaction: SQLite's, or ours (a row that does not decode).
@@ -158,12 +202,14 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).map_err(|e| map_sql(&path, e))?;
-        let store = SqliteStore {
+        let epoch = initialise(&path, &conn, options)?;
+        Ok(SqliteStore {
             path,
-            conn: Mutex::new(conn),
-        };
-        store.initialise(options)?;
-        Ok(store)
+            session: Mutex::new(Session {
+                conn,
+                ids: Ids { epoch, issued: 0 },
+            }),
+        })
     }
 
     /// The file this store lives in.
@@ -173,8 +219,9 @@ impl SqliteStore {
 
     /// How many decisions are stored (expired ones included until purged).
     pub fn len(&self) -> Result<u64, StoreError> {
-        let conn = self.lock()?;
-        let count: i64 = conn
+        let session = self.lock()?;
+        let count: i64 = session
+            .conn
             .query_row("SELECT COUNT(*) FROM decisions", [], |row| row.get(0))
             .map_err(|e| map_sql(&self.path, e))?;
         Ok(u64::try_from(count).unwrap_or(0))
@@ -185,60 +232,94 @@ impl SqliteStore {
         Ok(self.len()? == 0)
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
-        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    fn lock(&self) -> Result<MutexGuard<'_, Session>, StoreError> {
+        self.session.lock().map_err(|_| StoreError::Poisoned)
     }
 
-    fn initialise(&self, options: &SqliteOptions) -> Result<(), StoreError> {
-        let path = &self.path;
-        let conn = self.lock()?;
-        let sql = |e| map_sql(path, e);
-        conn.busy_timeout(options.busy_timeout).map_err(sql)?;
-        conn.set_prepared_statement_cache_capacity(32);
-        // Read-only look first: a foreign or newer file must not even be switched to WAL.
-        check_identity(path, &conn)?;
-        // Takes effect only on a file that has no pages yet; an existing store keeps its size.
-        conn.pragma_update(None, "page_size", PAGE_SIZE)
-            .map_err(sql)?;
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(sql)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Io {
-                path: path.clone(),
-                source: io::Error::other(format!(
-                    "cannot switch to WAL journal mode (got `{mode}`); is the file on a network or read-only file system?"
-                )),
-            });
+    /// The next reservation id, with a new epoch when this one's 2^32 ids
+    /// are used up (its own committed transaction, so no id is issued twice
+    /// even if the admission that asked rolls back).
+    fn next_id(&self, session: &mut Session) -> Result<u64, StoreError> {
+        if session.ids.issued == u32::MAX {
+            let epoch = in_immediate(&self.path, &session.conn, |conn| {
+                new_epoch(&self.path, conn)
+            })?;
+            session.ids = Ids { epoch, issued: 0 };
         }
-        let level = match options.synchronous {
-            Synchronous::Normal => "NORMAL",
-            Synchronous::Full => "FULL",
-        };
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
-            .map_err(sql)?;
-        // 8 MiB of page cache (SQLite's default is 2 MiB): the hot pages of a
-        // busy store are the counters and the right edge of each table.
-        conn.pragma_update(None, "cache_size", -8192).map_err(sql)?;
-        conn.pragma_update(None, "synchronous", level)
-            .map_err(sql)?;
-        if options.verify_on_open {
-            quick_check(path, &conn)?;
-        }
-        // Create or migrate under the write lock; another process may be doing the same.
-        in_immediate(path, &conn, |conn| {
-            let (app, version, tables) = identity_of(conn)?;
-            if tables == 0 && app == 0 && version == 0 {
-                conn.execute_batch(SCHEMA_V1)?;
-                conn.pragma_update(None, "application_id", APPLICATION_ID)?;
-                conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-                return Ok(());
-            }
-            judge_identity(path, app, version, tables).map_err(Fail::Store)?;
-            // Migrations from older versions go here, one step per version.
-            Ok(())
-        })
+        session.ids.issued += 1;
+        Ok(session.ids.id())
     }
+}
+
+/// Opens the store's schema on `conn`: checks the file is an mcpolicy store
+/// of a schema this runtime reads, creates or migrates the schema, switches
+/// to WAL, applies `options`, and takes a new epoch of reservation ids.
+fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result<i64, StoreError> {
+    let sql = |e| map_sql(path, e);
+    conn.busy_timeout(options.busy_timeout).map_err(sql)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    // Read-only look first: a foreign or newer file must not even be switched to WAL.
+    check_identity(path, conn)?;
+    // Takes effect only on a file that has no pages yet; an existing store keeps its size.
+    conn.pragma_update(None, "page_size", PAGE_SIZE)
+        .map_err(sql)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sql)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::other(format!(
+                "cannot switch to WAL journal mode (got `{mode}`); is the file on a network or read-only file system?"
+            )),
+        });
+    }
+    let level = match options.synchronous {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    };
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+        .map_err(sql)?;
+    // 8 MiB of page cache (SQLite's default is 2 MiB): the hot pages of a
+    // busy store are the counters and the right edge of each table.
+    conn.pragma_update(None, "cache_size", -8192).map_err(sql)?;
+    conn.pragma_update(None, "synchronous", level)
+        .map_err(sql)?;
+    if options.verify_on_open {
+        quick_check(path, conn)?;
+    }
+    // Create or migrate under the write lock; another process may be doing the same.
+    in_immediate(path, conn, |conn| {
+        let (app, version, tables) = identity_of(conn)?;
+        if tables == 0 && app == 0 && version == 0 {
+            conn.execute_batch(SCHEMA_V2)?;
+            conn.pragma_update(None, "application_id", APPLICATION_ID)?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        } else {
+            judge_identity(path, app, version, tables).map_err(Fail::Store)?;
+            // One step per version.
+            if version == 1 {
+                conn.execute_batch(MIGRATE_V1_TO_V2)?;
+                conn.pragma_update(None, "user_version", 2)?;
+            }
+        }
+        new_epoch(path, conn)
+    })
+}
+
+/// Takes the next epoch of reservation ids (inside a write transaction).
+fn new_epoch(path: &Path, conn: &Connection) -> Result<i64, Fail> {
+    let epoch: i64 = conn
+        .prepare_cached("UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value")?
+        .query_row([], |row| row.get(0))?;
+    // Ids are positive i64s: 2^31 epochs (opens) of 2^32 ids each.
+    if epoch >= 1 << (63 - EPOCH_SHIFT) {
+        return Err(Fail::Store(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("reservation id epochs exhausted (epoch {epoch})"),
+        }));
+    }
+    Ok(epoch)
 }
 
 /// Fails clearly, naming the path, on what SQLite would report vaguely: a
@@ -428,10 +509,10 @@ fn add_to_total(
     delta: i64,
 ) -> Result<(), rusqlite::Error> {
     conn.prepare_cached(
-        "INSERT INTO counters (server_id, counter, total) VALUES (?1, ?2, ?3)
-         ON CONFLICT (server_id, counter) DO UPDATE SET total = total + excluded.total",
+        "INSERT INTO spend (server_id, counter, at, reservation, amount) VALUES (?1, ?2, ?3, 0, ?4)
+         ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
     )?
-    .execute(params![server_id, counter, delta])?;
+    .execute(params![server_id, counter, TOTAL_AT, delta])?;
     Ok(())
 }
 
@@ -455,22 +536,24 @@ fn prune_and_sum(
     // A fixed window counts only what was recorded before its end; a rolling
     // one also counts rows from a clock slightly ahead (at > now): fail closed.
     let until = match window {
-        LimitWindow::Rolling { .. } => Millis::MAX,
+        LimitWindow::Rolling { .. } => TOTAL_AT,
         LimitWindow::Fixed { end, .. } => end,
     };
-    // One statement: rows below the floor (to prune), the running total, and
-    // rows past the window's end. (No DELETE … RETURNING: SQLite buffers
-    // RETURNING rows in a temporary b-tree, dearer than this look-up.)
+    // One statement: rows below the floor (to prune; never the total row,
+    // whose `at` is the largest), the running total, and spend rows past the
+    // window's end. (No DELETE … RETURNING: SQLite buffers RETURNING rows in a
+    // temporary b-tree, dearer than this look-up.)
     let (stale_rows, freed, total, after_end): (i64, i64, i64, i64) = conn
         .prepare_cached(
             "SELECT stale.n, stale.amount,
-                    COALESCE((SELECT total FROM counters WHERE server_id = ?1 AND counter = ?2), 0),
+                    COALESCE((SELECT amount FROM spend
+                              WHERE server_id = ?1 AND counter = ?2 AND at = ?5 AND reservation = 0), 0),
                     (SELECT COALESCE(SUM(amount), 0) FROM spend
-                     WHERE server_id = ?1 AND counter = ?2 AND at >= ?4)
+                     WHERE server_id = ?1 AND counter = ?2 AND at >= ?4 AND reservation <> 0)
              FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount FROM spend
                    WHERE server_id = ?1 AND counter = ?2 AND at < ?3) AS stale",
         )?
-        .query_row(params![server_id, counter, floor, until], |row| {
+        .query_row(params![server_id, counter, floor, until, TOTAL_AT], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })?;
     if stale_rows > 0 {
@@ -533,12 +616,14 @@ fn replay_in(
     Ok(Some(found))
 }
 
-/// [`DecisionStore::admit`] inside a write transaction.
+/// [`DecisionStore::admit`] inside a write transaction; `id` is the
+/// reservation id to record if every check fits.
 fn admit_in(
     conn: &Connection,
     server_id: &str,
     checks: &[LimitCheck],
     now: Millis,
+    id: u64,
 ) -> Result<Admission, Fail> {
     // What each check's prune deleted: written back to the running
     // totals together with the new spend, in one statement.
@@ -580,7 +665,7 @@ fn admit_in(
             LimitWindow::Rolling { ms } => {
                 let mut stmt = conn.prepare_cached(
                     "SELECT at, amount FROM spend
-                     WHERE server_id = ?1 AND counter = ?2 ORDER BY at",
+                     WHERE server_id = ?1 AND counter = ?2 AND reservation <> 0 ORDER BY at",
                 )?;
                 let rows: Vec<(Millis, u64)> = stmt
                     .query_map(params![server_id, check.counter], |row| {
@@ -602,53 +687,32 @@ fn admit_in(
             available_at,
         });
     }
-    conn.prepare_cached("INSERT INTO reservations (server_id, at) VALUES (?1, ?2)")?
-        .execute(params![server_id, now])?;
-    let reservation = conn.last_insert_rowid();
-    // All spend rows in one statement, all running totals (new spend
-    // minus what was pruned) in another: fewer statements per admission.
-    let mut spend_values: Vec<rusqlite::types::Value> = Vec::with_capacity(checks.len() * 5);
-    let mut total_values: Vec<rusqlite::types::Value> = Vec::with_capacity(checks.len() * 3);
+    // Every spend row and every running total (new spend minus what was
+    // pruned) in one statement: all of them add to what is there.
+    let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(checks.len() * 10);
     for (check, gone) in checks.iter().zip(&freed) {
-        spend_values.extend([
+        values.extend([
             server_id.to_owned().into(),
             check.counter.clone().into(),
             now.into(),
-            reservation.into(),
+            int(id).into(),
             int(check.amount).into(),
-        ]);
-        total_values.extend([
             server_id.to_owned().into(),
             check.counter.clone().into(),
+            TOTAL_AT.into(),
+            0.into(),
             int(check.amount).saturating_sub(*gone).into(),
         ]);
     }
     conn.prepare_cached(&multi_row_sql(
         "INSERT INTO spend (server_id, counter, at, reservation, amount)",
-        checks.len(),
+        checks.len() * 2,
         5,
         "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
     ))?
-    .execute(rusqlite::params_from_iter(spend_values))?;
-    conn.prepare_cached(&multi_row_sql(
-        "INSERT INTO counters (server_id, counter, total)",
-        checks.len(),
-        3,
-        "ON CONFLICT (server_id, counter) DO UPDATE SET total = total + excluded.total",
-    ))?
-    .execute(rusqlite::params_from_iter(total_values))?;
-    // Forget reservations too old to settle: 16 of the oldest every 8th admission keeps up.
-    if reservation % 8 == 0 {
-        conn.prepare_cached(
-            // A rowid range, not `id IN (SELECT …)`, which would build a temporary b-tree.
-            "DELETE FROM reservations
-             WHERE id <= (SELECT id FROM reservations WHERE id < ?1 ORDER BY id LIMIT 1 OFFSET 15)
-               AND at < ?2",
-        )?
-        .execute(params![reservation, now.saturating_sub(SETTLE_WINDOW_MS)])?;
-    }
+    .execute(rusqlite::params_from_iter(values))?;
     Ok(Admission::Admitted {
-        reservation: uint(reservation),
+        reservation: Reservation { id, at: now },
     })
 }
 
@@ -659,7 +723,8 @@ impl DecisionStore for SqliteStore {
         digest: &str,
         now: Millis,
     ) -> Result<Option<StoredDecision>, StoreError> {
-        let conn = self.lock()?;
+        let session = self.lock()?;
+        let conn = &session.conn;
         // A miss (the common case: a fresh request) is answered by one read
         // transaction, without the write lock. A miss seen here is a miss at
         // some moment of the call, so this is still linearisable; only a hit
@@ -675,7 +740,7 @@ impl DecisionStore for SqliteStore {
         if !hit {
             return Ok(None);
         }
-        in_immediate(&self.path, &conn, |conn| {
+        in_immediate(&self.path, conn, |conn| {
             replay_in(&self.path, conn, key, digest, now)
         })
     }
@@ -687,39 +752,45 @@ impl DecisionStore for SqliteStore {
         now: Millis,
     ) -> Result<Admission, StoreError> {
         if checks.is_empty() {
-            return Ok(Admission::Admitted { reservation: 0 });
+            return Ok(Admission::Admitted {
+                reservation: Reservation::NONE,
+            });
         }
-        let conn = self.lock()?;
-        in_immediate(&self.path, &conn, |conn| {
-            admit_in(conn, server_id, checks, now)
+        let mut session = self.lock()?;
+        let id = self.next_id(&mut session)?;
+        in_immediate(&self.path, &session.conn, |conn| {
+            admit_in(conn, server_id, checks, now, id)
         })
     }
 
-    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
-        if reservation == 0 {
+    fn settle(
+        &self,
+        server_id: &str,
+        reservation: Reservation,
+        counter: &str,
+        actual: u64,
+    ) -> Result<(), StoreError> {
+        if reservation.is_none() {
             return Ok(());
         }
-        let conn = self.lock()?;
-        let id = int(reservation);
-        in_immediate(&self.path, &conn, |conn| {
-            let issued: i64 = conn
-                .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM reservations")?
+        let session = self.lock()?;
+        let ours = session.ids;
+        let epoch = int(reservation.id >> EPOCH_SHIFT);
+        let count = reservation.id & u64::from(u32::MAX);
+        let id = int(reservation.id);
+        let at = reservation.at;
+        in_immediate(&self.path, &session.conn, |conn| {
+            let newest: i64 = conn
+                .prepare_cached("SELECT value FROM meta WHERE key = 'epoch'")?
                 .query_row([], |row| row.get(0))?;
-            if id > issued {
+            if epoch > newest || (epoch == ours.epoch && count > u64::from(ours.issued)) {
                 return Err(Fail::Store(StoreError::UnknownReservation {
-                    reservation,
+                    reservation: reservation.id,
                     counter: counter.to_owned(),
                 }));
             }
-            let place: Option<(String, i64)> = conn
-                .prepare_cached("SELECT server_id, at FROM reservations WHERE id = ?1")?
-                .query_row(params![id], |row| Ok((row.get(0)?, row.get(1)?)))
-                .optional()?;
-            // A reservation too old to settle, or rows of a window that has passed:
-            // nothing that still counts would change.
-            let Some((server_id, at)) = place else {
-                return Ok(());
-            };
+            // Rows of a window that has passed may be pruned: nothing that
+            // still counts would change.
             let old: Option<i64> = conn
                 .prepare_cached(
                     "SELECT amount FROM spend
@@ -727,23 +798,21 @@ impl DecisionStore for SqliteStore {
                 )?
                 .query_row(params![server_id, counter, at, id], |row| row.get(0))
                 .optional()?;
-            if old.is_some() {
+            if let Some(old) = old {
                 conn.prepare_cached(
                     "UPDATE spend SET amount = ?5
                      WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
                 )?
                 .execute(params![server_id, counter, at, id, int(actual)])?;
-            }
-            if let Some(old) = old {
-                add_to_total(conn, &server_id, counter, int(actual).saturating_sub(old))?;
+                add_to_total(conn, server_id, counter, int(actual).saturating_sub(old))?;
             }
             Ok(())
         })
     }
 
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
-        let conn = self.lock()?;
-        in_immediate(&self.path, &conn, |conn| {
+        let session = self.lock()?;
+        in_immediate(&self.path, &session.conn, |conn| {
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO decisions
                  (server_id, identity, verdict, reason, digest, expires_at, data, represented, decided_at)
@@ -764,10 +833,10 @@ impl DecisionStore for SqliteStore {
     }
 
     fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError> {
-        let conn = self.lock()?;
+        let session = self.lock()?;
         // A single SELECT reads one consistent snapshot; no write lock needed.
         let result = (|| -> Result<Option<StoredDecision>, Fail> {
-            let mut stmt = conn.prepare_cached(&format!(
+            let mut stmt = session.conn.prepare_cached(&format!(
                 "SELECT {DECISION_COLUMNS} FROM decisions WHERE server_id = ?1 AND identity = ?2"
             ))?;
             let mut rows = stmt.query(params![key.server_id, key.identity])?;
@@ -791,14 +860,19 @@ impl DecisionStore for SqliteStore {
         checks: &mut Vec<LimitCheck>,
         evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
     ) -> Result<Option<ReplayThenAdmit>, StoreError> {
-        let conn = self.lock()?;
-        in_immediate(&self.path, &conn, |conn| {
+        let mut session = self.lock()?;
+        // Taken before the transaction (a new epoch is a transaction of its
+        // own); unused when nothing is admitted, which leaves a gap, never a repeat.
+        let id = self.next_id(&mut session)?;
+        in_immediate(&self.path, &session.conn, |conn| {
             let replayed = replay_in(&self.path, conn, key, digest, now)?;
             let admission = if evaluate(replayed.as_ref(), checks) {
                 Some(if checks.is_empty() {
-                    Admission::Admitted { reservation: 0 }
+                    Admission::Admitted {
+                        reservation: Reservation::NONE,
+                    }
                 } else {
-                    admit_in(conn, &key.server_id, checks, now)?
+                    admit_in(conn, &key.server_id, checks, now, id)?
                 })
             } else {
                 None
@@ -811,8 +885,8 @@ impl DecisionStore for SqliteStore {
     }
 
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
-        let conn = self.lock()?;
-        in_immediate(&self.path, &conn, |conn| {
+        let session = self.lock()?;
+        in_immediate(&self.path, &session.conn, |conn| {
             let removed = conn
                 .prepare_cached(
                     "DELETE FROM decisions WHERE server_id = ?1

@@ -15,8 +15,8 @@ use mcpolicy_runtime::engine::{
 use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::glob;
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, MemoryStore, Millis, StoreError,
-    StoredDecision,
+    Admission, DecisionKey, DecisionStore, LimitCheck, MemoryStore, Millis, Reservation,
+    StoreError, StoredDecision,
 };
 use mcpolicy_runtime::table::{Consent, EffectiveBlock, ProtocolRevision, Table};
 use serde_json::{Map, Value, json};
@@ -137,8 +137,14 @@ impl DecisionStore for RecordingStore {
         }
         Ok(admission)
     }
-    fn settle(&self, reservation: u64, counter: &str, actual: u64) -> Result<(), StoreError> {
-        self.inner.settle(reservation, counter, actual)
+    fn settle(
+        &self,
+        server_id: &str,
+        reservation: Reservation,
+        counter: &str,
+        actual: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.settle(server_id, reservation, counter, actual)
     }
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         self.inner.record(key, decision)
