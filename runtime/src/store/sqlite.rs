@@ -539,21 +539,21 @@ fn prune_and_sum(
         LimitWindow::Rolling { .. } => TOTAL_AT,
         LimitWindow::Fixed { end, .. } => end,
     };
-    // One statement: rows below the floor (to prune; never the total row,
-    // whose `at` is the largest), the running total, and spend rows past the
-    // window's end. (No DELETE … RETURNING: SQLite buffers RETURNING rows in a
-    // temporary b-tree, dearer than this look-up.)
+    // One statement, two range reads: the rows below the floor (to prune;
+    // never the total row, whose `at` is the largest) from the left end of the
+    // counter's range, and from `until` to the right end the spend rows past
+    // the window's end and the running total. (No DELETE … RETURNING: SQLite
+    // buffers RETURNING rows in a temporary b-tree, dearer than this look-up.)
     let (stale_rows, freed, total, after_end): (i64, i64, i64, i64) = conn
         .prepare_cached(
-            "SELECT stale.n, stale.amount,
-                    COALESCE((SELECT amount FROM spend
-                              WHERE server_id = ?1 AND counter = ?2 AND at = ?5 AND reservation = 0), 0),
-                    (SELECT COALESCE(SUM(amount), 0) FROM spend
-                     WHERE server_id = ?1 AND counter = ?2 AND at >= ?4 AND reservation <> 0)
+            "SELECT stale.n, stale.amount, tail.total, tail.after_end
              FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount FROM spend
-                   WHERE server_id = ?1 AND counter = ?2 AND at < ?3) AS stale",
+                   WHERE server_id = ?1 AND counter = ?2 AND at < ?3) AS stale,
+                  (SELECT COALESCE(SUM(CASE WHEN reservation = 0 THEN amount END), 0) AS total,
+                          COALESCE(SUM(CASE WHEN reservation <> 0 THEN amount END), 0) AS after_end
+                   FROM spend WHERE server_id = ?1 AND counter = ?2 AND at >= ?4) AS tail",
         )?
-        .query_row(params![server_id, counter, floor, until, TOTAL_AT], |row| {
+        .query_row(params![server_id, counter, floor, until], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })?;
     if stale_rows > 0 {
