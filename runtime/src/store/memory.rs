@@ -107,8 +107,35 @@ impl Hasher for PassThrough {
 type DecisionShard =
     HashMap<u64, Vec<(DecisionKey, StoredDecision)>, BuildHasherDefault<PassThrough>>;
 
-/// The counters of the servers of one shard: server_id → counter → spend.
-type SpendShard = HashMap<String, HashMap<String, Counter>>;
+/// The counters of the servers of one shard, by the server id's hash (the
+/// one that picked the shard); collisions share a bucket.
+type SpendShard = HashMap<u64, Vec<(String, Counters)>, BuildHasherDefault<PassThrough>>;
+
+/// One server's counters by name. A block has a handful (the rate and each
+/// budget), so a linear search of short names beats hashing them.
+#[derive(Debug, Default)]
+struct Counters(Vec<(String, Counter)>);
+
+impl Counters {
+    fn get(&self, name: &str) -> Option<&Counter> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Counter> {
+        self.0.iter_mut().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    fn get_or_insert(&mut self, name: &str) -> &mut Counter {
+        match self.0.iter().position(|(n, _)| n == name) {
+            Some(at) => &mut self.0[at].1,
+            None => {
+                self.0.push((name.to_owned(), Counter::default()));
+                let last = self.0.len() - 1;
+                &mut self.0[last].1
+            }
+        }
+    }
+}
 
 /// An in-memory [`DecisionStore`]. Cheap to create; use one per process (or per
 /// test) and share it behind an `Arc`.
@@ -135,7 +162,9 @@ impl MemoryStore {
             decisions: (0..SHARDS)
                 .map(|_| Mutex::new(DecisionShard::default()))
                 .collect(),
-            spend: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            spend: (0..SHARDS)
+                .map(|_| Mutex::new(SpendShard::default()))
+                .collect(),
             next_seq: AtomicU64::new(1),
         }
     }
@@ -170,8 +199,14 @@ impl MemoryStore {
         Ok((hash, lock(&self.decisions[index])?))
     }
 
-    fn spend_shard_index(&self, server_id: &str) -> usize {
-        (self.hasher.hash_one(server_id) as usize) & (SHARDS - 1)
+    /// The server id's hash and its spend shard (from middle bits, as for decisions).
+    fn spend_shard(
+        &self,
+        server_id: &str,
+    ) -> Result<(u64, MutexGuard<'_, SpendShard>), StoreError> {
+        let hash = self.hasher.hash_one(server_id);
+        let index = ((hash >> 32) as usize) & (SHARDS - 1);
+        Ok((hash, lock(&self.spend[index])?))
     }
 }
 
@@ -188,7 +223,7 @@ fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
 
 /// Checks `checks` against one server's counters and records them all if every one fits.
 fn admit_into(
-    counters: &mut HashMap<String, Counter>,
+    counters: &mut Counters,
     checks: &[LimitCheck],
     now: Millis,
     reservation: impl FnOnce() -> Reservation,
@@ -246,13 +281,7 @@ fn admit_into(
             amount: check.amount,
             reservation: reservation.id,
         };
-        match counters.get_mut(check.counter.as_str()) {
-            Some(counter) => counter.push(spend),
-            None => counters
-                .entry(check.counter.clone())
-                .or_default()
-                .push(spend),
-        }
+        counters.get_or_insert(&check.counter).push(spend);
     }
     Admission::Admitted { reservation }
 }
@@ -288,16 +317,20 @@ impl DecisionStore for MemoryStore {
                 reservation: Reservation::NONE,
             });
         }
-        let mut shard = lock(&self.spend[self.spend_shard_index(server_id)])?;
+        let (hash, mut shard) = self.spend_shard(server_id)?;
         let reservation = || Reservation {
             id: self.next_seq.fetch_add(1, Ordering::Relaxed),
             at: now,
         };
-        if let Some(counters) = shard.get_mut(server_id) {
-            return Ok(admit_into(counters, checks, now, reservation));
-        }
-        let counters = shard.entry(server_id.to_owned()).or_default();
-        Ok(admit_into(counters, checks, now, reservation))
+        let bucket = shard.entry(hash).or_default();
+        let at = match bucket.iter().position(|(id, _)| id == server_id) {
+            Some(at) => at,
+            None => {
+                bucket.push((server_id.to_owned(), Counters::default()));
+                bucket.len() - 1
+            }
+        };
+        Ok(admit_into(&mut bucket[at].1, checks, now, reservation))
     }
 
     fn settle(
@@ -316,11 +349,12 @@ impl DecisionStore for MemoryStore {
                 counter: counter.to_owned(),
             });
         }
-        let mut shard = lock(&self.spend[self.spend_shard_index(server_id)])?;
+        let (hash, mut shard) = self.spend_shard(server_id)?;
         // Rows of a window that has passed may be pruned; settling them changes nothing that counts.
         let Some(counter) = shard
-            .get_mut(server_id)
-            .and_then(|counters| counters.get_mut(counter))
+            .get_mut(&hash)
+            .and_then(|bucket| bucket.iter_mut().find(|(id, _)| id == server_id))
+            .and_then(|(_, counters)| counters.get_mut(counter))
         else {
             return Ok(());
         };
