@@ -911,6 +911,20 @@ mod sqlite_only {
         assert_names_path(&error, &path);
     }
 
+    #[test]
+    fn sqlite_refuses_a_store_without_its_epoch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("epoch.db");
+        drop(SqliteStore::open(&path).expect("open"));
+        let conn = rusqlite::Connection::open(&path).expect("sqlite");
+        conn.execute("DELETE FROM meta", []).expect("delete epoch");
+        drop(conn);
+        let error = open_err(&path);
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+        assert!(error.to_string().contains("epoch"), "{error}");
+        assert_names_path(&error, &path);
+    }
+
     /// Opens and drops the store: the last connection to close checkpoints the
     /// WAL into the main file and deletes it.
     fn checkpoint(path: &Path) {

@@ -65,6 +65,10 @@ CREATE TABLE spend (
     amount      INTEGER NOT NULL,
     PRIMARY KEY (server_id, counter, at, reservation)
 ) WITHOUT ROWID;
+";
+
+/// Added by schema 2, created by [`SCHEMA_V2`] and by the migration.
+const META_V2: &str = "
 -- `epoch`: bumped by every open; a store's reservation ids are its epoch in
 -- the high 32 bits and a count in the low 32, so no two opens (processes)
 -- ever issue the same id and no admission writes an id counter.
@@ -72,19 +76,15 @@ CREATE TABLE meta (
     key         TEXT    PRIMARY KEY,
     value       INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT INTO meta (key, value) VALUES ('epoch', 0);
 ";
 
 /// Schema 1 → 2, in the open's write transaction. Version 1 kept running
 /// totals in `counters` and one `reservations` row per admission (three
 /// pages written per admission); version 2 keeps the totals as rows of
 /// `spend` and carries the admission time in the reservation handle. The
-/// first epoch starts past every version 1 id, so ids stay unique.
+/// first epoch starts past every version 1 id, so ids stay unique. Runs
+/// after [`META_V2`].
 const MIGRATE_V1_TO_V2: &str = "
-CREATE TABLE meta (
-    key         TEXT    PRIMARY KEY,
-    value       INTEGER NOT NULL
-) WITHOUT ROWID;
 INSERT INTO meta (key, value)
     SELECT 'epoch', COALESCE(MAX(id), 0) >> 32 FROM reservations;
 INSERT INTO spend (server_id, counter, at, reservation, amount)
@@ -293,12 +293,15 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
         let (app, version, tables) = identity_of(conn)?;
         if tables == 0 && app == 0 && version == 0 {
             conn.execute_batch(SCHEMA_V2)?;
+            conn.execute_batch(META_V2)?;
+            conn.execute("INSERT INTO meta (key, value) VALUES ('epoch', 0)", [])?;
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         } else {
             judge_identity(path, app, version, tables).map_err(Fail::Store)?;
             // One step per version.
             if version == 1 {
+                conn.execute_batch(META_V2)?;
                 conn.execute_batch(MIGRATE_V1_TO_V2)?;
                 conn.pragma_update(None, "user_version", 2)?;
             }
@@ -309,9 +312,11 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
 
 /// Takes the next epoch of reservation ids (inside a write transaction).
 fn new_epoch(path: &Path, conn: &Connection) -> Result<i64, Fail> {
-    let epoch: i64 = conn
+    let epoch: Option<i64> = conn
         .prepare_cached("UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value")?
-        .query_row([], |row| row.get(0))?;
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    let epoch = epoch.ok_or_else(|| missing_epoch(path))?;
     // Ids are positive i64s: 2^31 epochs (opens) of 2^32 ids each.
     if epoch >= 1 << (63 - EPOCH_SHIFT) {
         return Err(Fail::Store(StoreError::Corrupt {
@@ -320,6 +325,14 @@ fn new_epoch(path: &Path, conn: &Connection) -> Result<i64, Fail> {
         }));
     }
     Ok(epoch)
+}
+
+/// A schema 2 store without its `epoch` row: damaged or edited by hand.
+fn missing_epoch(path: &Path) -> Fail {
+    Fail::Store(StoreError::Corrupt {
+        path: path.to_path_buf(),
+        detail: "the `meta` table has no `epoch` row".to_owned(),
+    })
 }
 
 /// Fails clearly, naming the path, on what SQLite would report vaguely: a
@@ -780,9 +793,11 @@ impl DecisionStore for SqliteStore {
         let id = int(reservation.id);
         let at = reservation.at;
         in_immediate(&self.path, &session.conn, |conn| {
-            let newest: i64 = conn
+            let newest: Option<i64> = conn
                 .prepare_cached("SELECT value FROM meta WHERE key = 'epoch'")?
-                .query_row([], |row| row.get(0))?;
+                .query_row([], |row| row.get(0))
+                .optional()?;
+            let newest = newest.ok_or_else(|| missing_epoch(&self.path))?;
             if epoch > newest || (epoch == ours.epoch && count > u64::from(ours.issued)) {
                 return Err(Fail::Store(StoreError::UnknownReservation {
                     reservation: reservation.id,
