@@ -552,23 +552,32 @@ fn prune_and_sum(
         LimitWindow::Rolling { .. } => TOTAL_AT,
         LimitWindow::Fixed { end, .. } => end,
     };
-    // One statement, two range reads: the rows below the floor (to prune;
-    // never the total row, whose `at` is the largest) from the left end of the
-    // counter's range, and from `until` to the right end the spend rows past
-    // the window's end and the running total. (No DELETE … RETURNING: SQLite
-    // buffers RETURNING rows in a temporary b-tree, dearer than this look-up.)
-    let (stale_rows, freed, total, after_end): (i64, i64, i64, i64) = conn
-        .prepare_cached(
-            "SELECT stale.n, stale.amount, tail.total, tail.after_end
-             FROM (SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS amount FROM spend
-                   WHERE server_id = ?1 AND counter = ?2 AND at < ?3) AS stale,
-                  (SELECT COALESCE(SUM(CASE WHEN reservation = 0 THEN amount END), 0) AS total,
-                          COALESCE(SUM(CASE WHEN reservation <> 0 THEN amount END), 0) AS after_end
-                   FROM spend WHERE server_id = ?1 AND counter = ?2 AND at >= ?4) AS tail",
-        )?
-        .query_row(params![server_id, counter, floor, until], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?;
+    // One statement, two range reads, a row each: part 0, the rows below the
+    // floor (to prune; never the total row, whose `at` is the largest), from
+    // the left end of the counter's range; part 1, from `until` to the right
+    // end, the running total and the spend rows past the window's end. A
+    // UNION ALL streams its rows; aggregates joined in a FROM clause would be
+    // materialised in two temporary b-trees. (No DELETE … RETURNING either:
+    // SQLite buffers RETURNING rows in a temporary b-tree too.)
+    let mut stmt = conn.prepare_cached(
+        "SELECT 0, COUNT(*), COALESCE(SUM(amount), 0) FROM spend
+         WHERE server_id = ?1 AND counter = ?2 AND at < ?3
+         UNION ALL
+         SELECT 1, COALESCE(SUM(CASE WHEN reservation = 0 THEN amount END), 0),
+                COALESCE(SUM(CASE WHEN reservation <> 0 THEN amount END), 0)
+         FROM spend WHERE server_id = ?1 AND counter = ?2 AND at >= ?4",
+    )?;
+    let (mut stale_rows, mut freed, mut total, mut after_end) = (0i64, 0i64, 0i64, 0i64);
+    let mut rows = stmt.query(params![server_id, counter, floor, until])?;
+    while let Some(row) = rows.next()? {
+        let (part, first, second): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        if part == 0 {
+            (stale_rows, freed) = (first, second);
+        } else {
+            (total, after_end) = (first, second);
+        }
+    }
+    drop(rows);
     if stale_rows > 0 {
         // Rows before the floor can never count again (windows only move forward).
         conn.prepare_cached("DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3")?
