@@ -623,6 +623,52 @@ mod sqlite_only {
         eprintln!("WAL frames per admission: {small:.2} (100 servers), {busy:.2} (1 server)");
     }
 
+    /// With `background_checkpoint` (the default) the WAL is copied into the
+    /// main file by the store's own thread, every 4,096 commits, long before
+    /// SQLite's automatic checkpoint (10,000 pages) would run in a commit;
+    /// without it, nothing is copied yet at that point.
+    #[test]
+    fn sqlite_checkpoints_on_its_own_thread() {
+        use mcpolicy_runtime::store::SqliteOptions;
+        for background in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("ckpt.db");
+            let options = SqliteOptions {
+                background_checkpoint: background,
+                ..SqliteOptions::default()
+            };
+            let s = SqliteStore::open_with(&path, &options).expect("open");
+            let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let before = size();
+            // One counter of one server: about one WAL page per admission.
+            let checks = [fixed("budget:requests:day", 1, u64::MAX, 0, DAY as Millis)];
+            for t in 0..8_200 {
+                s.admit("srv", &checks, t).expect("admit");
+            }
+            let wal = std::fs::metadata(wal_of(&path))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            assert!(
+                wal / (24 + 4096) < 10_000,
+                "the test needs a WAL below SQLite's own threshold, got {wal} bytes"
+            );
+            // The thread copies in its own time: give it up to 10 s.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while background && size() == before && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(
+                size() > before,
+                background,
+                "main file {before} -> {} bytes, background_checkpoint {background}",
+                size()
+            );
+            // Every admission counted, checkpointed or not.
+            let last = [fixed("budget:requests:day", 1, 8_200, 0, DAY as Millis)];
+            assert!(!admitted(&s.admit("srv", &last, 9_000).expect("admit")));
+        }
+    }
+
     /// A version 1 file (running totals in `counters`, one `reservations`
     /// row per admission), as the previous release wrote it.
     const SCHEMA_V1: &str = "

@@ -16,6 +16,8 @@
 //! gateway replicas (Redis, PostgreSQL) can implement each in one round trip.
 //! See `runtime/STORE.md` for the design and measured figures.
 
+#[cfg(feature = "sqlite")]
+mod checkpointer;
 mod memory;
 #[cfg(feature = "sqlite")]
 mod sqlite;

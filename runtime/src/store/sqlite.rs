@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params};
 
+use super::checkpointer::Checkpointer;
 use super::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, ReplayThenAdmit,
     Reservation, StoreError, StoredDecision, Verdict, must_free, rolling_available_at,
@@ -107,6 +108,7 @@ const PAGE_SIZE: i64 = 4096;
 /// (SQLite's default is 1,000): a checkpoint copies each page once however
 /// often it was rewritten, so rarer checkpoints copy fewer pages per decision
 /// and fsync less often (see STORE.md). The WAL file is then up to 40 MiB.
+/// With the [`Checkpointer`] thread this is only its backstop, four times higher.
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10000;
 
 /// How hard SQLite works to make a commit durable.
@@ -130,6 +132,11 @@ pub struct SqliteOptions {
     /// Run `PRAGMA quick_check` at open, so a damaged file fails at open, not
     /// at some later request. Linear in the file size (see STORE.md).
     pub verify_on_open: bool,
+    /// Checkpoint the WAL on a thread of the store's own instead of inside
+    /// the commit that fills it, so no decision waits for a checkpoint's
+    /// fsyncs (see `store/checkpointer.rs`). Off: SQLite's automatic
+    /// checkpoint only, and no thread.
+    pub background_checkpoint: bool,
 }
 
 impl Default for SqliteOptions {
@@ -138,6 +145,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Normal,
             busy_timeout: Duration::from_secs(5),
             verify_on_open: true,
+            background_checkpoint: true,
         }
     }
 }
@@ -148,6 +156,7 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     path: PathBuf,
     session: Mutex<Session>,
+    checkpointer: Option<Checkpointer>,
 }
 
 /// The connection and this open's reservation ids, behind one mutex.
@@ -203,12 +212,22 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).map_err(|e| map_sql(&path, e))?;
         let epoch = initialise(&path, &conn, options)?;
+        let checkpointer = if options.background_checkpoint {
+            Checkpointer::start(&path, synchronous_level(options.synchronous))
+        } else {
+            None
+        };
+        if checkpointer.is_some() {
+            conn.pragma_update(None, "wal_autocheckpoint", 4 * WAL_AUTOCHECKPOINT_PAGES)
+                .map_err(|e| map_sql(&path, e))?;
+        }
         Ok(SqliteStore {
             path,
             session: Mutex::new(Session {
                 conn,
                 ids: Ids { epoch, issued: 0 },
             }),
+            checkpointer,
         })
     }
 
@@ -236,14 +255,26 @@ impl SqliteStore {
         self.session.lock().map_err(|_| StoreError::Poisoned)
     }
 
+    /// [`in_immediate`] on the session's connection, counting the commit
+    /// for the checkpoint thread.
+    fn write<T>(
+        &self,
+        session: &Session,
+        body: impl FnOnce(&Connection) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        let result = in_immediate(&self.path, &session.conn, body);
+        if let (Ok(_), Some(checkpointer)) = (&result, &self.checkpointer) {
+            checkpointer.committed();
+        }
+        result
+    }
+
     /// The next reservation id, with a new epoch when this one's 2^32 ids
     /// are used up (its own committed transaction, so no id is issued twice
     /// even if the admission that asked rolls back).
     fn next_id(&self, session: &mut Session) -> Result<u64, StoreError> {
         if session.ids.issued == u32::MAX {
-            let epoch = in_immediate(&self.path, &session.conn, |conn| {
-                new_epoch(&self.path, conn)
-            })?;
+            let epoch = self.write(session, |conn| new_epoch(&self.path, conn))?;
             session.ids = Ids { epoch, issued: 0 };
         }
         session.ids.issued += 1;
@@ -274,10 +305,7 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
             )),
         });
     }
-    let level = match options.synchronous {
-        Synchronous::Normal => "NORMAL",
-        Synchronous::Full => "FULL",
-    };
+    let level = synchronous_level(options.synchronous);
     conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
         .map_err(sql)?;
     // 8 MiB of page cache (SQLite's default is 2 MiB): the hot pages of a
@@ -308,6 +336,14 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
         }
         new_epoch(path, conn)
     })
+}
+
+/// `PRAGMA synchronous`'s value for `level`.
+fn synchronous_level(level: Synchronous) -> &'static str {
+    match level {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    }
 }
 
 /// Takes the next epoch of reservation ids (inside a write transaction).
@@ -762,7 +798,7 @@ impl DecisionStore for SqliteStore {
         if !hit {
             return Ok(None);
         }
-        in_immediate(&self.path, conn, |conn| {
+        self.write(&session, |conn| {
             replay_in(&self.path, conn, key, digest, now)
         })
     }
@@ -780,9 +816,7 @@ impl DecisionStore for SqliteStore {
         }
         let mut session = self.lock()?;
         let id = self.next_id(&mut session)?;
-        in_immediate(&self.path, &session.conn, |conn| {
-            admit_in(conn, server_id, checks, now, id)
-        })
+        self.write(&session, |conn| admit_in(conn, server_id, checks, now, id))
     }
 
     fn settle(
@@ -801,7 +835,7 @@ impl DecisionStore for SqliteStore {
         let count = reservation.id & u64::from(u32::MAX);
         let id = int(reservation.id);
         let at = reservation.at;
-        in_immediate(&self.path, &session.conn, |conn| {
+        self.write(&session, |conn| {
             let newest: Option<i64> = conn
                 .prepare_cached("SELECT value FROM meta WHERE key = 'epoch'")?
                 .query_row([], |row| row.get(0))
@@ -836,7 +870,7 @@ impl DecisionStore for SqliteStore {
 
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         let session = self.lock()?;
-        in_immediate(&self.path, &session.conn, |conn| {
+        self.write(&session, |conn| {
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO decisions
                  (server_id, identity, verdict, reason, digest, expires_at, data, represented, decided_at)
@@ -888,7 +922,7 @@ impl DecisionStore for SqliteStore {
         // Taken before the transaction (a new epoch is a transaction of its
         // own); unused when nothing is admitted, which leaves a gap, never a repeat.
         let id = self.next_id(&mut session)?;
-        in_immediate(&self.path, &session.conn, |conn| {
+        self.write(&session, |conn| {
             let replayed = replay_in(&self.path, conn, key, digest, now)?;
             let admission = if evaluate(replayed.as_ref(), checks) {
                 Some(if checks.is_empty() {
@@ -910,7 +944,7 @@ impl DecisionStore for SqliteStore {
 
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
         let session = self.lock()?;
-        in_immediate(&self.path, &session.conn, |conn| {
+        self.write(&session, |conn| {
             let removed = conn
                 .prepare_cached(
                     "DELETE FROM decisions WHERE server_id = ?1
