@@ -445,11 +445,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
         } else {
             // A short string, often a key: clean as a whole, or byte by byte.
-            let dirty = bytes
-                .iter()
-                .fold(false, |dirty, &byte| dirty | needs_look(byte, limit));
-            if !dirty {
-                self.buf[len..len + bytes.len()].copy_from_slice(bytes);
+            if !short_needs_look(bytes, limit) {
+                copy_short(&mut self.buf[len..len + CHUNK], bytes);
                 len += bytes.len();
                 at = bytes.len();
             }
@@ -991,6 +988,83 @@ fn dirty_mask_portable(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     mask
 }
 
+/// Whether a byte of `bytes` (shorter than a chunk) needs a look (see
+/// [`needs_look`]): eight bytes at a time, in overlapping little-endian
+/// words read straight from `bytes` (never from a copy, which would stall
+/// on store forwarding).
+#[inline]
+fn short_needs_look(bytes: &[u8], limit: u8) -> bool {
+    let n = bytes.len();
+    // A word that cannot be read reads as zeros, which need a look: the
+    // byte-by-byte path then decides.
+    let word = |at: usize| {
+        bytes
+            .get(at..)
+            .and_then(|rest| rest.first_chunk::<8>())
+            .map_or(0, |eight| u64::from_le_bytes(*eight))
+    };
+    let half = |at: usize| {
+        bytes
+            .get(at..)
+            .and_then(|rest| rest.first_chunk::<4>())
+            .map_or(0, |four| u64::from(u32::from_le_bytes(*four)))
+    };
+    let words = match n {
+        16.. => [word(0), word(8), word(n - 16), word(n - 8)],
+        8.. => [word(0), word(n - 8), word(0), word(n - 8)],
+        4.. => {
+            let both = half(0) | (half(n - 4) << 32);
+            [both; 4]
+        }
+        1.. => {
+            // Every byte of the word is one of the (up to three) bytes.
+            let pick = |at: usize| u64::from(bytes.get(at).copied().unwrap_or(0));
+            let three = pick(0) | (pick(n / 2) << 8) | (pick(n - 1) << 16);
+            [three | (three << 24) | (pick(0) << 48) | (pick(0) << 56); 4]
+        }
+        0 => return false,
+    };
+    words
+        .iter()
+        .fold(false, |look, &w| look | word_needs_look(w, limit))
+}
+
+/// Whether a byte of `w` needs escaping or is `>= limit` (at least 0x80).
+/// Exact, whatever the neighbouring bytes (the tests try every byte value
+/// at every position).
+#[inline]
+fn word_needs_look(w: u64, limit: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // `"` (0x22) becomes 0x20 and controls stay below it: one "below
+    // 0x21" test. A borrow only ever starts at a byte that is below.
+    let y = w ^ (ONES * 0x02);
+    let below = y.wrapping_sub(ONES * 0x21) & !y;
+    let z = w ^ (ONES * u64::from(b'\\'));
+    let backslash = z.wrapping_sub(ONES) & !z;
+    // Bytes with the top bit set whose low seven bits reach `limit`'s.
+    let high = ((w & !HIGHS) + ONES * u64::from(0x80 - (limit & 0x7F))) & w;
+    (below | backslash | high) & HIGHS != 0
+}
+
+/// Copies `src` (shorter than a chunk) to the start of `dst` (a chunk long)
+/// as two overlapping fixed-size copies.
+#[inline]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n >= 16 {
+        dst[..16].copy_from_slice(&src[..16]);
+        dst[n - 16..n].copy_from_slice(&src[n - 16..]);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+    } else {
+        dst[..n].copy_from_slice(src);
+    }
+}
+
 #[inline]
 fn needs_escape(byte: u8) -> bool {
     (byte < 0x20) | (byte == b'"') | (byte == b'\\')
@@ -1202,6 +1276,33 @@ mod tests {
                         canonical_bytes_naive(&text),
                         "{text:?}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn short_check_agrees_with_bytewise_check() {
+        for limit in [0xCC, 0xFF] {
+            for n in 0..CHUNK {
+                for at in 0..n.max(1) {
+                    for byte in 0..=255u8 {
+                        for filler in [b'a', 0x21, 0x23, 0x5B, 0x5D, 0x7F, 0x80, 0xCB, 0xFE] {
+                            let mut text = vec![filler; n];
+                            if n > 0 {
+                                text[at] = byte;
+                            }
+                            let expected = text.iter().any(|&b| needs_look(b, limit));
+                            assert_eq!(
+                                short_needs_look(&text, limit),
+                                expected,
+                                "{text:x?}, limit {limit:#x}"
+                            );
+                            let mut out = [0u8; CHUNK];
+                            copy_short(&mut out, &text);
+                            assert_eq!(&out[..n], &text[..]);
+                        }
+                    }
                 }
             }
         }
