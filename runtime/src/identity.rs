@@ -185,12 +185,26 @@ impl Entry<'_> {
     }
 }
 
-/// Containers being written, innermost last.
+/// A container being written.
 enum Frame<'a> {
     Array(std::slice::Iter<'a, Value>),
-    /// Keys already NFC and in canonical order: no allocation needed.
-    InOrder(serde_json::map::Iter<'a>),
-    Sorted(std::vec::IntoIter<Entry<'a>>),
+    /// An object whose keys are already NFC and in canonical order: its
+    /// members are `members[start..end]` of [`Open`], `next` the one to write.
+    InOrder {
+        start: usize,
+        next: usize,
+        end: usize,
+    },
+    Sorted(Box<std::vec::IntoIter<Entry<'a>>>),
+}
+
+/// The containers being written, innermost last, and the members of the
+/// objects among them written in map order, innermost last: one B-tree walk
+/// per object both checks its order and collects them.
+#[derive(Default)]
+struct Open<'a> {
+    frames: Vec<Frame<'a>>,
+    members: Vec<(&'a str, &'a Value)>,
 }
 
 /// Large enough that a hasher is fed whole blocks, small enough for the stack.
@@ -252,21 +266,23 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
 
     /// Writes `root` without recursion: nesting depth costs heap, not stack.
     fn value(&mut self, root: &Value) {
-        let mut stack: Vec<Frame<'_>> = Vec::new();
+        let mut stack = Open::default();
         self.open(root, &mut stack);
         self.drain(&mut stack);
     }
 
     /// Writes an object from entries already sorted.
     fn object_entries(&mut self, entries: Vec<Entry<'_>>) {
-        let mut stack = Vec::new();
+        let mut stack = Open::default();
         self.byte(b'{');
-        stack.push(Frame::Sorted(entries.into_iter()));
+        stack
+            .frames
+            .push(Frame::Sorted(Box::new(entries.into_iter())));
         self.drain(&mut stack);
     }
 
     /// Writes a scalar, or the opening of a container (pushed on `stack`).
-    fn open<'a>(&mut self, value: &'a Value, stack: &mut Vec<Frame<'a>>) {
+    fn open<'a>(&mut self, value: &'a Value, stack: &mut Open<'a>) {
         match value {
             Value::Null => self.bytes(b"null"),
             Value::Bool(true) => self.bytes(b"true"),
@@ -275,34 +291,39 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             Value::String(text) => self.string(text),
             Value::Array(items) => {
                 self.byte(b'[');
-                stack.push(Frame::Array(items.iter()));
+                stack.frames.push(Frame::Array(items.iter()));
             }
             Value::Object(map) => {
                 self.byte(b'{');
-                stack.push(object_frame(map));
+                let frame = object_frame(map, &mut stack.members);
+                stack.frames.push(frame);
             }
         }
     }
 
     /// Writes the remaining members of every open container.
-    fn drain<'a>(&mut self, stack: &mut Vec<Frame<'a>>) {
+    fn drain<'a>(&mut self, stack: &mut Open<'a>) {
         // Whether the next member of the innermost container is its first.
         let mut first = true;
-        while let Some(frame) = stack.last_mut() {
+        while let Some(frame) = stack.frames.last_mut() {
             let next = match frame {
                 Frame::Array(items) => items.next().inspect(|_| {
                     if !first {
                         self.byte(b',');
                     }
                 }),
-                Frame::InOrder(entries) => entries.next().map(|(key, item)| {
-                    if !first {
-                        self.byte(b',');
-                    }
-                    self.escaped(key);
-                    self.byte(b':');
-                    item
-                }),
+                Frame::InOrder { next, end, .. } => {
+                    let member = stack.members.get(*next).filter(|_| *next < *end).copied();
+                    member.map(|(key, item)| {
+                        *next += 1;
+                        if !first {
+                            self.byte(b',');
+                        }
+                        self.escaped(key);
+                        self.byte(b':');
+                        item
+                    })
+                }
                 Frame::Sorted(entries) => entries.next().map(|entry| {
                     if !first {
                         self.byte(b',');
@@ -314,14 +335,18 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             };
             match next {
                 Some(item) => {
-                    let depth = stack.len();
+                    let depth = stack.frames.len();
                     self.open(item, stack);
                     // A container just opened starts with its first member.
-                    first = stack.len() > depth;
+                    first = stack.frames.len() > depth;
                 }
                 None => {
-                    let close = match stack.pop() {
+                    let close = match stack.frames.pop() {
                         Some(Frame::Array(_)) => b']',
+                        Some(Frame::InOrder { start, .. }) => {
+                            stack.members.truncate(start);
+                            b'}'
+                        }
                         _ => b'}',
                     };
                     self.byte(close);
@@ -399,7 +424,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         // Store a whole chunk, keep its clean prefix, handle the byte that
         // stopped it, and go on right after that byte.
         while let Some(chunk) = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>()) {
-            if BUFFER - len < CHUNK + 16 {
+            if BUFFER - len < 2 * CHUNK + 16 {
                 self.len = len;
                 self.flush_keeping(KEEP);
                 len = self.len;
@@ -418,8 +443,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 return Some(at);
             }
         }
-        // Fewer than a chunk left. Room for all of it escaped.
-        if BUFFER - len < 6 * CHUNK {
+        // Fewer than a chunk left. Room for all of it escaped, and a chunk.
+        if BUFFER - len < 8 * CHUNK {
             self.len = len;
             self.flush_keeping(KEEP);
             len = self.len;
@@ -433,7 +458,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 let mask = last_mask >> (CHUNK - left);
                 // No bit set reads as 32 trailing zeros, more than is left.
                 let clean = (mask.trailing_zeros() as usize).min(left);
-                self.buf[len..len + clean].copy_from_slice(&bytes[at..at + clean]);
+                copy_short(&mut self.buf[len..len + CHUNK], &bytes[at..at + clean]);
                 len += clean;
                 at += clean;
                 if mask == 0 {
@@ -487,7 +512,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     /// Writes, at `buf[len..]`, the byte at `bytes[at]` that stopped a scan:
     /// its escape, or the whole [`is_inert`] character it starts. Returns the
     /// bytes read and written, or `None` for a character that might not be NFC.
-    /// The caller leaves at least 6 bytes of room.
+    /// The caller leaves a chunk of room and more (see `copy_short`).
     #[inline(always)]
     fn special(&mut self, bytes: &[u8], at: usize, len: usize) -> Option<(usize, usize)> {
         let byte = *bytes.get(at)?;
@@ -498,7 +523,13 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
         match decode(bytes, at) {
             Some((c, width)) if is_inert(c) => {
-                self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
+                // Four bytes whatever the width, where there are four: a
+                // fixed-size copy, not a call to memcpy. What lies past the
+                // character is overwritten by the next store.
+                match bytes.get(at..at + 4) {
+                    Some(four) => self.buf[len..len + 4].copy_from_slice(four),
+                    None => copy_short(&mut self.buf[len..len + CHUNK], &bytes[at..at + width]),
+                }
                 Some((width, width))
             }
             _ => None,
@@ -605,11 +636,16 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 }
 
-/// The frame for an object: in map order when that is already canonical.
-fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
+/// The frame for an object: in map order when that is already canonical,
+/// its members then appended to `members`.
+fn object_frame<'a>(
+    map: &'a Map<String, Value>,
+    members: &mut Vec<(&'a str, &'a Value)>,
+) -> Frame<'a> {
+    let start = members.len();
     let mut previous: Option<&str> = None;
     let mut canonical = true;
-    for key in map.keys() {
+    for (key, value) in map {
         // ASCII keys (nearly all) are NFC without a look.
         let in_order = (key.is_ascii() || matches!(nfc(key), Cow::Borrowed(_)))
             && previous.is_none_or(|p| cmp_utf16(p, key) == Ordering::Less);
@@ -618,10 +654,16 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
             break;
         }
         previous = Some(key);
+        members.push((key, value));
     }
     if canonical {
-        return Frame::InOrder(map.iter());
+        return Frame::InOrder {
+            start,
+            next: start,
+            end: members.len(),
+        };
     }
+    members.truncate(start);
     let mut entries: Vec<Entry<'_>> = map
         .iter()
         .map(|(key, value)| Entry {
@@ -631,7 +673,7 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
         })
         .collect();
     entries.sort_by(Entry::cmp);
-    Frame::Sorted(entries.into_iter())
+    Frame::Sorted(Box::new(entries.into_iter()))
 }
 
 /// The significant decimal digits (shortest that round-trip) of a positive
@@ -1047,7 +1089,7 @@ fn word_needs_look(w: u64, limit: u8) -> bool {
 }
 
 /// Copies `src` (shorter than a chunk) to the start of `dst` (a chunk long)
-/// as two overlapping fixed-size copies.
+/// as two overlapping fixed-size copies, never a call to memcpy.
 #[inline]
 fn copy_short(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
@@ -1060,8 +1102,11 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
     } else if n >= 4 {
         dst[..4].copy_from_slice(&src[..4]);
         dst[n - 4..n].copy_from_slice(&src[n - 4..]);
-    } else {
-        dst[..n].copy_from_slice(src);
+    } else if n > 0 {
+        // Up to three bytes: the first, the middle and the last.
+        dst[0] = src[0];
+        dst[n / 2] = src[n / 2];
+        dst[n - 1] = src[n - 1];
     }
 }
 
@@ -1264,6 +1309,7 @@ mod tests {
             "\"",
             "\u{1}",
             "\u{2019}",
+            "\u{3b1}",
             "e\u{301}",
             "\u{301}",
             "\u{1F642}",
