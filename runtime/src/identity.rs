@@ -408,7 +408,9 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     ///
     /// Scans and copies 32 bytes at a time: each chunk is stored whole and
     /// the length advanced only past its clean prefix, so a later store
-    /// overwrites whatever followed a byte that needed a look. The last
+    /// overwrites whatever followed a byte that needed a look. After such a
+    /// byte the next 32 input bytes are stored again where their output
+    /// goes, and the chunk's mask, shifted, gives the next stop. The last
     /// partial chunk is scanned as the string's last 32 bytes (the bits of
     /// bytes already written shifted out); a string shorter than that is
     /// checked whole and copied, or written byte by byte when it needs a look.
@@ -430,18 +432,36 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 len = self.len;
             }
             self.buf[len..len + CHUNK].copy_from_slice(chunk);
-            let mask = dirty_mask(chunk, limit);
-            if mask == 0 {
-                len += CHUNK;
-                at += CHUNK;
-                continue;
+            let mut mask = dirty_mask(chunk, limit);
+            // Bytes from `at` on that `mask` (shifted along) still covers.
+            let mut valid = CHUNK;
+            while mask != 0 {
+                let clean = mask.trailing_zeros() as usize;
+                len += clean;
+                at += clean;
+                let stop = at;
+                if !self.step_past(bytes, &mut at, &mut len) {
+                    return Some(at);
+                }
+                // Store the input after the stop where its output goes, and
+                // find its next stop in the same mask, not a new one.
+                let used = clean + (at - stop);
+                let rest = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>());
+                let (Some(rest), true) = (rest, used < valid) else {
+                    valid = 0;
+                    break;
+                };
+                valid -= used;
+                mask >>= used;
+                if BUFFER - len < 2 * CHUNK + 16 {
+                    self.len = len;
+                    self.flush_keeping(KEEP);
+                    len = self.len;
+                }
+                self.buf[len..len + CHUNK].copy_from_slice(rest);
             }
-            let clean = mask.trailing_zeros() as usize;
-            len += clean;
-            at += clean;
-            if !self.step_past(bytes, &mut at, &mut len) {
-                return Some(at);
-            }
+            len += valid;
+            at += valid;
         }
         // Fewer than a chunk left. Room for all of it escaped, and a chunk.
         if BUFFER - len < 8 * CHUNK {
@@ -1347,6 +1367,34 @@ mod tests {
                             let mut out = [0u8; CHUNK];
                             copy_short(&mut out, &text);
                             assert_eq!(&out[..n], &text[..]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn two_stops_at_every_pair_of_offsets() {
+        // Stops after the first in a chunk come from the same mask, the
+        // input after each stop stored again one escape further right.
+        let stops = ["\n", "\u{1}", "\u{2019}", "\u{3b1}", "\u{1F642}", "\u{301}"];
+        for first in stops {
+            for second in stops {
+                for len in [33, 64, 70] {
+                    for i in 0..len {
+                        for j in i..len {
+                            let text = format!(
+                                "{}{first}{}{second}{}",
+                                "a".repeat(i),
+                                "b".repeat(j - i),
+                                "c".repeat(len - j)
+                            );
+                            assert_eq!(
+                                canonical_bytes(&Value::String(text.clone())),
+                                canonical_bytes_naive(&text),
+                                "{text:?}"
+                            );
                         }
                     }
                 }
