@@ -10,7 +10,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group};
-use mcpolicy_runtime::identity::{request_identity, write_identity_payload};
+use mcpolicy_runtime::identity::{ByteCount, request_identity, write_identity_payload};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
@@ -168,7 +168,9 @@ criterion_group!(benches, bench);
 
 /// `IDENTITY_LOOP=<size>/<function> IDENTITY_ITERS=n` runs one function `n`
 /// times and exits, for `perf stat -e cycles:u` (CPU cycles are steadier
-/// than wall time on a shared machine). Otherwise, criterion as usual.
+/// than wall time on a shared machine). `canonical_only` writes the canonical
+/// payload into a byte counter: the canonicaliser without the hasher.
+/// Otherwise, criterion as usual.
 fn main() {
     if let Ok(which) = std::env::var("IDENTITY_LOOP") {
         let iters: u64 = std::env::var("IDENTITY_ITERS")
@@ -199,6 +201,11 @@ fn main() {
                         black_box(&params),
                         &fields,
                     ));
+                }
+                "canonical_only" => {
+                    let mut count = ByteCount::default();
+                    write_identity_payload(black_box(&params), &fields, &mut count);
+                    black_box(count);
                 }
                 "none" => {}
                 _ => panic!("unknown function {function}"),

@@ -185,12 +185,26 @@ impl Entry<'_> {
     }
 }
 
-/// Containers being written, innermost last.
+/// A container being written.
 enum Frame<'a> {
     Array(std::slice::Iter<'a, Value>),
-    /// Keys already NFC and in canonical order: no allocation needed.
-    InOrder(serde_json::map::Iter<'a>),
-    Sorted(std::vec::IntoIter<Entry<'a>>),
+    /// An object whose keys are already NFC and in canonical order: its
+    /// members are `members[start..end]` of [`Open`], `next` the one to write.
+    InOrder {
+        start: usize,
+        next: usize,
+        end: usize,
+    },
+    Sorted(Box<std::vec::IntoIter<Entry<'a>>>),
+}
+
+/// The containers being written, innermost last, and the members of the
+/// objects among them written in map order, innermost last: one B-tree walk
+/// per object both checks its order and collects them.
+#[derive(Default)]
+struct Open<'a> {
+    frames: Vec<Frame<'a>>,
+    members: Vec<(&'a str, &'a Value)>,
 }
 
 /// Large enough that a hasher is fed whole blocks, small enough for the stack.
@@ -252,21 +266,23 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
 
     /// Writes `root` without recursion: nesting depth costs heap, not stack.
     fn value(&mut self, root: &Value) {
-        let mut stack: Vec<Frame<'_>> = Vec::new();
+        let mut stack = Open::default();
         self.open(root, &mut stack);
         self.drain(&mut stack);
     }
 
     /// Writes an object from entries already sorted.
     fn object_entries(&mut self, entries: Vec<Entry<'_>>) {
-        let mut stack = Vec::new();
+        let mut stack = Open::default();
         self.byte(b'{');
-        stack.push(Frame::Sorted(entries.into_iter()));
+        stack
+            .frames
+            .push(Frame::Sorted(Box::new(entries.into_iter())));
         self.drain(&mut stack);
     }
 
     /// Writes a scalar, or the opening of a container (pushed on `stack`).
-    fn open<'a>(&mut self, value: &'a Value, stack: &mut Vec<Frame<'a>>) {
+    fn open<'a>(&mut self, value: &'a Value, stack: &mut Open<'a>) {
         match value {
             Value::Null => self.bytes(b"null"),
             Value::Bool(true) => self.bytes(b"true"),
@@ -275,34 +291,39 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             Value::String(text) => self.string(text),
             Value::Array(items) => {
                 self.byte(b'[');
-                stack.push(Frame::Array(items.iter()));
+                stack.frames.push(Frame::Array(items.iter()));
             }
             Value::Object(map) => {
                 self.byte(b'{');
-                stack.push(object_frame(map));
+                let frame = object_frame(map, &mut stack.members);
+                stack.frames.push(frame);
             }
         }
     }
 
     /// Writes the remaining members of every open container.
-    fn drain<'a>(&mut self, stack: &mut Vec<Frame<'a>>) {
+    fn drain<'a>(&mut self, stack: &mut Open<'a>) {
         // Whether the next member of the innermost container is its first.
         let mut first = true;
-        while let Some(frame) = stack.last_mut() {
+        while let Some(frame) = stack.frames.last_mut() {
             let next = match frame {
                 Frame::Array(items) => items.next().inspect(|_| {
                     if !first {
                         self.byte(b',');
                     }
                 }),
-                Frame::InOrder(entries) => entries.next().map(|(key, item)| {
-                    if !first {
-                        self.byte(b',');
-                    }
-                    self.escaped(key);
-                    self.byte(b':');
-                    item
-                }),
+                Frame::InOrder { next, end, .. } => {
+                    let member = stack.members.get(*next).filter(|_| *next < *end).copied();
+                    member.map(|(key, item)| {
+                        *next += 1;
+                        if !first {
+                            self.byte(b',');
+                        }
+                        self.escaped(key);
+                        self.byte(b':');
+                        item
+                    })
+                }
                 Frame::Sorted(entries) => entries.next().map(|entry| {
                     if !first {
                         self.byte(b',');
@@ -314,14 +335,18 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             };
             match next {
                 Some(item) => {
-                    let depth = stack.len();
+                    let depth = stack.frames.len();
                     self.open(item, stack);
                     // A container just opened starts with its first member.
-                    first = stack.len() > depth;
+                    first = stack.frames.len() > depth;
                 }
                 None => {
-                    let close = match stack.pop() {
+                    let close = match stack.frames.pop() {
                         Some(Frame::Array(_)) => b']',
+                        Some(Frame::InOrder { start, .. }) => {
+                            stack.members.truncate(start);
+                            b'}'
+                        }
                         _ => b'}',
                     };
                     self.byte(close);
@@ -383,7 +408,9 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     ///
     /// Scans and copies 32 bytes at a time: each chunk is stored whole and
     /// the length advanced only past its clean prefix, so a later store
-    /// overwrites whatever followed a byte that needed a look. The last
+    /// overwrites whatever followed a byte that needed a look. After such a
+    /// byte the next 32 input bytes are stored again where their output
+    /// goes, and the chunk's mask, shifted, gives the next stop. The last
     /// partial chunk is scanned as the string's last 32 bytes (the bits of
     /// bytes already written shifted out); a string shorter than that is
     /// checked whole and copied, or written byte by byte when it needs a look.
@@ -399,27 +426,45 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         // Store a whole chunk, keep its clean prefix, handle the byte that
         // stopped it, and go on right after that byte.
         while let Some(chunk) = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>()) {
-            if BUFFER - len < CHUNK + 16 {
+            if BUFFER - len < 2 * CHUNK + 16 {
                 self.len = len;
                 self.flush_keeping(KEEP);
                 len = self.len;
             }
             self.buf[len..len + CHUNK].copy_from_slice(chunk);
-            let mask = dirty_mask(chunk, limit);
-            if mask == 0 {
-                len += CHUNK;
-                at += CHUNK;
-                continue;
+            let mut mask = dirty_mask(chunk, limit);
+            // Bytes from `at` on that `mask` (shifted along) still covers.
+            let mut valid = CHUNK;
+            while mask != 0 {
+                let clean = mask.trailing_zeros() as usize;
+                len += clean;
+                at += clean;
+                let stop = at;
+                if !self.step_past(bytes, &mut at, &mut len) {
+                    return Some(at);
+                }
+                // Store the input after the stop where its output goes, and
+                // find its next stop in the same mask, not a new one.
+                let used = clean + (at - stop);
+                let rest = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>());
+                let (Some(rest), true) = (rest, used < valid) else {
+                    valid = 0;
+                    break;
+                };
+                valid -= used;
+                mask >>= used;
+                if BUFFER - len < 2 * CHUNK + 16 {
+                    self.len = len;
+                    self.flush_keeping(KEEP);
+                    len = self.len;
+                }
+                self.buf[len..len + CHUNK].copy_from_slice(rest);
             }
-            let clean = mask.trailing_zeros() as usize;
-            len += clean;
-            at += clean;
-            if !self.step_past(bytes, &mut at, &mut len) {
-                return Some(at);
-            }
+            len += valid;
+            at += valid;
         }
-        // Fewer than a chunk left. Room for all of it escaped.
-        if BUFFER - len < 6 * CHUNK {
+        // Fewer than a chunk left. Room for all of it escaped, and a chunk.
+        if BUFFER - len < 8 * CHUNK {
             self.len = len;
             self.flush_keeping(KEEP);
             len = self.len;
@@ -433,7 +478,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 let mask = last_mask >> (CHUNK - left);
                 // No bit set reads as 32 trailing zeros, more than is left.
                 let clean = (mask.trailing_zeros() as usize).min(left);
-                self.buf[len..len + clean].copy_from_slice(&bytes[at..at + clean]);
+                copy_short(&mut self.buf[len..len + CHUNK], &bytes[at..at + clean]);
                 len += clean;
                 at += clean;
                 if mask == 0 {
@@ -445,11 +490,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
         } else {
             // A short string, often a key: clean as a whole, or byte by byte.
-            let dirty = bytes
-                .iter()
-                .fold(false, |dirty, &byte| dirty | needs_look(byte, limit));
-            if !dirty {
-                self.buf[len..len + bytes.len()].copy_from_slice(bytes);
+            if !short_needs_look(bytes, limit) {
+                copy_short(&mut self.buf[len..len + CHUNK], bytes);
                 len += bytes.len();
                 at = bytes.len();
             }
@@ -490,7 +532,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     /// Writes, at `buf[len..]`, the byte at `bytes[at]` that stopped a scan:
     /// its escape, or the whole [`is_inert`] character it starts. Returns the
     /// bytes read and written, or `None` for a character that might not be NFC.
-    /// The caller leaves at least 6 bytes of room.
+    /// The caller leaves a chunk of room and more (see `copy_short`).
     #[inline(always)]
     fn special(&mut self, bytes: &[u8], at: usize, len: usize) -> Option<(usize, usize)> {
         let byte = *bytes.get(at)?;
@@ -501,7 +543,13 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
         match decode(bytes, at) {
             Some((c, width)) if is_inert(c) => {
-                self.buf[len..len + width].copy_from_slice(&bytes[at..at + width]);
+                // Four bytes whatever the width, where there are four: a
+                // fixed-size copy, not a call to memcpy. What lies past the
+                // character is overwritten by the next store.
+                match bytes.get(at..at + 4) {
+                    Some(four) => self.buf[len..len + 4].copy_from_slice(four),
+                    None => copy_short(&mut self.buf[len..len + CHUNK], &bytes[at..at + width]),
+                }
                 Some((width, width))
             }
             _ => None,
@@ -608,11 +656,16 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 }
 
-/// The frame for an object: in map order when that is already canonical.
-fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
+/// The frame for an object: in map order when that is already canonical,
+/// its members then appended to `members`.
+fn object_frame<'a>(
+    map: &'a Map<String, Value>,
+    members: &mut Vec<(&'a str, &'a Value)>,
+) -> Frame<'a> {
+    let start = members.len();
     let mut previous: Option<&str> = None;
     let mut canonical = true;
-    for key in map.keys() {
+    for (key, value) in map {
         // ASCII keys (nearly all) are NFC without a look.
         let in_order = (key.is_ascii() || matches!(nfc(key), Cow::Borrowed(_)))
             && previous.is_none_or(|p| cmp_utf16(p, key) == Ordering::Less);
@@ -621,10 +674,16 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
             break;
         }
         previous = Some(key);
+        members.push((key, value));
     }
     if canonical {
-        return Frame::InOrder(map.iter());
+        return Frame::InOrder {
+            start,
+            next: start,
+            end: members.len(),
+        };
     }
+    members.truncate(start);
     let mut entries: Vec<Entry<'_>> = map
         .iter()
         .map(|(key, value)| Entry {
@@ -634,7 +693,7 @@ fn object_frame(map: &Map<String, Value>) -> Frame<'_> {
         })
         .collect();
     entries.sort_by(Entry::cmp);
-    Frame::Sorted(entries.into_iter())
+    Frame::Sorted(Box::new(entries.into_iter()))
 }
 
 /// The significant decimal digits (shortest that round-trip) of a positive
@@ -991,6 +1050,86 @@ fn dirty_mask_portable(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     mask
 }
 
+/// Whether a byte of `bytes` (shorter than a chunk) needs a look (see
+/// [`needs_look`]): eight bytes at a time, in overlapping little-endian
+/// words read straight from `bytes` (never from a copy, which would stall
+/// on store forwarding).
+#[inline]
+fn short_needs_look(bytes: &[u8], limit: u8) -> bool {
+    let n = bytes.len();
+    // A word that cannot be read reads as zeros, which need a look: the
+    // byte-by-byte path then decides.
+    let word = |at: usize| {
+        bytes
+            .get(at..)
+            .and_then(|rest| rest.first_chunk::<8>())
+            .map_or(0, |eight| u64::from_le_bytes(*eight))
+    };
+    let half = |at: usize| {
+        bytes
+            .get(at..)
+            .and_then(|rest| rest.first_chunk::<4>())
+            .map_or(0, |four| u64::from(u32::from_le_bytes(*four)))
+    };
+    let words = match n {
+        16.. => [word(0), word(8), word(n - 16), word(n - 8)],
+        8.. => [word(0), word(n - 8), word(0), word(n - 8)],
+        4.. => {
+            let both = half(0) | (half(n - 4) << 32);
+            [both; 4]
+        }
+        1.. => {
+            // Every byte of the word is one of the (up to three) bytes.
+            let pick = |at: usize| u64::from(bytes.get(at).copied().unwrap_or(0));
+            let three = pick(0) | (pick(n / 2) << 8) | (pick(n - 1) << 16);
+            [three | (three << 24) | (pick(0) << 48) | (pick(0) << 56); 4]
+        }
+        0 => return false,
+    };
+    words
+        .iter()
+        .fold(false, |look, &w| look | word_needs_look(w, limit))
+}
+
+/// Whether a byte of `w` needs escaping or is `>= limit` (at least 0x80).
+/// Exact, whatever the neighbouring bytes (the tests try every byte value
+/// at every position).
+#[inline]
+fn word_needs_look(w: u64, limit: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // `"` (0x22) becomes 0x20 and controls stay below it: one "below
+    // 0x21" test. A borrow only ever starts at a byte that is below.
+    let y = w ^ (ONES * 0x02);
+    let below = y.wrapping_sub(ONES * 0x21) & !y;
+    let z = w ^ (ONES * u64::from(b'\\'));
+    let backslash = z.wrapping_sub(ONES) & !z;
+    // Bytes with the top bit set whose low seven bits reach `limit`'s.
+    let high = ((w & !HIGHS) + ONES * u64::from(0x80 - (limit & 0x7F))) & w;
+    (below | backslash | high) & HIGHS != 0
+}
+
+/// Copies `src` (shorter than a chunk) to the start of `dst` (a chunk long)
+/// as two overlapping fixed-size copies, never a call to memcpy.
+#[inline]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n >= 16 {
+        dst[..16].copy_from_slice(&src[..16]);
+        dst[n - 16..n].copy_from_slice(&src[n - 16..]);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+    } else if n > 0 {
+        // Up to three bytes: the first, the middle and the last.
+        dst[0] = src[0];
+        dst[n / 2] = src[n / 2];
+        dst[n - 1] = src[n - 1];
+    }
+}
+
 #[inline]
 fn needs_escape(byte: u8) -> bool {
     (byte < 0x20) | (byte == b'"') | (byte == b'\\')
@@ -1190,6 +1329,7 @@ mod tests {
             "\"",
             "\u{1}",
             "\u{2019}",
+            "\u{3b1}",
             "e\u{301}",
             "\u{301}",
             "\u{1F642}",
@@ -1202,6 +1342,61 @@ mod tests {
                         canonical_bytes_naive(&text),
                         "{text:?}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn short_check_agrees_with_bytewise_check() {
+        for limit in [0xCC, 0xFF] {
+            for n in 0..CHUNK {
+                for at in 0..n.max(1) {
+                    for byte in 0..=255u8 {
+                        for filler in [b'a', 0x21, 0x23, 0x5B, 0x5D, 0x7F, 0x80, 0xCB, 0xFE] {
+                            let mut text = vec![filler; n];
+                            if n > 0 {
+                                text[at] = byte;
+                            }
+                            let expected = text.iter().any(|&b| needs_look(b, limit));
+                            assert_eq!(
+                                short_needs_look(&text, limit),
+                                expected,
+                                "{text:x?}, limit {limit:#x}"
+                            );
+                            let mut out = [0u8; CHUNK];
+                            copy_short(&mut out, &text);
+                            assert_eq!(&out[..n], &text[..]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn two_stops_at_every_pair_of_offsets() {
+        // Stops after the first in a chunk come from the same mask, the
+        // input after each stop stored again one escape further right.
+        let stops = ["\n", "\u{1}", "\u{2019}", "\u{3b1}", "\u{1F642}", "\u{301}"];
+        for first in stops {
+            for second in stops {
+                for len in [33, 64, 70] {
+                    for i in 0..len {
+                        for j in i..len {
+                            let text = format!(
+                                "{}{first}{}{second}{}",
+                                "a".repeat(i),
+                                "b".repeat(j - i),
+                                "c".repeat(len - j)
+                            );
+                            assert_eq!(
+                                canonical_bytes(&Value::String(text.clone())),
+                                canonical_bytes_naive(&text),
+                                "{text:?}"
+                            );
+                        }
+                    }
                 }
             }
         }
