@@ -267,6 +267,43 @@ fn sampling_bytes() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// Whether `value` is a non-negative integer no larger than `max`, in any
+/// spelling the engine accepts (`1`, `1.0`, `1E0`: JSON does not tell them
+/// apart, and an allowed request is forwarded as the server spelled it).
+fn integral_at_most(value: &Value, max: u64) -> bool {
+    value.as_u64().is_some_and(|n| n <= max)
+        || value
+            .as_f64()
+            .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f <= max as f64)
+}
+
+/// Found by `mutated_requests_always_get_a_frame_or_a_decision`: a float
+/// spelling of a `maxTokens` under the block's limit is allowed untouched,
+/// and one over it is lowered to the integer limit.
+#[test]
+fn float_spelled_max_tokens_is_allowed_or_lowered() {
+    let h = strict_harness();
+    let request = |max_tokens: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{{"messages":[{{"role":"user","content":{{"type":"text","text":"hi"}}}}],"maxTokens":{max_tokens}}}}}"#
+        )
+    };
+    for (spelled, forwarded) in [("1E0", json!(1.0)), ("9.0", json!(5)), ("5e0", json!(5.0))] {
+        let answer =
+            h.engine
+                .decide_bytes("s", request(spelled).as_bytes(), &ClientContext::default());
+        let Answer::Decided { request, decision } = &answer else {
+            panic!("{spelled}: {answer:?}");
+        };
+        let grant = decision
+            .grant()
+            .unwrap_or_else(|| panic!("{spelled}: {decision:?}"));
+        let lowered = grant.params(&request.params);
+        assert_eq!(lowered.get("maxTokens"), Some(&forwarded), "{spelled}");
+        assert!(integral_at_most(&forwarded, 5));
+    }
+}
+
 fn open_harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
     H.get_or_init(|| Harness::new(table(vec![])))
@@ -307,7 +344,7 @@ proptest! {
             Answer::Decided { request, decision } => {
                 if let Some(grant) = decision.grant() {
                     let lowered = grant.params(&request.params);
-                    prop_assert!(lowered.get("maxTokens").and_then(Value::as_u64).is_some_and(|t| t <= 5));
+                    prop_assert!(lowered.get("maxTokens").is_some_and(|t| integral_at_most(t, 5)));
                     let mut result = json!({"model": "y"});
                     prop_assert!(mcpolicy_runtime::frame::annotate_result(&mut result, &grant.annotations));
                 }
