@@ -108,32 +108,45 @@ type DecisionShard =
     HashMap<u64, Vec<(DecisionKey, StoredDecision)>, BuildHasherDefault<PassThrough>>;
 
 /// The counters of the servers of one shard, by the server id's hash (the
-/// one that picked the shard); collisions share a bucket.
-type SpendShard = HashMap<u64, Vec<(String, Counters)>, BuildHasherDefault<PassThrough>>;
+/// one that picked the shard); servers whose hashes collide share a bucket.
+type SpendShard = HashMap<u64, Named<Counters>, BuildHasherDefault<PassThrough>>;
 
-/// One server's counters by name. A block has a handful (the rate and each
-/// budget), so a linear search of short names beats hashing them.
-#[derive(Debug, Default)]
-struct Counters(Vec<(String, Counter)>);
+/// One server's counters by name.
+type Counters = Named<Counter>;
 
-impl Counters {
-    fn get(&self, name: &str) -> Option<&Counter> {
-        self.0.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+/// A few values by name, searched in order: a block has a handful of
+/// counters (the rate and each budget) and a bucket rarely more than one
+/// server, so a linear search of short names beats hashing them.
+#[derive(Debug)]
+struct Named<T>(Vec<(String, T)>);
+
+impl<T> Default for Named<T> {
+    fn default() -> Self {
+        Named(Vec::new())
+    }
+}
+
+impl<T> Named<T> {
+    fn get(&self, name: &str) -> Option<&T> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
-    fn get_mut(&mut self, name: &str) -> Option<&mut Counter> {
-        self.0.iter_mut().find(|(n, _)| n == name).map(|(_, c)| c)
+    fn get_mut(&mut self, name: &str) -> Option<&mut T> {
+        self.0.iter_mut().find(|(n, _)| n == name).map(|(_, v)| v)
     }
+}
 
-    fn get_or_insert(&mut self, name: &str) -> &mut Counter {
-        match self.0.iter().position(|(n, _)| n == name) {
-            Some(at) => &mut self.0[at].1,
+impl<T: Default> Named<T> {
+    /// The value named `name`, a default one added if there is none.
+    fn get_or_insert(&mut self, name: &str) -> &mut T {
+        let at = match self.0.iter().position(|(n, _)| n == name) {
+            Some(at) => at,
             None => {
-                self.0.push((name.to_owned(), Counter::default()));
-                let last = self.0.len() - 1;
-                &mut self.0[last].1
+                self.0.push((name.to_owned(), T::default()));
+                self.0.len() - 1
             }
-        }
+        };
+        &mut self.0[at].1
     }
 }
 
@@ -322,15 +335,8 @@ impl DecisionStore for MemoryStore {
             id: self.next_seq.fetch_add(1, Ordering::Relaxed),
             at: now,
         };
-        let bucket = shard.entry(hash).or_default();
-        let at = match bucket.iter().position(|(id, _)| id == server_id) {
-            Some(at) => at,
-            None => {
-                bucket.push((server_id.to_owned(), Counters::default()));
-                bucket.len() - 1
-            }
-        };
-        Ok(admit_into(&mut bucket[at].1, checks, now, reservation))
+        let counters = shard.entry(hash).or_default().get_or_insert(server_id);
+        Ok(admit_into(counters, checks, now, reservation))
     }
 
     fn settle(
@@ -353,8 +359,8 @@ impl DecisionStore for MemoryStore {
         // Rows of a window that has passed may be pruned; settling them changes nothing that counts.
         let Some(counter) = shard
             .get_mut(&hash)
-            .and_then(|bucket| bucket.iter_mut().find(|(id, _)| id == server_id))
-            .and_then(|(_, counters)| counters.get_mut(counter))
+            .and_then(|bucket| bucket.get_mut(server_id))
+            .and_then(|counters| counters.get_mut(counter))
         else {
             return Ok(());
         };
