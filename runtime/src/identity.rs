@@ -22,6 +22,7 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
@@ -113,7 +114,7 @@ pub fn write_identity_payload(params: &Map<String, Value>, fields: &[String], ou
     entries.dedup_by(|later, earlier| later.raw == earlier.raw);
 
     let mut writer = Writer::new(out);
-    writer.object_entries(entries);
+    writer.object_entries(&entries);
     writer.flush();
 }
 
@@ -210,11 +211,19 @@ struct Open<'a> {
 /// Large enough that a hasher is fed whole blocks, small enough for the stack.
 const BUFFER: usize = 2048;
 
+/// Containers nested deeper than this are written from an explicit stack
+/// (see [`Writer::deep`]); shallower ones, nearly all, by recursion.
+const RECURSION: u32 = 32;
+
 /// Writes canonical JSON into a sink through a fixed buffer.
 struct Writer<'s, S: Sink + ?Sized> {
     sink: &'s mut S,
     buf: [u8; BUFFER],
     len: usize,
+    /// Whether [`Map`] iterates in key order (see [`maps_iterate_sorted`]).
+    sorted_maps: bool,
+    /// The depth from which containers go to [`Writer::deep`].
+    recursion: u32,
 }
 
 impl<'s, S: Sink + ?Sized> Writer<'s, S> {
@@ -223,6 +232,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             sink,
             buf: [0; BUFFER],
             len: 0,
+            sorted_maps: maps_iterate_sorted(),
+            recursion: RECURSION,
         }
     }
 
@@ -264,21 +275,111 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
     }
 
-    /// Writes `root` without recursion: nesting depth costs heap, not stack.
+    /// Writes `root`.
     fn value(&mut self, root: &Value) {
+        self.nested(root, 0, &mut Vec::new());
+    }
+
+    /// Writes `value`, found `depth` containers deep: by recursion, until
+    /// [`Writer::deep`] takes over. `members` is [`Open::members`], shared
+    /// down the recursion.
+    fn nested<'a>(
+        &mut self,
+        value: &'a Value,
+        depth: u32,
+        members: &mut Vec<(&'a str, &'a Value)>,
+    ) {
+        match value {
+            Value::Array(items) if depth < self.recursion => {
+                self.byte(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.byte(b',');
+                    }
+                    self.nested(item, depth + 1, members);
+                }
+                self.byte(b']');
+            }
+            Value::Object(map) if depth < self.recursion => {
+                self.byte(b'{');
+                if self.sorted_maps && map.keys().all(|key| is_plain(key)) {
+                    // Printable ASCII keys, met in byte order: already canonical.
+                    for (i, (key, item)) in map.iter().enumerate() {
+                        if i > 0 {
+                            self.byte(b',');
+                        }
+                        self.plain_key(key);
+                        self.nested(item, depth + 1, members);
+                    }
+                } else {
+                    match object_order(map, members, self.sorted_maps) {
+                        Order::InOrder { start, end } => {
+                            for i in start..end {
+                                let (key, item) = members[i];
+                                self.member(i > start, key);
+                                self.nested(item, depth + 1, members);
+                            }
+                            members.truncate(start);
+                        }
+                        Order::Sorted(entries) => {
+                            for (i, entry) in entries.iter().enumerate() {
+                                self.member(i > 0, &entry.key);
+                                self.nested(entry.value, depth + 1, members);
+                            }
+                        }
+                    }
+                }
+                self.byte(b'}');
+            }
+            Value::Array(_) | Value::Object(_) => self.deep(value),
+            Value::Null => self.bytes(b"null"),
+            Value::Bool(true) => self.bytes(b"true"),
+            Value::Bool(false) => self.bytes(b"false"),
+            Value::Number(number) => self.number(number),
+            Value::String(text) => self.string(text),
+        }
+    }
+
+    /// Writes `root` without recursion: nesting depth costs heap, not stack.
+    fn deep(&mut self, root: &Value) {
         let mut stack = Open::default();
         self.open(root, &mut stack);
         self.drain(&mut stack);
     }
 
     /// Writes an object from entries already sorted.
-    fn object_entries(&mut self, entries: Vec<Entry<'_>>) {
-        let mut stack = Open::default();
+    fn object_entries(&mut self, entries: &[Entry<'_>]) {
+        let mut members = Vec::new();
         self.byte(b'{');
-        stack
-            .frames
-            .push(Frame::Sorted(Box::new(entries.into_iter())));
-        self.drain(&mut stack);
+        for (i, entry) in entries.iter().enumerate() {
+            self.member(i > 0, &entry.key);
+            self.nested(entry.value, 1, &mut members);
+        }
+        self.byte(b'}');
+    }
+
+    /// Writes `,` unless this is the first member, then `"key":`.
+    fn member(&mut self, comma: bool, key: &str) {
+        if comma {
+            self.byte(b',');
+        }
+        self.escaped(key);
+        self.byte(b':');
+    }
+
+    /// Writes `"key":` for a key that [`is_plain`].
+    #[inline]
+    fn plain_key(&mut self, key: &str) {
+        let n = key.len();
+        if BUFFER - self.len < CHUNK + 3 {
+            self.flush();
+        }
+        let len = self.len;
+        self.buf[len] = b'"';
+        copy_short(&mut self.buf[len + 1..len + 1 + CHUNK], key.as_bytes());
+        self.buf[len + 1 + n] = b'"';
+        self.buf[len + 2 + n] = b':';
+        self.len = len + n + 3;
     }
 
     /// Writes a scalar, or the opening of a container (pushed on `stack`).
@@ -295,7 +396,14 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
             Value::Object(map) => {
                 self.byte(b'{');
-                let frame = object_frame(map, &mut stack.members);
+                let frame = match object_order(map, &mut stack.members, self.sorted_maps) {
+                    Order::InOrder { start, end } => Frame::InOrder {
+                        start,
+                        next: start,
+                        end,
+                    },
+                    Order::Sorted(entries) => Frame::Sorted(Box::new(entries.into_iter())),
+                };
                 stack.frames.push(frame);
             }
         }
@@ -372,6 +480,19 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     /// first character that is neither ASCII nor [`is_inert`], and only from
     /// there is the rest checked (and, rarely, normalised).
     fn string(&mut self, text: &str) {
+        let n = text.len();
+        if n < CHUNK && !short_needs_look(text.as_bytes(), INERT_BELOW) {
+            // Short and nothing to look at (keys, roles, types): one copy.
+            if BUFFER - self.len < CHUNK + 2 {
+                self.flush();
+            }
+            let len = self.len;
+            self.buf[len] = b'"';
+            copy_short(&mut self.buf[len + 1..len + 1 + CHUNK], text.as_bytes());
+            self.buf[len + 1 + n] = b'"';
+            self.len = len + n + 2;
+            return;
+        }
         self.byte(b'"');
         if let Some(stop) = self.body(text, true) {
             let bytes = text.as_bytes();
@@ -418,7 +539,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         // Output that must stay buffered for `string` to take back.
         const KEEP: usize = 8;
         // Bytes from this one up need a look (0xFF never occurs in UTF-8).
-        let limit = if check { 0xCC } else { 0xFF };
+        let limit = if check { INERT_BELOW } else { 0xFF };
         let bytes = text.as_bytes();
         // The length lives in a local so the loop keeps it in a register.
         let mut len = self.len;
@@ -656,19 +777,33 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 }
 
-/// The frame for an object: in map order when that is already canonical,
-/// its members then appended to `members`.
-fn object_frame<'a>(
+/// The order to write an object's members in.
+enum Order<'a> {
+    /// Map order is canonical: the members are `members[start..end]`.
+    InOrder { start: usize, end: usize },
+    /// Keys NFC-normalised and sorted.
+    Sorted(Vec<Entry<'a>>),
+}
+
+/// The canonical order of `map`'s members: map order when that already is,
+/// the members then appended to `members`. `sorted` says the map iterates
+/// in byte order (see [`maps_iterate_sorted`]), which for ASCII keys is
+/// canonical order.
+fn object_order<'a>(
     map: &'a Map<String, Value>,
     members: &mut Vec<(&'a str, &'a Value)>,
-) -> Frame<'a> {
+    sorted: bool,
+) -> Order<'a> {
     let start = members.len();
     let mut previous: Option<&str> = None;
     let mut canonical = true;
     for (key, value) in map {
         // ASCII keys (nearly all) are NFC without a look.
-        let in_order = (key.is_ascii() || matches!(nfc(key), Cow::Borrowed(_)))
-            && previous.is_none_or(|p| cmp_utf16(p, key) == Ordering::Less);
+        let ascii = key.is_ascii();
+        let in_order = (ascii || matches!(nfc(key), Cow::Borrowed(_)))
+            && previous.is_none_or(|p| {
+                (sorted && ascii && p.is_ascii()) || cmp_utf16(p, key) == Ordering::Less
+            });
         if !in_order {
             canonical = false;
             break;
@@ -677,9 +812,8 @@ fn object_frame<'a>(
         members.push((key, value));
     }
     if canonical {
-        return Frame::InOrder {
+        return Order::InOrder {
             start,
-            next: start,
             end: members.len(),
         };
     }
@@ -693,7 +827,27 @@ fn object_frame<'a>(
         })
         .collect();
     entries.sort_by(Entry::cmp);
-    Frame::Sorted(Box::new(entries.into_iter()))
+    Order::Sorted(entries)
+}
+
+/// Whether [`Map`] iterates in key order (serde_json's default `BTreeMap`)
+/// rather than insertion order (its `preserve_order` feature, which any
+/// crate in the build can turn on). Asked once, of a map built to tell.
+fn maps_iterate_sorted() -> bool {
+    static SORTED: OnceLock<bool> = OnceLock::new();
+    *SORTED.get_or_init(|| {
+        let mut probe = Map::new();
+        probe.insert("b".to_owned(), Value::Null);
+        probe.insert("a".to_owned(), Value::Null);
+        probe.keys().next().is_some_and(|first| first == "a")
+    })
+}
+
+/// A key written as it is, without a look: shorter than a chunk, and
+/// printable ASCII other than `"` and `\`.
+#[inline]
+fn is_plain(key: &str) -> bool {
+    key.len() < CHUNK - 2 && !short_needs_look(key.as_bytes(), 0x80)
 }
 
 /// The significant decimal digits (shortest that round-trip) of a positive
@@ -985,6 +1139,10 @@ fn next_ascii(bytes: &[u8], at: usize) -> usize {
 /// Bytes scanned per step on the fast path.
 const CHUNK: usize = 32;
 
+/// Lead bytes below this start characters up to U+02FF, all [`is_inert`]:
+/// a scan that checks NFC stops only at this byte and above.
+const INERT_BELOW: u8 = 0xCC;
+
 /// Bit `i` set when `chunk[i]` needs escaping or is `>= limit`.
 ///
 /// On x86-64: four SSE2 compares and one `pmovmskb` per 16 bytes, through
@@ -1001,22 +1159,24 @@ fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
 #[inline]
 fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     use safe_arch::{
-        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, max_u8_m128i, min_u8_m128i,
+        add_i8_m128i, bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i,
         move_mask_i8_m128i, set_splat_i8_m128i,
     };
-    let control = set_splat_i8_m128i(0x1F);
+    // Adding `0x100 - limit` turns the bytes from `limit` up into
+    // 0..=0xFF - limit and the controls into the range right above, so
+    // both are one unsigned "at most" (a `min` equality). Exact while
+    // `limit` is above 0x20, so the two ranges do not overlap.
+    debug_assert!(limit > 0x20);
+    let shift = set_splat_i8_m128i(limit.wrapping_neg() as i8);
+    let ceiling = set_splat_i8_m128i(0x1Fu8.wrapping_sub(limit) as i8);
     let quote = set_splat_i8_m128i(b'"' as i8);
     let backslash = set_splat_i8_m128i(b'\\' as i8);
-    let wide = set_splat_i8_m128i(limit as i8);
     let (halves, _) = chunk.as_chunks::<16>();
     halves.iter().enumerate().fold(0, |mask, (k, half)| {
         let v = load_unaligned_m128i(half);
-        // Unsigned `v <= 0x1F` and `v >= limit`, as `min`/`max` equalities.
+        let moved = add_i8_m128i(v, shift);
         let flags = bitor_m128i(
-            bitor_m128i(
-                cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v),
-                cmp_eq_mask_i8_m128i(max_u8_m128i(v, wide), v),
-            ),
+            cmp_eq_mask_i8_m128i(min_u8_m128i(moved, ceiling), moved),
             bitor_m128i(
                 cmp_eq_mask_i8_m128i(v, quote),
                 cmp_eq_mask_i8_m128i(v, backslash),
@@ -1054,7 +1214,7 @@ fn dirty_mask_portable(chunk: &[u8; CHUNK], limit: u8) -> u32 {
 /// [`needs_look`]): eight bytes at a time, in overlapping little-endian
 /// words read straight from `bytes` (never from a copy, which would stall
 /// on store forwarding).
-#[inline]
+#[inline(always)]
 fn short_needs_look(bytes: &[u8], limit: u8) -> bool {
     let n = bytes.len();
     // A word that cannot be read reads as zeros, which need a look: the
@@ -1071,24 +1231,19 @@ fn short_needs_look(bytes: &[u8], limit: u8) -> bool {
             .and_then(|rest| rest.first_chunk::<4>())
             .map_or(0, |four| u64::from(u32::from_le_bytes(*four)))
     };
-    let words = match n {
-        16.. => [word(0), word(8), word(n - 16), word(n - 8)],
-        8.. => [word(0), word(n - 8), word(0), word(n - 8)],
-        4.. => {
-            let both = half(0) | (half(n - 4) << 32);
-            [both; 4]
-        }
+    let look = |w: u64| word_needs_look(w, limit);
+    match n {
+        16.. => look(word(0)) | look(word(8)) | look(word(n - 16)) | look(word(n - 8)),
+        8.. => look(word(0)) | look(word(n - 8)),
+        4.. => look(half(0) | (half(n - 4) << 32)),
         1.. => {
             // Every byte of the word is one of the (up to three) bytes.
             let pick = |at: usize| u64::from(bytes.get(at).copied().unwrap_or(0));
             let three = pick(0) | (pick(n / 2) << 8) | (pick(n - 1) << 16);
-            [three | (three << 24) | (pick(0) << 48) | (pick(0) << 56); 4]
+            look(three | (three << 24) | (pick(0) << 48) | (pick(0) << 56))
         }
-        0 => return false,
-    };
-    words
-        .iter()
-        .fold(false, |look, &w| look | word_needs_look(w, limit))
+        0 => false,
+    }
 }
 
 /// Whether a byte of `w` needs escaping or is `>= limit` (at least 0x80).
@@ -1212,10 +1367,48 @@ fn utf16_weight(c: char) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn canon(text: &str) -> String {
         let value: Value = serde_json::from_str(text).expect("test JSON");
         String::from_utf8(canonical_bytes(&value)).expect("canonical JSON is UTF-8")
+    }
+
+    /// Canonical bytes of `value` written with the given map flavour and
+    /// recursion limit.
+    fn canonical_with(value: &Value, sorted_maps: bool, recursion: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut writer = Writer::new(&mut out);
+        writer.sorted_maps = sorted_maps;
+        writer.recursion = recursion;
+        writer.value(value);
+        writer.flush();
+        out
+    }
+
+    #[test]
+    fn recursion_and_explicit_stack_write_alike() {
+        let long = "k".repeat(40);
+        let docs = [
+            json!({"b": [1, {"z": null, "a": true}], "a": {}, "c": []}),
+            json!([{"é": 1, "e\u{301}x": 2, "\u{E000}": 3, "\u{1F600}": 4, "z": 5}]),
+            json!({"a\"b": 1, "\n": [2, 3], "plain": {"x": "y\u{301}"}, long.clone(): 6}),
+            json!([[[[{"d": [[{"c": {"b": {"a": "deep"}}}]]}]]], [], {}]),
+            json!({"role": "user", "content": {"type": "text", "text": "hi \"there\"\n"}}),
+        ];
+        for doc in &docs {
+            let expected = canonical_with(doc, false, 0);
+            for sorted_maps in [false, true] {
+                for recursion in [0, 1, 2, 3, RECURSION] {
+                    assert_eq!(
+                        canonical_with(doc, sorted_maps, recursion),
+                        expected,
+                        "{doc} sorted={sorted_maps} recursion={recursion}"
+                    );
+                }
+            }
+        }
+        assert!(maps_iterate_sorted(), "serde_json without preserve_order");
     }
 
     #[test]
