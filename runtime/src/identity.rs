@@ -6,9 +6,12 @@
 //! accents, `1` versus `1.0` versus `1e0`. The canonical form is RFC 8785
 //! (JCS) applied after NFC-normalising every string, keys included.
 //!
-//! The canonicaliser streams: it walks the [`Value`] once (iteratively, so no
-//! depth can overflow the stack) and writes into a [`Sink`] through a small
-//! buffer, so a hasher is fed in large chunks. Strings that are ASCII or pass
+//! The canonicaliser streams: it walks the [`Value`] once (by recursion to a
+//! fixed depth, then from an explicit stack, so no depth can overflow the
+//! stack) and writes into a [`Sink`] through a small buffer, handing on whole
+//! 64-byte blocks a few at a time: a hasher's rounds over one piece (a chain
+//! of dependent instructions) then run beside the canonicalising of the
+//! next, on the same core. Strings that are ASCII or pass
 //! Unicode's NFC quick check are written without allocating. One pass over
 //! each string both escapes it and checks it is NFC: a branch-free mask per
 //! 32 bytes (SSE2 compares on x86-64) finds the next byte that needs a look
@@ -208,8 +211,21 @@ struct Open<'a> {
     members: Vec<(&'a str, &'a Value)>,
 }
 
-/// Large enough that a hasher is fed whole blocks, small enough for the stack.
-const BUFFER: usize = 2048;
+/// The writer's buffer: a flush's worth and the most written between checks.
+const BUFFER: usize = 1024;
+
+/// Long strings are handed on once this much is buffered, in whole blocks
+/// of [`BLOCK`] bytes. Small, so that SHA-256's rounds over these bytes
+/// (one chain of dependent instructions, each waiting for the last) overlap
+/// with canonicalising the next ones (see BENCHMARKS.md, "Fifth pass").
+const FLUSH_AT: usize = 256;
+
+/// SHA-256's block size: a sink given whole blocks hashes them in place.
+const BLOCK: usize = 64;
+
+// Below `FLUSH_AT`, room for what `Writer::body` writes before it checks
+// again: a chunk, its escapes and the chunk after, or a short tail escaped.
+const _: () = assert!(FLUSH_AT + 8 * CHUNK <= BUFFER);
 
 /// Containers nested deeper than this are written from an explicit stack
 /// (see [`Writer::deep`]); shallower ones, nearly all, by recursion.
@@ -302,30 +318,26 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
             Value::Object(map) if depth < self.recursion => {
                 self.byte(b'{');
-                if self.sorted_maps && map.keys().all(|key| is_plain(key)) {
-                    // Printable ASCII keys, met in byte order: already canonical.
-                    for (i, (key, item)) in map.iter().enumerate() {
-                        if i > 0 {
-                            self.byte(b',');
-                        }
-                        self.plain_key(key);
-                        self.nested(item, depth + 1, members);
-                    }
-                } else {
-                    match object_order(map, members, self.sorted_maps) {
-                        Order::InOrder { start, end } => {
-                            for i in start..end {
-                                let (key, item) = members[i];
+                match object_order(map, members, self.sorted_maps) {
+                    Order::InOrder { start, end, plain } => {
+                        for i in start..end {
+                            let (key, item) = members[i];
+                            if plain {
+                                if i > start {
+                                    self.byte(b',');
+                                }
+                                self.plain_key(key);
+                            } else {
                                 self.member(i > start, key);
-                                self.nested(item, depth + 1, members);
                             }
-                            members.truncate(start);
+                            self.nested(item, depth + 1, members);
                         }
-                        Order::Sorted(entries) => {
-                            for (i, entry) in entries.iter().enumerate() {
-                                self.member(i > 0, &entry.key);
-                                self.nested(entry.value, depth + 1, members);
-                            }
+                        members.truncate(start);
+                    }
+                    Order::Sorted(entries) => {
+                        for (i, entry) in entries.iter().enumerate() {
+                            self.member(i > 0, &entry.key);
+                            self.nested(entry.value, depth + 1, members);
                         }
                     }
                 }
@@ -397,7 +409,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             Value::Object(map) => {
                 self.byte(b'{');
                 let frame = match object_order(map, &mut stack.members, self.sorted_maps) {
-                    Order::InOrder { start, end } => Frame::InOrder {
+                    Order::InOrder { start, end, .. } => Frame::InOrder {
                         start,
                         next: start,
                         end,
@@ -464,13 +476,16 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         }
     }
 
-    /// Like `flush`, but keeps the last `keep` bytes buffered so
-    /// that [`Writer::string`] can still take back the character it last wrote.
+    /// Like `flush`, but hands on whole [`BLOCK`]s only, and keeps at least
+    /// the last `keep` bytes buffered so that [`Writer::string`] can still
+    /// take back the character it last wrote. Leaves fewer than
+    /// `BLOCK + keep` bytes buffered.
     fn flush_keeping(&mut self, keep: usize) {
-        if self.len > keep {
-            self.sink.put(&self.buf[..self.len - keep]);
-            self.buf.copy_within(self.len - keep..self.len, 0);
-            self.len = keep;
+        let out = self.len.saturating_sub(keep) / BLOCK * BLOCK;
+        if out > 0 {
+            self.sink.put(&self.buf[..out]);
+            self.buf.copy_within(out..self.len, 0);
+            self.len -= out;
         }
     }
 
@@ -547,7 +562,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         // Store a whole chunk, keep its clean prefix, handle the byte that
         // stopped it, and go on right after that byte.
         while let Some(chunk) = bytes.get(at..).and_then(|rest| rest.first_chunk::<CHUNK>()) {
-            if BUFFER - len < 2 * CHUNK + 16 {
+            if len >= FLUSH_AT {
                 self.len = len;
                 self.flush_keeping(KEEP);
                 len = self.len;
@@ -574,7 +589,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 };
                 valid -= used;
                 mask >>= used;
-                if BUFFER - len < 2 * CHUNK + 16 {
+                if len >= FLUSH_AT {
                     self.len = len;
                     self.flush_keeping(KEEP);
                     len = self.len;
@@ -585,7 +600,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             at += valid;
         }
         // Fewer than a chunk left. Room for all of it escaped, and a chunk.
-        if BUFFER - len < 8 * CHUNK {
+        if len >= FLUSH_AT {
             self.len = len;
             self.flush_keeping(KEEP);
             len = self.len;
@@ -659,8 +674,14 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         let byte = *bytes.get(at)?;
         if byte < 0x80 {
             let (sequence, length) = ESCAPES[usize::from(byte)];
-            self.buf[len..len + 6].copy_from_slice(&sequence);
-            return Some((1, length));
+            if length != 2 {
+                return Some(self.long_escape(byte, len));
+            }
+            // A constant length, not the table's: once the branch above
+            // is predicted, the next stop's position need not wait for
+            // the byte and the table to load.
+            self.buf[len..len + 8].copy_from_slice(&sequence);
+            return Some((1, 2));
         }
         match decode(bytes, at) {
             Some((c, width)) if is_inert(c) => {
@@ -675,6 +696,16 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             }
             _ => None,
         }
+    }
+
+    /// [`Writer::special`] for a control character without a two-byte
+    /// escape: rare, and kept off the path of the common ones.
+    #[cold]
+    #[inline(never)]
+    fn long_escape(&mut self, byte: u8, len: usize) -> (usize, usize) {
+        let (sequence, length) = ESCAPES[usize::from(byte & 0x7F)];
+        self.buf[len..len + 8].copy_from_slice(&sequence);
+        (1, length)
     }
 
     /// Writes `text` (already NFC) as a JSON string.
@@ -779,8 +810,13 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
 
 /// The order to write an object's members in.
 enum Order<'a> {
-    /// Map order is canonical: the members are `members[start..end]`.
-    InOrder { start: usize, end: usize },
+    /// Map order is canonical: the members are `members[start..end]`;
+    /// `plain` when every key [`is_plain`].
+    InOrder {
+        start: usize,
+        end: usize,
+        plain: bool,
+    },
     /// Keys NFC-normalised and sorted.
     Sorted(Vec<Entry<'a>>),
 }
@@ -795,26 +831,31 @@ fn object_order<'a>(
     sorted: bool,
 ) -> Order<'a> {
     let start = members.len();
-    let mut previous: Option<&str> = None;
+    // The previous key, and whether it is ASCII.
+    let mut previous: Option<(&str, bool)> = None;
     let mut canonical = true;
+    let mut plain = true;
     for (key, value) in map {
+        let key_plain = is_plain(key);
         // ASCII keys (nearly all) are NFC without a look.
-        let ascii = key.is_ascii();
+        let ascii = key_plain || key.is_ascii();
         let in_order = (ascii || matches!(nfc(key), Cow::Borrowed(_)))
-            && previous.is_none_or(|p| {
-                (sorted && ascii && p.is_ascii()) || cmp_utf16(p, key) == Ordering::Less
+            && previous.is_none_or(|(p, p_ascii)| {
+                (sorted && ascii && p_ascii) || cmp_utf16(p, key) == Ordering::Less
             });
         if !in_order {
             canonical = false;
             break;
         }
-        previous = Some(key);
+        plain &= key_plain;
+        previous = Some((key, ascii));
         members.push((key, value));
     }
     if canonical {
         return Order::InOrder {
             start,
             end: members.len(),
+            plain,
         };
     }
     members.truncate(start);
@@ -1075,31 +1116,52 @@ fn nfc_from(text: &str, from: usize) -> Cow<'_, str> {
 /// so a string of them and ASCII is NFC. A unit test checks every one.
 #[inline]
 fn is_inert(c: u32) -> bool {
-    if c < 0x300 {
-        // The common case first: C1, Latin-1 to the modifier letters.
-        return c >= 0x80;
+    match INERT_BMP.get((c >> 6) as usize) {
+        Some(bits) => bits >> (c & 63) & 1 != 0,
+        None => INERT_ASTRAL.contains(&c),
     }
-    matches!(c,
-        0x0080..=0x02FF       // C1, Latin-1, Latin Extended-A/B, IPA, modifier letters
-        | 0x0388..=0x03FF     // Greek (after the singletons U+0374, U+037E, U+0387)
-        | 0x0400..=0x0482     // Cyrillic
-        | 0x048A..=0x052F
-        | 0x2010..=0x2027     // dashes, quotes, ellipsis
-        | 0x2030..=0x205E
-        | 0x20A0..=0x20C0     // currency
-        | 0x2190..=0x2328     // arrows, mathematical operators, technical
-        | 0x232B..=0x23FF
-        | 0x2500..=0x2ADB     // box drawing, shapes, symbols, dingbats
-        | 0x2ADD..=0x2BFF
-        | 0x3000..=0x3029     // CJK punctuation
-        | 0x3041..=0x3096     // Hiragana
-        | 0x30A1..=0x30FF     // Katakana
-        | 0x4E00..=0x9FFF     // CJK unified ideographs
-        | 0xAC00..=0xD7A3     // Hangul syllables
-        | 0xFF01..=0xFFEF     // fullwidth and halfwidth forms
-        | 0x1F000..=0x1FAFF   // emoji and pictographs
-    )
 }
+
+/// The inert characters of the Basic Multilingual Plane (see [`is_inert`]).
+const INERT_RANGES: [(u32, u32); 17] = [
+    (0x0080, 0x02FF), // C1, Latin-1, Latin Extended-A/B, IPA, modifier letters
+    (0x0388, 0x03FF), // Greek (after the singletons U+0374, U+037E, U+0387)
+    (0x0400, 0x0482), // Cyrillic
+    (0x048A, 0x052F),
+    (0x2010, 0x2027), // dashes, quotes, ellipsis
+    (0x2030, 0x205E),
+    (0x20A0, 0x20C0), // currency
+    (0x2190, 0x2328), // arrows, mathematical operators, technical
+    (0x232B, 0x23FF),
+    (0x2500, 0x2ADB), // box drawing, shapes, symbols, dingbats
+    (0x2ADD, 0x2BFF),
+    (0x3000, 0x3029), // CJK punctuation
+    (0x3041, 0x3096), // Hiragana
+    (0x30A1, 0x30FF), // Katakana
+    (0x4E00, 0x9FFF), // CJK unified ideographs
+    (0xAC00, 0xD7A3), // Hangul syllables
+    (0xFF01, 0xFFEF), // fullwidth and halfwidth forms
+];
+
+/// The inert characters beyond the BMP: emoji and pictographs.
+const INERT_ASTRAL: std::ops::RangeInclusive<u32> = 0x1F000..=0x1FAFF;
+
+/// [`INERT_RANGES`] as one bit per code point, 64 to a word: one load
+/// answers for any BMP character.
+static INERT_BMP: [u64; 0x10000 / 64] = {
+    let mut bits = [0u64; 0x10000 / 64];
+    let mut range = 0;
+    while range < INERT_RANGES.len() {
+        let (first, last) = INERT_RANGES[range];
+        let mut c = first;
+        while c <= last {
+            bits[(c >> 6) as usize] |= 1 << (c & 63);
+            c += 1;
+        }
+        range += 1;
+    }
+    bits
+};
 
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
@@ -1297,21 +1359,21 @@ fn needs_look(byte: u8, limit: u8) -> bool {
     needs_escape(byte) | (byte >= limit)
 }
 
-/// The escape sequence (padded to six bytes) and its length, by byte; only
-/// the entries for `"`, `\` and controls are ever read.
-static ESCAPES: [([u8; 6], usize); 128] = {
+/// The escape sequence (padded to eight bytes) and its length, by byte;
+/// only the entries for `"`, `\` and controls are ever used.
+static ESCAPES: [([u8; 8], usize); 128] = {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut table = [([0u8; 6], 0usize); 128];
+    let mut table = [([0u8; 8], 0usize); 128];
     let mut byte = 0;
     while byte < 128 {
         table[byte] = match byte as u8 {
-            b'"' => (*b"\\\"    ", 2),
-            b'\\' => (*b"\\\\    ", 2),
-            0x08 => (*b"\\b    ", 2),
-            0x0c => (*b"\\f    ", 2),
-            b'\n' => (*b"\\n    ", 2),
-            b'\r' => (*b"\\r    ", 2),
-            b'\t' => (*b"\\t    ", 2),
+            b'"' => (*b"\\\"      ", 2),
+            b'\\' => (*b"\\\\      ", 2),
+            0x08 => (*b"\\b      ", 2),
+            0x0c => (*b"\\f      ", 2),
+            b'\n' => (*b"\\n      ", 2),
+            b'\r' => (*b"\\r      ", 2),
+            b'\t' => (*b"\\t      ", 2),
             b => (
                 [
                     b'\\',
@@ -1320,6 +1382,8 @@ static ESCAPES: [([u8; 6], usize); 128] = {
                     b'0',
                     HEX[(b >> 4) as usize],
                     HEX[(b & 0xf) as usize],
+                    b' ',
+                    b' ',
                 ],
                 6,
             ),
@@ -1456,7 +1520,8 @@ mod tests {
     #[test]
     fn composing_after_any_prefix_and_across_flushes() {
         for prefix in ["a", "\\", "\u{1}", "\u{e9}", "\u{4e00}"] {
-            for repeat in (0..40).chain(330..350).chain(2030..2060) {
+            // Past several flushes, at every offset within one.
+            for repeat in (0..40).chain(200..330).chain(1000..1030) {
                 let head = prefix.repeat(repeat);
                 for tail in [
                     "e\u{301}x",
