@@ -322,21 +322,14 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                     Order::InOrder { start, end, plain } => {
                         for i in start..end {
                             let (key, item) = members[i];
-                            if plain {
-                                if i > start {
-                                    self.byte(b',');
-                                }
-                                self.plain_key(key);
-                            } else {
-                                self.member(i > start, key);
-                            }
+                            self.member(i > start, key, plain);
                             self.nested(item, depth + 1, members);
                         }
                         members.truncate(start);
                     }
                     Order::Sorted(entries) => {
                         for (i, entry) in entries.iter().enumerate() {
-                            self.member(i > 0, &entry.key);
+                            self.member(i > 0, &entry.key, false);
                             self.nested(entry.value, depth + 1, members);
                         }
                     }
@@ -364,34 +357,41 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
         let mut members = Vec::new();
         self.byte(b'{');
         for (i, entry) in entries.iter().enumerate() {
-            self.member(i > 0, &entry.key);
+            self.member(i > 0, &entry.key, false);
             self.nested(entry.value, 1, &mut members);
         }
         self.byte(b'}');
     }
 
-    /// Writes `,` unless this is the first member, then `"key":`.
-    fn member(&mut self, comma: bool, key: &str) {
+    /// Writes `,` unless this is the first member, then `"key":`; `plain`
+    /// when the key [`is_plain`].
+    fn member(&mut self, comma: bool, key: &str, plain: bool) {
         if comma {
             self.byte(b',');
         }
-        self.escaped(key);
-        self.byte(b':');
+        if plain {
+            self.short_quoted(key.as_bytes(), true);
+        } else {
+            self.escaped(key);
+            self.byte(b':');
+        }
     }
 
-    /// Writes `"key":` for a key that [`is_plain`].
+    /// Writes `"text"`, and `:` after it with `colon`, for a `text` shorter
+    /// than a chunk that needs no look: one copy.
     #[inline]
-    fn plain_key(&mut self, key: &str) {
-        let n = key.len();
+    fn short_quoted(&mut self, text: &[u8], colon: bool) {
+        let n = text.len();
         if BUFFER - self.len < CHUNK + 3 {
             self.flush();
         }
         let len = self.len;
         self.buf[len] = b'"';
-        copy_short(&mut self.buf[len + 1..len + 1 + CHUNK], key.as_bytes());
+        copy_short(&mut self.buf[len + 1..len + 1 + CHUNK], text);
         self.buf[len + 1 + n] = b'"';
+        // Written either way, counted only when wanted.
         self.buf[len + 2 + n] = b':';
-        self.len = len + n + 3;
+        self.len = len + n + 2 + usize::from(colon);
     }
 
     /// Writes a scalar, or the opening of a container (pushed on `stack`).
@@ -495,17 +495,9 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     /// first character that is neither ASCII nor [`is_inert`], and only from
     /// there is the rest checked (and, rarely, normalised).
     fn string(&mut self, text: &str) {
-        let n = text.len();
-        if n < CHUNK && !short_needs_look(text.as_bytes(), INERT_BELOW) {
-            // Short and nothing to look at (keys, roles, types): one copy.
-            if BUFFER - self.len < CHUNK + 2 {
-                self.flush();
-            }
-            let len = self.len;
-            self.buf[len] = b'"';
-            copy_short(&mut self.buf[len + 1..len + 1 + CHUNK], text.as_bytes());
-            self.buf[len + 1 + n] = b'"';
-            self.len = len + n + 2;
+        if text.len() < CHUNK && !short_needs_look(text.as_bytes(), INERT_BELOW) {
+            // Short, and nothing to look at: roles, types, names.
+            self.short_quoted(text.as_bytes(), false);
             return;
         }
         self.byte(b'"');
@@ -839,6 +831,7 @@ fn object_order<'a>(
         let key_plain = is_plain(key);
         // ASCII keys (nearly all) are NFC without a look.
         let ascii = key_plain || key.is_ascii();
+        // Between two ASCII keys of a sorted map, map order is canonical.
         let in_order = (ascii || matches!(nfc(key), Cow::Borrowed(_)))
             && previous.is_none_or(|(p, p_ascii)| {
                 (sorted && ascii && p_ascii) || cmp_utf16(p, key) == Ordering::Less
