@@ -691,7 +691,10 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 
     /// [`Writer::special`] for a control character without a two-byte
-    /// escape: rare, and kept off the path of the common ones.
+    /// escape: rare, and kept off the path of the common ones. It looks the
+    /// escape up again rather than take the caller's length: a length passed
+    /// in and handed back would let the compiler turn the caller's branch
+    /// back into a select, and the next position would wait on the table.
     #[cold]
     #[inline(never)]
     fn long_escape(&mut self, byte: u8, len: usize) -> (usize, usize) {
