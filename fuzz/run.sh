@@ -6,7 +6,7 @@
 #   fuzz/run.sh merge [TARGET]   add what the last runs found that adds coverage to fuzz/corpus/
 #   fuzz/run.sh build            build the instrumented binaries only
 #
-# Targets: policy_check policy_fmt request proxy lsp_transport (default: all,
+# Targets: policy_check policy_ide policy_fmt request proxy lsp_transport (default: all,
 # one after another: one core). New inputs go to target/fuzz-scratch/TARGET;
 # crashes to target/fuzz-artifacts/TARGET/. See fuzz/README.md.
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-short}
 only=${2:-}
-targets=(policy_check policy_fmt request proxy lsp_transport)
+targets=(policy_check policy_ide policy_fmt request proxy lsp_transport)
 if [[ -n "$only" ]]; then
   if [[ ! " ${targets[*]} " =~ " $only " ]]; then
     echo "fuzz/run.sh: no target '$only' (targets: ${targets[*]})" >&2
@@ -69,7 +69,7 @@ for target in "${targets[@]}"; do
   corpus="fuzz/corpus/$target"
   scratch="$base/fuzz-scratch/$target"
   artifacts="$base/fuzz-artifacts/$target"
-  mkdir -p "$corpus" "$scratch" "$artifacts"
+  mkdir -p "$corpus" "$scratch" "$artifacts" "fuzz/regressions/$target"
   if [[ "$mode" == merge ]]; then
     echo "==> $target: merging $scratch into $corpus (only inputs that add coverage)"
     "$bin/$target" -merge=1 "$corpus" "$scratch" 2>&1 | grep -E "MERGE-OUTER: [0-9]+ new files" || true

@@ -29,6 +29,10 @@ pub const TARGETS: &[Target] = &[
         run: policy::check,
     },
     Target {
+        name: "policy_ide",
+        run: policy::ide,
+    },
+    Target {
         name: "policy_fmt",
         run: policy::fmt,
     },

@@ -16,7 +16,10 @@ pub fn read_all(mut bytes: &[u8]) -> Vec<Incoming> {
             Ok(None) => break,
             Err(e) => panic!("reading a byte slice failed: {e}"),
         }
-        assert!(bytes.len() < left, "a frame was read without consuming input");
+        assert!(
+            bytes.len() < left,
+            "a frame was read without consuming input"
+        );
     }
     assert!(out.len() <= before, "more frames than bytes");
     out
@@ -29,7 +32,8 @@ fn frame(body: &[u8]) -> Vec<u8> {
     out
 }
 
-const PROBE: &[u8] = br#"{"jsonrpc":"2.0","id":"resync-probe","method":"$/probe","params":[1,"\u00e9"]}"#;
+const PROBE: &[u8] =
+    br#"{"jsonrpc":"2.0","id":"resync-probe","method":"$/probe","params":[1,"\u00e9"]}"#;
 
 fn is_probe(incoming: Option<&Incoming>) -> bool {
     matches!(incoming, Some(Incoming::Message(Message::Request(r)))
@@ -54,7 +58,10 @@ fn assert_answer(answer: &Value) {
     let text = answer.to_string();
     let again = read_all(&frame(text.as_bytes()));
     assert!(
-        matches!(again.as_slice(), [Incoming::Message(Message::Response(_))] | [Incoming::Rejected(_)]),
+        matches!(
+            again.as_slice(),
+            [Incoming::Message(Message::Response(_))] | [Incoming::Rejected(_)]
+        ),
         "{text}"
     );
 }

@@ -34,11 +34,11 @@ fn assert_span(text: &str, span: Span, what: &str) {
     );
 }
 
-/// `policy_check`: no panic anywhere from text to table; every span a
-/// renderer or the editor slices by lies on character boundaries; the
-/// editor's item-by-item parse equals the one-pass parse; an error-free
-/// policy lowers to a table that survives its own JSON round trip and
-/// decides a request.
+/// `policy_check`: no panic from text to table; every span a renderer or
+/// the editor slices by lies on character boundaries; the editor's
+/// item-by-item parse equals the one-pass parse; the human report renders;
+/// an error-free policy lowers to a table that survives its own JSON round
+/// trip and decides a request.
 pub fn check(data: &[u8]) {
     let (text, problem) = text_of(data);
     let parsed = parse::parse(&text);
@@ -58,16 +58,44 @@ pub fn check(data: &[u8]) {
         by_items == parsed,
         "the item-by-item parse differs from the one-pass parse"
     );
-
     let mut diagnostics = analysis.diagnostics.clone();
     diagnostics.extend(problem);
-    let report = FileReport {
+    let _ = render::human(&[report(&text, diagnostics)], Style::Plain);
+
+    // A certain fix applied: the result is still checked without a panic.
+    if let Some(fix) = analysis.diagnostics.iter().find_map(|d| d.fix.as_ref()) {
+        let mut fixed = text.clone();
+        fixed.replace_range(fix.span.start..fix.span.end, &fix.replacement);
+        let _ = check::check(&parse::parse(&fixed).file);
+    }
+    if is_clean(&analysis.diagnostics) {
+        compile(&lower::lower(&analysis.model));
+    }
+}
+
+fn report(text: &str, diagnostics: Vec<Diagnostic>) -> FileReport {
+    FileReport {
         path: "fuzz.mcpolicy".to_owned(),
-        text: text.clone(),
+        text: text.to_owned(),
         diagnostics,
-    };
-    let reports = [report];
-    let _ = render::human(&reports, Style::Plain);
+    }
+}
+
+fn is_clean(diagnostics: &[Diagnostic]) -> bool {
+    diagnostics.iter().all(|d| d.severity() != Severity::Error)
+}
+
+/// `policy_ide`: what an editor and CI do with a hostile policy: the
+/// machine-readable reports (JSON and SARIF are valid JSON, GitHub
+/// annotations render), the batch and the editor's databases lower to the
+/// same table, and the language server's queries run at a few offsets,
+/// all without a panic.
+pub fn ide(data: &[u8]) {
+    let (text, problem) = text_of(data);
+    let mut diagnostics = db::analyze_parsed(&parse::parse(&text)).diagnostics;
+    let clean = is_clean(&diagnostics);
+    diagnostics.extend(problem);
+    let reports = [report(&text, diagnostics)];
     let _ = render::github(&reports);
     for (name, out) in [
         ("json", render::json(&reports)),
@@ -76,21 +104,6 @@ pub fn check(data: &[u8]) {
         if let Err(e) = serde_json::from_str::<serde_json::Value>(&out) {
             panic!("render::{name} wrote invalid JSON ({e})");
         }
-    }
-
-    // A certain fix applied: the result is still checked without a panic.
-    if let Some(fix) = analysis.diagnostics.iter().find_map(|d| d.fix.as_ref()) {
-        let mut fixed = text.clone();
-        fixed.replace_range(fix.span.start..fix.span.end, &fix.replacement);
-        let _ = check::check(&parse::parse(&fixed).file);
-    }
-
-    let clean = analysis
-        .diagnostics
-        .iter()
-        .all(|d| d.severity() != Severity::Error);
-    if clean {
-        compile(&lower::lower(&analysis.model));
     }
     editor(&text, clean);
 }
@@ -132,8 +145,13 @@ fn editor(text: &str, clean: bool) {
     let whole = Span::new(0, text.len());
     let _ = ide::inlay_hints(&incremental, source, whole);
     let _ = ide::code_actions(&incremental, source, whole);
-    // A few offsets spread over the text, character boundaries or not.
+    // A few offsets spread over the text, snapped to a character's start
+    // as the language server's position conversion does.
     for offset in [0, text.len() / 3, text.len() / 2 + 1, text.len()] {
+        let mut offset = offset;
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
         let _ = ide::hover(&incremental, source, offset);
         let _ = ide::completions(&incremental, source, offset);
         let _ = ide::definition(&incremental, source, offset);

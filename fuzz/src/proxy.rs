@@ -317,7 +317,7 @@ fn line(bytes: &mut Bytes<'_>) -> (bool, Vec<u8>) {
         0 => text = text.replacen('{', r#"{"method":"sampling/createMessage","#, 1),
         1 => text = text.replace("sampling/createMessage", r"sampling\/createMessage"),
         2 => text = text.replacen('{', r#"{"id":2,"#, 1),
-        3 => text.push_str("\r"),
+        3 => text.push('\r'),
         _ => {}
     }
     (to_server, text.into_bytes())
@@ -338,8 +338,10 @@ fn asks_to_sample(line: &[u8]) -> bool {
         // no id passes the proxy undecided; no client acts on it.)
         let routable = matches!(v.get("id"), Some(Value::String(_) | Value::Number(_)));
         let result = v.get("result").filter(|_| routable);
-        let input_required =
-            result.and_then(|r| r.get("resultType")).and_then(Value::as_str) == Some("input_required");
+        let input_required = result
+            .and_then(|r| r.get("resultType"))
+            .and_then(Value::as_str)
+            == Some("input_required");
         input_required
             && result.is_some_and(|r| frame::input_requests(r).iter().any(|e| e.is_sampling()))
     };

@@ -25,8 +25,7 @@ fn replay(target: Target) -> usize {
     let mut count = 0;
     for kind in ["corpus", "regressions"] {
         for path in files(&root.join(kind).join(target.name)) {
-            let data = std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let outcome = std::panic::catch_unwind(|| (target.run)(&data));
             assert!(
                 outcome.is_ok(),
@@ -56,6 +55,11 @@ fn policy_check() {
 }
 
 #[test]
+fn policy_ide() {
+    run("policy_ide");
+}
+
+#[test]
 fn policy_fmt() {
     run("policy_fmt");
 }
@@ -80,6 +84,13 @@ fn every_target_has_a_test() {
     let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
     assert_eq!(
         names,
-        ["policy_check", "policy_fmt", "request", "proxy", "lsp_transport"]
+        [
+            "policy_check",
+            "policy_ide",
+            "policy_fmt",
+            "request",
+            "proxy",
+            "lsp_transport"
+        ]
     );
 }

@@ -167,7 +167,7 @@ fn bad_headers_are_answered_and_the_stream_resynchronises() {
     // A non-UTF-8 line inside a good frame's header block is an unknown
     // header, ignored: the frame is read.
     let body = br#"{"jsonrpc":"2.0","id":900,"method":"textDocument/unknownThing"}"#;
-    client.send_raw(format!("X-\u{fffd}: 1\r\n").as_bytes());
+    client.send_raw("X-\u{fffd}: 1\r\n".as_bytes());
     client.send_raw(b"X-Raw: \xff\r\n");
     client.send_raw(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
     client.send_raw(body);
