@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use mcpolicy_compiler::check::DEFAULT_IDENTITY;
+use mcpolicy_compiler::check::{DEFAULT_IDENTITY, IDENTITY_FIELDS};
 use mcpolicy_runtime::clock::FixedClock;
 use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Engine};
 use mcpolicy_runtime::identity::{self, RequestIdentity};
@@ -13,24 +13,16 @@ use mcpolicy_runtime::store::MemoryStore;
 use mcpolicy_runtime::table::Table;
 use serde_json::{Map, Value};
 
-/// Identity field lists: the default, a wider one, an empty one and one
+/// Identity field lists a checked policy can name (the checker takes only
+/// `IDENTITY_FIELDS`, all ASCII): the default, all of them, none, and one
 /// that names a field twice.
 fn field_sets() -> Vec<Vec<String>> {
     let own = |fields: &[&str]| fields.iter().map(|f| (*f).to_owned()).collect();
     vec![
         own(DEFAULT_IDENTITY),
-        own(&[
-            "systemPrompt",
-            "messages",
-            "maxTokens",
-            "temperature",
-            "stopSequences",
-            "metadata",
-            "tools",
-            "toolChoice",
-        ]),
+        own(IDENTITY_FIELDS),
         Vec::new(),
-        own(&["messages", "messages", "e\u{301}", "\u{e9}"]),
+        own(&["messages", "messages", "metadata"]),
     ]
 }
 
