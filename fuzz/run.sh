@@ -71,8 +71,12 @@ for target in "${targets[@]}"; do
   artifacts="$base/fuzz-artifacts/$target"
   mkdir -p "$corpus" "$scratch" "$artifacts" "fuzz/regressions/$target"
   if [[ "$mode" == merge ]]; then
-    echo "==> $target: merging $scratch into $corpus (only inputs that add coverage)"
-    "$bin/$target" -merge=1 "$corpus" "$scratch" 2>&1 | grep -E "MERGE-OUTER: [0-9]+ new files" || true
+    # A small set of inputs that reaches every edge the scratch inputs
+    # reach and the corpus does not (edges only, not hit counts: that keeps
+    # the corpus to hundreds of files, not thousands).
+    echo "==> $target: merging $scratch into $corpus (only inputs that add coverage edges)"
+    "$bin/$target" -set_cover_merge=1 -use_counters=0 "$corpus" "$scratch" 2>&1 |
+      grep -E "MERGE-OUTER: [0-9]+ new files" || true
     continue
   fi
   echo "==> $target: $mode run, ${seconds}s"
