@@ -120,7 +120,7 @@ fn findings_one_line<M: Measurement>(c: &mut Criterion<M>, name: &str) {
         let diagnostics = {
             let db = Database::default();
             let source = SourceText::new(&db, "bench.mcpolicy".into(), text.clone());
-            db::diagnostics(&db, source).clone()
+            db::diagnostics(&db, source).to_vec()
         };
         assert_eq!(diagnostics.len(), n - 1, "one finding per duplicate");
         group.throughput(criterion::Throughput::Elements(n as u64));
