@@ -80,7 +80,8 @@ pub fn effective_server(model: &PolicyModel, block: &PartialBlock) -> EffectiveB
 pub fn lower(model: &PolicyModel) -> Table {
     let defaults = effective_defaults(model);
     let entry = |pattern: &str, block: EffectiveBlock| ServerEntry {
-        pattern: pattern.to_owned(),
+        // NFC: the table's patterns are in the form server ids are matched in.
+        pattern: mcpolicy_runtime::glob::nfc(pattern).into_owned(),
         digest: table::block_digest(&block, &model.reasons),
         block,
     };

@@ -344,9 +344,11 @@ impl Checker {
         servers::check_patterns(self, &servers);
         for server in &servers {
             let block = self.block(&server.body, true);
-            self.model
-                .servers
-                .push((server.pattern.value.clone(), block));
+            // The model holds the pattern in NFC, the form the runtime matches.
+            self.model.servers.push((
+                mcpolicy_runtime::glob::nfc(&server.pattern.value).into_owned(),
+                block,
+            ));
         }
         for (decl, props) in reason_props {
             self.reason_rules(decl, props);
@@ -973,6 +975,10 @@ impl Checker {
                 );
                 return default.to_owned();
             }
+            Some(b) if !builtin::may_deny_as(default, name) => {
+                self.push(borrowed_reason(clause.span, b, default, statement));
+                return default.to_owned();
+            }
             Some(_) => {}
             None if !self.declared.contains_key(name) => {
                 let candidates: Vec<String> = self
@@ -1023,6 +1029,45 @@ struct ReasonProps {
     retryable: Option<Span>,
     ttl: Option<Span>,
     code: bool,
+}
+
+/// E0413: `as` names a built-in deny reason that belongs to something else
+/// (the user's refusal, or another statement's reason).
+fn borrowed_reason(
+    span: Span,
+    borrowed: &builtin::Builtin,
+    own: &str,
+    statement: &str,
+) -> Diagnostic {
+    let name = borrowed.name;
+    let (message, label) = if name.starts_with("user.") {
+        (
+            format!("`{name}` is the user's answer to a consent prompt, not a reason `{statement}` can deny with"),
+            "reserved for the user",
+        )
+    } else {
+        let owner = ["sampling", "tools", "max_input", "rate", "budget", "deadline"]
+            .into_iter()
+            .find(|s| builtin::own_reason(s) == name)
+            .unwrap_or("another statement");
+        (
+            format!("`{name}` is the reason of `{owner}`, not of `{statement}`"),
+            "another statement's reason",
+        )
+    };
+    let ttl = match borrowed.ttl {
+        Ttl::AfterMs(ms) => format!("{}s", ms.div_ceil(1000)),
+        Ttl::UntilReset if statement == "budget" => "until_reset".to_owned(),
+        Ttl::UntilReset | Ttl::Forever => "forever".to_owned(),
+        Ttl::None => "none".to_owned(),
+    };
+    let custom = format!("acme.{statement}_denied");
+    Diagnostic::new(Code::E0413, span, message, label)
+        .help(format!(
+            "declare a reason of your own, `reason {custom} {{ retryable {}; ttl {ttl} }}`, and write `as {custom}`; or remove `as {name}` to deny as `{own}`",
+            borrowed.retryable
+        ))
+        .note("the runtime relies on what built-in reasons mean: a stored `user.denied` is replayed as the user's refusal, and a stored `tools` denial is skipped for requests without tools")
 }
 
 fn duplicate(keyword: &str, span: Span, first: Span) -> Diagnostic {
