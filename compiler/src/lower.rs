@@ -99,3 +99,19 @@ pub fn lower(model: &PolicyModel) -> Table {
         fallback: entry("*", defaults.clone()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{check, parse};
+
+    /// Issue 11, item 7: the table holds server patterns in NFC, so the
+    /// runtime's exact-id index finds `café` however the client spells it.
+    #[test]
+    fn patterns_are_written_in_nfc() {
+        let text = "mcpolicy 1\nserver \"cafe\\u{301}\" { sampling off }\nserver \"\u{212b}-*\" { sampling off }\n";
+        let table = super::lower(&check::check(&parse::parse(text).file).model);
+        let patterns: Vec<&str> = table.servers.iter().map(|e| e.pattern.as_str()).collect();
+        assert_eq!(patterns, ["caf\u{e9}", "\u{c5}-*"]);
+        assert_eq!(table.entry_for("cafe\u{301}").pattern, "caf\u{e9}");
+    }
+}
