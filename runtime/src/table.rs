@@ -60,6 +60,21 @@ pub enum TableError {
         /// The reason it names.
         reason: String,
     },
+    /// The `tools` statement shares its reason with another statement of the
+    /// same block. The engine tells a stored tools denial (skipped for a
+    /// request without tools) from every other denial by its reason, so the
+    /// reason of `tools` must be its own.
+    #[error(
+        "server pattern `{pattern}`: `tools` and `{statement}` both deny as `{reason}`; the reason of `tools` must be its own, or a stored denial of one would be replayed as the other"
+    )]
+    SharedToolsReason {
+        /// The pattern of the offending entry.
+        pattern: String,
+        /// The other statement.
+        statement: &'static str,
+        /// The shared reason.
+        reason: String,
+    },
     /// A block references a reason the table does not define.
     #[error("server pattern `{pattern}` references undefined reason `{reason}`")]
     UndefinedReason {
@@ -301,6 +316,16 @@ pub struct EffectiveBlock {
 }
 
 impl EffectiveBlock {
+    /// Whether `statement`, naming `reason`, shares the reason of `tools` in
+    /// a way the engine cannot tell apart: any statement but `tools` itself,
+    /// except `sampling off` (it denies every request before `tools` is
+    /// reached, so no tools denial is ever stored under this block).
+    pub fn shares_tools_reason(&self, statement: &str, reason: &str) -> bool {
+        statement != "tools"
+            && reason == self.tools.reason
+            && !(statement == "sampling" && !self.sampling.enabled)
+    }
+
     /// Each statement that names a reason, with that reason: `sampling`,
     /// `tools`, `max_input`, `max_messages`, `rate`, each `budget`, `deadline`.
     pub fn statement_reasons(&self) -> Vec<(&'static str, &str)> {
@@ -402,8 +427,9 @@ impl Table {
     }
 
     /// Checks that every entry's digest matches its contents, that every
-    /// reason it names is defined, and that no statement denies as a
-    /// reserved reason it does not produce ([`builtin::may_deny_as`]).
+    /// reason it names is defined, that no statement denies as a reserved
+    /// reason it does not produce ([`builtin::may_deny_as`]), and that the
+    /// reason of `tools` is its own within each block.
     pub fn verify(&self) -> Result<(), TableError> {
         for entry in self.servers.iter().chain(std::iter::once(&self.fallback)) {
             if let Some((statement, reason)) = entry
@@ -415,6 +441,18 @@ impl Table {
                 })
             {
                 return Err(TableError::ReservedReason {
+                    pattern: entry.pattern.clone(),
+                    statement,
+                    reason: reason.to_owned(),
+                });
+            }
+            if let Some((statement, reason)) = entry
+                .block
+                .statement_reasons()
+                .into_iter()
+                .find(|(statement, reason)| entry.block.shares_tools_reason(statement, reason))
+            {
+                return Err(TableError::SharedToolsReason {
                     pattern: entry.pattern.clone(),
                     statement,
                     reason: reason.to_owned(),

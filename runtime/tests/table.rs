@@ -177,6 +177,105 @@ fn reserved_reasons_are_refused_on_every_other_statement() {
     }
 }
 
+/// The engine skips a stored denial whose reason is the `tools` statement's
+/// for a request without tools; a reason `tools` shares with another
+/// statement of the block would skip (or replay) that statement's denials
+/// too. Refused for every other statement.
+#[test]
+fn a_reason_shared_by_tools_and_another_statement_is_refused() {
+    for (own, mut block) in statements("acme.shared") {
+        if own == builtin::TOOLS_DISABLED {
+            continue;
+        }
+        // `sampling on as acme.shared`: a stored tools denial would then be
+        // replayed for requests without tools.
+        block.sampling.enabled = true;
+        block.tools = Switch {
+            enabled: false,
+            reason: "acme.shared".into(),
+        };
+        let loaded = Table::from_json(&hand_written(block, &["acme.shared"]));
+        assert!(
+            matches!(loaded, Err(TableError::SharedToolsReason { .. })),
+            "tools sharing with the statement of {own}: {loaded:?}"
+        );
+    }
+    // `sampling off` may share it: every request is denied before `tools`.
+    let mut block = open_block();
+    block.sampling = Switch {
+        enabled: false,
+        reason: "acme.shared".into(),
+    };
+    block.tools = Switch {
+        enabled: false,
+        reason: "acme.shared".into(),
+    };
+    assert!(Table::from_json(&hand_written(block, &["acme.shared"])).is_ok());
+    // Two statements other than `tools` may share a reason.
+    let mut block = open_block();
+    block.rate = rate(1, 1000).map(|mut r| {
+        r.reason = "acme.shared".into();
+        r
+    });
+    block.deadline = deadline(1000).map(|mut d| {
+        d.reason = "acme.shared".into();
+        d
+    });
+    assert!(Table::from_json(&hand_written(block, &["acme.shared"])).is_ok());
+}
+
+/// What the rule above prevents: `deadline … as acme.x` with `tools off as
+/// acme.x`. A reported deadline miss is stored (retry after the reason's
+/// ttl), but the engine reads the stored `acme.x` as a tools denial and
+/// skips it for the same request without tools, which then runs again at
+/// once.
+#[test]
+fn a_shared_tools_reason_would_skip_a_stored_deadline_denial() {
+    use mcpolicy_runtime::engine::ClientContext;
+    let mut reasons = reasons();
+    reasons.extend([custom("acme.x")]);
+    let mut block = open_block();
+    block.tools = Switch {
+        enabled: false,
+        reason: "acme.x".into(),
+    };
+    block.deadline = deadline(1000).map(|mut d| {
+        d.reason = "acme.x".into();
+        d
+    });
+    let table = Table {
+        format: TABLE_FORMAT.to_owned(),
+        protocol: Default::default(),
+        error_code: CODE,
+        identity: vec!["messages".into()],
+        servers: vec![entry("srv", block, &reasons)],
+        fallback: entry("*", open_block(), &reasons),
+        reasons,
+    };
+    assert!(matches!(
+        Table::from_json(table.to_json().as_bytes()),
+        Err(TableError::SharedToolsReason { .. })
+    ));
+    // Driven directly (an engine does not verify its table): the bypass.
+    let h = Harness::new(table);
+    let Decision::Allow(grant) = h.decide("srv", &simple("hi")) else {
+        panic!("first request is allowed")
+    };
+    let miss = h
+        .engine
+        .report_deadline_miss(&grant.ticket)
+        .expect("store works");
+    assert_eq!(&*miss.reason, "acme.x");
+    let again = h
+        .engine
+        .decide("srv", &simple("hi"), &ClientContext::with_sampling_context(true))
+        .expect("store works");
+    assert!(
+        matches!(again, Decision::Allow(_)),
+        "the engine now replays the stored deadline denial: SharedToolsReason may no longer be needed"
+    );
+}
+
 // ---- server ids in NFC (issue 11, item 7) ----
 
 /// Issue 11, item 7: `server "café" { sampling off }` and the NFD id
