@@ -102,6 +102,9 @@ fn front_end<M: Measurement>(c: &mut Criterion<M>, name: &str) {
     group.finish();
 }
 
+/// One output format of `mcpc check`.
+type Renderer = fn(&[FileReport]) -> String;
+
 /// `defaults { sampling on; sampling on; … }`, all on one line: `n - 1`
 /// duplicate-statement findings.
 fn duplicates_on_one_line(n: usize) -> String {
@@ -140,7 +143,7 @@ fn findings_one_line<M: Measurement>(c: &mut Criterion<M>, name: &str) {
             text: text.clone(),
             diagnostics,
         }];
-        let renderers: [(&str, fn(&[FileReport]) -> String); 4] = [
+        let renderers: [(&str, Renderer); 4] = [
             ("json", render::json),
             ("sarif", render::sarif),
             ("github", render::github),

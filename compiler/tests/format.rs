@@ -673,7 +673,11 @@ fn fmt_refuses_a_hard_linked_policy_and_changes_nothing() {
     assert_eq!(read(&policy), MESSY);
     assert_eq!(read(&other), MESSY);
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(fs::metadata(&policy).expect("meta").nlink(), 2, "links diverged");
+    assert_eq!(
+        fs::metadata(&policy).expect("meta").nlink(),
+        2,
+        "links diverged"
+    );
     assert_eq!(fs::read_dir(dir.path()).expect("list").count(), 2);
 
     // `--check` only reads, so it works on hard-linked files.

@@ -168,7 +168,9 @@ mod tests {
         let mut seed = 7u64;
         let mut text = String::new();
         for i in 0..4000 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             // Long stretches without line breaks, a few breaks between.
             let pick = (seed >> 33) as usize % if i % 1000 == 999 { 8 } else { 4 };
             text.push_str(pieces[pick]);

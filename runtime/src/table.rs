@@ -323,7 +323,7 @@ impl EffectiveBlock {
     pub fn shares_tools_reason(&self, statement: &str, reason: &str) -> bool {
         statement != "tools"
             && reason == self.tools.reason
-            && !(statement == "sampling" && !self.sampling.enabled)
+            && (statement != "sampling" || self.sampling.enabled)
     }
 
     /// Each statement that names a reason, with that reason: `sampling`,
@@ -333,7 +333,11 @@ impl EffectiveBlock {
             ("sampling", self.sampling.reason.as_str()),
             ("tools", self.tools.reason.as_str()),
         ];
-        out.extend(self.max_input.iter().map(|l| ("max_input", l.reason.as_str())));
+        out.extend(
+            self.max_input
+                .iter()
+                .map(|l| ("max_input", l.reason.as_str())),
+        );
         out.extend(
             self.max_messages
                 .iter()
@@ -341,7 +345,11 @@ impl EffectiveBlock {
         );
         out.extend(self.rate.iter().map(|r| ("rate", r.reason.as_str())));
         out.extend(self.budgets.iter().map(|b| ("budget", b.reason.as_str())));
-        out.extend(self.deadline.iter().map(|d| ("deadline", d.reason.as_str())));
+        out.extend(
+            self.deadline
+                .iter()
+                .map(|d| ("deadline", d.reason.as_str())),
+        );
         out
     }
 
@@ -432,13 +440,14 @@ impl Table {
     /// reason of `tools` is its own within each block.
     pub fn verify(&self) -> Result<(), TableError> {
         for entry in self.servers.iter().chain(std::iter::once(&self.fallback)) {
-            if let Some((statement, reason)) = entry
-                .block
-                .statement_reasons()
-                .into_iter()
-                .find(|(statement, reason)| {
-                    !builtin::may_deny_as(builtin::own_reason(statement), reason)
-                })
+            if let Some((statement, reason)) =
+                entry
+                    .block
+                    .statement_reasons()
+                    .into_iter()
+                    .find(|(statement, reason)| {
+                        !builtin::may_deny_as(builtin::own_reason(statement), reason)
+                    })
             {
                 return Err(TableError::ReservedReason {
                     pattern: entry.pattern.clone(),

@@ -268,7 +268,11 @@ fn a_shared_tools_reason_would_skip_a_stored_deadline_denial() {
     assert_eq!(&*miss.reason, "acme.x");
     let again = h
         .engine
-        .decide("srv", &simple("hi"), &ClientContext::with_sampling_context(true))
+        .decide(
+            "srv",
+            &simple("hi"),
+            &ClientContext::with_sampling_context(true),
+        )
         .expect("store works");
     assert!(
         matches!(again, Decision::Allow(_)),
@@ -320,7 +324,11 @@ fn a_non_nfc_pattern_in_a_table_matches_after_loading() {
         reasons,
     };
     let loaded = Table::from_json(table.to_json().as_bytes()).expect("loads");
-    for id in ["\u{c5}ngstr\u{f6}m-x", "\u{212b}ngstro\u{308}m-x", "caf\u{e9}"] {
+    for id in [
+        "\u{c5}ngstr\u{f6}m-x",
+        "\u{212b}ngstro\u{308}m-x",
+        "caf\u{e9}",
+    ] {
         assert_ne!(loaded.entry_for(id).pattern, "*", "{id:?}");
         let h = Harness::new(loaded.clone());
         assert_eq!(

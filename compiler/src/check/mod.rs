@@ -371,9 +371,13 @@ impl Checker {
             return;
         }
         let mut blocks = vec![(0, crate::lower::effective_defaults(&self.model))];
-        blocks.extend(self.model.servers.iter().enumerate().map(|(i, (_, b))| {
-            (1 + i, crate::lower::effective_server(&self.model, b))
-        }));
+        blocks.extend(
+            self.model
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(i, (_, b))| (1 + i, crate::lower::effective_server(&self.model, b))),
+        );
         // The clause naming `reason` on `statement` that block `id` inherits:
         // its own, else the defaults' one.
         let clause = |id: usize, statement: &str, reason: &str| {
@@ -1107,14 +1111,23 @@ fn borrowed_reason(
     let name = borrowed.name;
     let (message, label) = if name.starts_with("user.") {
         (
-            format!("`{name}` is the user's answer to a consent prompt, not a reason `{statement}` can deny with"),
+            format!(
+                "`{name}` is the user's answer to a consent prompt, not a reason `{statement}` can deny with"
+            ),
             "reserved for the user",
         )
     } else {
-        let owner = ["sampling", "tools", "max_input", "rate", "budget", "deadline"]
-            .into_iter()
-            .find(|s| builtin::own_reason(s) == name)
-            .unwrap_or("another statement");
+        let owner = [
+            "sampling",
+            "tools",
+            "max_input",
+            "rate",
+            "budget",
+            "deadline",
+        ]
+        .into_iter()
+        .find(|s| builtin::own_reason(s) == name)
+        .unwrap_or("another statement");
         (
             format!("`{name}` is the reason of `{owner}`, not of `{statement}`"),
             "another statement's reason",

@@ -55,8 +55,8 @@ fn write_atomically(path: &str, text: &str) -> Result<(), String> {
     use std::io::Write;
 
     let target = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve {path}: {e}"))?;
-    let meta = std::fs::metadata(&target)
-        .map_err(|e| format!("cannot read {}: {e}", target.display()))?;
+    let meta =
+        std::fs::metadata(&target).map_err(|e| format!("cannot read {}: {e}", target.display()))?;
     if let Some(links) = hard_links(&meta).filter(|n| *n > 1) {
         return Err(format!(
             "{path} has {links} hard links; replacing it would leave the other names with the old text, so it is not written \
