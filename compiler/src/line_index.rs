@@ -202,7 +202,8 @@ mod tests {
     proptest::proptest! {
         /// Checkpointed columns equal columns counted from the line start,
         /// for text of long lines mixing 1- to 4-byte characters, BOMs and
-        /// every line break.
+        /// every line break. Long mode: `PROPTEST_CASES=20000 cargo test -p
+        /// mcpolicy-compiler --lib line_index`.
         #[test]
         fn checkpoints_agree_with_counting_from_the_line_start(
             pieces in proptest::collection::vec(
