@@ -22,7 +22,9 @@ use super::{ColorChoice, emit, fail, human_style};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Policy files; `-` formats standard input to standard output.
+    /// Policy files; `-` formats standard input to standard output. A
+    /// symlink is followed (its target is formatted); a file with several
+    /// hard links is refused.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<String>,
     /// Change nothing; exit 1 if any file is not formatted.
