@@ -478,7 +478,15 @@ fn unknown_reason(error_code: i64) -> ReasonRt {
 impl Engine {
     /// An engine over `table` (verify it first, e.g. with [`Table::from_json`]),
     /// remembering decisions in `store`, reading time from `clock`.
-    pub fn new(table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
+    ///
+    /// Server patterns are NFC-normalised here, as every server id is at
+    /// each decision: canonically equivalent spellings are one server.
+    pub fn new(mut table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
+        for entry in table.servers.iter_mut() {
+            if let std::borrow::Cow::Owned(normalized) = glob::nfc(&entry.pattern) {
+                entry.pattern = normalized;
+            }
+        }
         let mut exact = FastMap::default();
         let mut globs = Vec::new();
         for (i, entry) in table.servers.iter().enumerate() {
@@ -597,8 +605,11 @@ impl Engine {
         request: &SamplingRequest,
         ctx: &ClientContext,
     ) -> Result<Decision, EngineError> {
-        let identity = identity::request_identity(server_id, &request.params, &self.table.identity);
-        self.decide_with_identity(server_id, identity.into_string(), &request.params, ctx)
+        // NFC once, here: the id matches, keys the store and is reported in this form.
+        let server_id = glob::nfc(server_id);
+        let identity =
+            identity::request_identity(&server_id, &request.params, &self.table.identity);
+        self.decide_with_identity(&server_id, identity.into_string(), &request.params, ctx)
     }
 
     /// Steps 3–10 for a request whose identity is already known. Exposed for
@@ -612,6 +623,7 @@ impl Engine {
         params: &Map<String, Value>,
         ctx: &ClientContext,
     ) -> Result<Decision, EngineError> {
+        let server_id = &*glob::nfc(server_id);
         let now = self.clock.now();
         let entry = self.entry_index(server_id);
         let plan = &self.plans[entry];
