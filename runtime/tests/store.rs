@@ -89,6 +89,7 @@ fn deny(digest: &str, expires_at: Option<Millis>, data: &str) -> StoredDecision 
         data: Some(data.into()),
         represented: 0,
         decided_at: 1_000,
+        recomputable: false,
     }
 }
 
@@ -101,6 +102,7 @@ fn allow(digest: &str) -> StoredDecision {
         data: None,
         represented: 0,
         decided_at: 1_000,
+        recomputable: false,
     }
 }
 
@@ -608,8 +610,11 @@ mod sqlite_only {
         ];
         // 100 servers, a few dozen rows each: mostly one page per admission
         // (two when a page boundary falls between the two counters' ends).
+        // Schema 3 keeps a rolling window's rows for one more window length
+        // (clock steps back), so the rate's range is twice as long and a
+        // boundary falls between the ends more often: 1.49 → 1.68.
         let small = wal_frames_per_admission("small.db", 100, 40, &checks);
-        assert!(small <= 1.6, "{small:.2} WAL frames per admission");
+        assert!(small <= 1.8, "{small:.2} WAL frames per admission");
         // One server whose counters span pages: the budget's newest end, and
         // the rate's newest and oldest ends (a row leaves its window each time).
         let busy = wal_frames_per_admission("busy.db", 1, 3_000, &checks);

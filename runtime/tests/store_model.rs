@@ -268,6 +268,7 @@ fn run(ops: Vec<Op>) {
                     data: deny.then(|| format!("{{\"step\":{step}}}").into()),
                     represented: 0,
                     decided_at: now,
+                    recomputable: false,
                 };
                 model.decisions.insert(key.clone(), decision.clone());
                 for (_, store) in &stores {
