@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(feature = "sqlite")]
 use mcpolicy_runtime::store::SqliteStore;
+use mcpolicy_runtime::calendar::timestamp;
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
-    Reservation, StoreError, StoredDecision, Verdict,
+    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, LimitCheck,
+    LimitWindow, MemoryStore, Millis, Reservation, ServerStats, StoreError, StoredDecision,
+    Verdict,
 };
 use tempfile::TempDir;
 
@@ -21,12 +23,18 @@ const DAY: u64 = 86_400_000;
 /// A store under test and whatever keeps it alive.
 struct Fixture {
     store: Arc<dyn DecisionStore>,
+    /// The store's bound of decisions per server.
+    max_per_server: u64,
     _dir: Option<TempDir>,
 }
 
+/// The bound the contract tests run with: small enough to reach quickly.
+const TEST_BOUND: u64 = 200;
+
 fn memory() -> Fixture {
     Fixture {
-        store: Arc::new(MemoryStore::new()),
+        store: Arc::new(MemoryStore::with_max_decisions_per_server(TEST_BOUND)),
+        max_per_server: TEST_BOUND,
         _dir: None,
     }
 }
@@ -34,9 +42,15 @@ fn memory() -> Fixture {
 #[cfg(feature = "sqlite")]
 fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SqliteStore::open(dir.path().join("store.db")).expect("open store");
+    let options = mcpolicy_runtime::store::SqliteOptions {
+        max_decisions_per_server: TEST_BOUND,
+        ..Default::default()
+    };
+    let store =
+        SqliteStore::open_with(dir.path().join("store.db"), &options).expect("open store");
     Fixture {
         store: Arc::new(store),
+        max_per_server: TEST_BOUND,
         _dir: Some(dir),
     }
 }
@@ -74,6 +88,10 @@ both!(
     settle_unknown_reservation_is_an_error,
     eight_threads_never_overspend,
     concurrent_replays_count_every_one,
+    a_clock_step_back_still_counts_the_days_spend,
+    a_step_back_past_the_retention_refuses_while_deleted_spend_could_count,
+    a_clock_behind_within_the_retention_counts_exactly,
+    a_flood_of_static_denials_is_bounded_and_keeps_user_answers,
 );
 
 fn key(server: &str, n: u64) -> DecisionKey {
@@ -497,6 +515,156 @@ fn concurrent_replays_count_every_one(f: Fixture) {
     assert_eq!(
         f.store.get(&k).expect("get").expect("present").represented,
         1_000
+    );
+}
+
+/// The day window around `now`, as the engine computes `budget … per day`.
+fn per_day(counter: &str, limit: u64, now: Millis) -> [LimitCheck; 1] {
+    let start = now - now.rem_euclid(DAY as Millis);
+    [fixed(counter, 1, limit, start, start + DAY as Millis)]
+}
+
+/// Issue 11, item 9: `budget 1 requests per day`, admitted at 12:00, then
+/// just after midnight (whose admission pruned the earlier day), then the
+/// clock steps back to 12:01 of the first day. That day's spend must still
+/// count: refused until the day ends, as an unpruned store would answer.
+fn a_clock_step_back_still_counts_the_days_spend(f: Fixture) {
+    let s = &f.store;
+    let noon = timestamp(2026, 3, 10, 12, 0, 0);
+    let after_midnight = timestamp(2026, 3, 11, 0, 0, 1);
+    let back = timestamp(2026, 3, 10, 12, 1, 0);
+    let counter = "budget:requests:day";
+    assert!(admitted(&s.admit("srv", &per_day(counter, 1, noon), noon).expect("admit")));
+    assert!(admitted(
+        &s.admit("srv", &per_day(counter, 1, after_midnight), after_midnight)
+            .expect("admit")
+    ));
+    let answer = s
+        .admit("srv", &per_day(counter, 1, back), back)
+        .expect("admit");
+    assert_eq!(
+        answer,
+        Admission::Refused {
+            index: 0,
+            counter: counter.into(),
+            available_at: timestamp(2026, 3, 11, 0, 0, 0),
+        }
+    );
+}
+
+/// A step back further than a counter keeps spend (one window and an
+/// eighth, at least a minute) lands on deleted spend: the store cannot
+/// count it and refuses, until the deleted spend would have left the window.
+fn a_step_back_past_the_retention_refuses_while_deleted_spend_could_count(f: Fixture) {
+    let s = &f.store;
+    let rate = |limit| [rolling("rate", 1, limit, 1_000)];
+    let t0: Millis = 1_000_000;
+    assert!(admitted(&s.admit("srv", &rate(100), t0).expect("admit")));
+    // Ten minutes on: the row of t0 is past the retention and deleted.
+    let later = t0 + 600_000;
+    assert!(admitted(&s.admit("srv", &rate(100), later).expect("admit")));
+    // Back to t0 + 500: an unpruned store would count the row of t0; this
+    // one deleted it, and refuses however much room the limit leaves.
+    match s.admit("srv", &rate(100), t0 + 500).expect("admit") {
+        Admission::Refused { available_at, .. } => {
+            // The deleted row (at t0) counts in a rolling window until t0 + 1000.
+            assert_eq!(available_at, t0 + 1_000);
+        }
+        other => panic!("admitted over deleted spend: {other:?}"),
+    }
+    // Once the deleted row would have left the window, counting is exact again.
+    assert!(admitted(&s.admit("srv", &rate(100), t0 + 1_000).expect("admit")));
+}
+
+/// A process sharing the store whose clock is behind (or a small step back):
+/// within the retention every row still counts, exactly.
+fn a_clock_behind_within_the_retention_counts_exactly(f: Fixture) {
+    let s = &f.store;
+    let rate = [rolling("rate", 1, 3, 10_000)];
+    let t0: Millis = 5_000_000;
+    for t in [t0, t0 + 1, t0 + 2] {
+        assert!(admitted(&s.admit("srv", &rate, t).expect("admit")));
+    }
+    // Far enough ahead that all three left the window (and the floor moved past them).
+    assert!(admitted(&s.admit("srv", &rate, t0 + 10_005).expect("admit")));
+    // A clock 9 s behind: the rows of t0..t0+2 count again, and the one of
+    // t0 + 10,005 (ahead of it) too: full.
+    assert!(!admitted(&s.admit("srv", &rate, t0 + 1_000).expect("admit")));
+    // Back at t0 + 10,002 the rows of t0..t0+2 have left; beside the row of
+    // t0 + 10,005 (ahead of this clock, counted) two more fit.
+    assert!(admitted(&s.admit("srv", &rate, t0 + 10_002).expect("admit")));
+    assert!(admitted(&s.admit("srv", &rate, t0 + 10_003).expect("admit")));
+    assert!(!admitted(&s.admit("srv", &rate, t0 + 10_004).expect("admit")));
+}
+
+/// A static denial, as the engine records one for `sampling off`.
+fn static_denial(n: u64) -> StoredDecision {
+    StoredDecision {
+        verdict: Verdict::Deny,
+        reason: "policy.sampling_disabled".into(),
+        digest: "d".into(),
+        expires_at: None,
+        data: Some(DATA.into()),
+        represented: 0,
+        decided_at: 1_000 + n as Millis,
+        recomputable: true,
+    }
+}
+
+/// Issue 11, item 13: a server varying its prompt under `sampling off`
+/// grew a store without bound. Now a server keeps at most the store's bound;
+/// the static denials (recomputable) go first, a user's refusal stays, and
+/// the evicted rows and their `represented` are counted.
+fn a_flood_of_static_denials_is_bounded_and_keeps_user_answers(f: Fixture) {
+    let s = &f.store;
+    let refused = DecisionKey::new("srv", "srv:refused");
+    let user = StoredDecision {
+        reason: "user.denied".into(),
+        recomputable: false,
+        ..static_denial(0)
+    };
+    s.record(&refused, &user).expect("record");
+    let cap = f.max_per_server;
+    let flood = cap + cap / 2;
+    for n in 0..flood {
+        s.record(&key("srv", n), &static_denial(n)).expect("record");
+        if n == 3 {
+            // Re-presented twice before it is evicted.
+            s.replay(&key("srv", 3), "d", 2_000).expect("replay");
+            s.replay(&key("srv", 3), "d", 2_000).expect("replay");
+        }
+    }
+    let stats = s.server_stats("srv").expect("stats");
+    assert_eq!(
+        stats,
+        ServerStats {
+            stored: cap,
+            evicted: flood + 1 - cap,
+            evicted_represented: 2,
+        }
+    );
+    assert_eq!(s.get(&refused).expect("get").map(|d| d.reason), Some(user.reason));
+    // The oldest static denials went first; the newest are there.
+    assert!(s.get(&key("srv", 0)).expect("get").is_none());
+    assert!(s.get(&key("srv", flood - 1)).expect("get").is_some());
+    // Another server is untouched by this one's bound.
+    s.record(&key("other", 1), &static_denial(1)).expect("record");
+    assert_eq!(s.server_stats("other").expect("stats").stored, 1);
+    assert_eq!(s.server_stats("srv").expect("stats").stored, cap);
+}
+
+#[test]
+fn the_default_bound_holds_a_flood() {
+    // The default store, 12,000 distinct denials of one server: a store
+    // before the bound kept all of them (issue 11, item 13).
+    let s = MemoryStore::new();
+    for n in 0..12_000 {
+        s.record(&key("srv", n), &static_denial(n)).expect("record");
+    }
+    assert_eq!(s.len(), DEFAULT_MAX_DECISIONS_PER_SERVER as usize);
+    assert_eq!(
+        s.server_stats("srv").expect("stats").evicted,
+        12_000 - DEFAULT_MAX_DECISIONS_PER_SERVER
     );
 }
 
