@@ -917,6 +917,73 @@ mod sqlite_only {
         assert!(!admitted(&s.admit("srv", &budget(1), 500).expect("admit")));
     }
 
+    /// A version 2 file, as the release before the bound and the clock-step
+    /// rule wrote it.
+    const SCHEMA_V2: &str = "
+        CREATE TABLE decisions (
+            server_id TEXT NOT NULL, identity TEXT NOT NULL, verdict TEXT NOT NULL,
+            reason TEXT NOT NULL, digest TEXT NOT NULL, expires_at INTEGER, data TEXT,
+            represented INTEGER NOT NULL DEFAULT 0, decided_at INTEGER NOT NULL,
+            PRIMARY KEY (server_id, identity)
+        ) WITHOUT ROWID;
+        CREATE TABLE spend (
+            server_id TEXT NOT NULL, counter TEXT NOT NULL, at INTEGER NOT NULL,
+            reservation INTEGER NOT NULL, amount INTEGER NOT NULL,
+            PRIMARY KEY (server_id, counter, at, reservation)
+        ) WITHOUT ROWID;
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+        INSERT INTO meta VALUES ('epoch', 3);
+        PRAGMA application_id = 1835233391;
+        PRAGMA user_version = 2;
+    ";
+
+    #[test]
+    fn sqlite_migrates_a_version_2_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v2.db");
+        {
+            let conn = rusqlite::Connection::open(&path).expect("sqlite");
+            conn.execute_batch(SCHEMA_V2).expect("v2 schema");
+            conn.execute_batch(&format!(
+                "INSERT INTO decisions VALUES
+                     ('srv', '{}', 'deny', 'policy.sampling_disabled', 'd', NULL, '{{}}', 4, 5),
+                     ('srv', '{}', 'deny', 'user.denied', 'd', NULL, '{{}}', 1, 6);
+                 INSERT INTO spend VALUES
+                     ('srv', 'budget:tokens:day', 100, 7, 300), ('srv', 'budget:tokens:day', 200, 8, 400),
+                     ('srv', 'budget:tokens:day', 9223372036854775807, 0, 700);",
+                key("srv", 1).identity,
+                key("srv", 2).identity
+            ))
+            .expect("v2 rows");
+        }
+        let s = SqliteStore::open(&path).expect("open migrates");
+        let conn = rusqlite::Connection::open(&path).expect("sqlite");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .expect("user_version");
+        assert_eq!(version, SCHEMA_VERSION);
+        let static_denial = s.get(&key("srv", 1)).expect("get").expect("present");
+        assert!(static_denial.recomputable);
+        assert_eq!(static_denial.represented, 4);
+        let user = s.get(&key("srv", 2)).expect("get").expect("present");
+        assert!(!user.recomputable);
+        assert_eq!(
+            s.server_stats("srv").expect("stats"),
+            ServerStats {
+                stored: 2,
+                evicted: 0,
+                evicted_represented: 0
+            }
+        );
+        // The day's 700 tokens still count.
+        let budget = |amount| [fixed("budget:tokens:day", amount, 1_000, 0, DAY as Millis)];
+        assert!(!admitted(&s.admit("srv", &budget(301), 300).expect("admit")));
+        assert!(admitted(&s.admit("srv", &budget(300), 300).expect("admit")));
+        drop(s);
+        let s = SqliteStore::open(&path).expect("reopen");
+        assert!(!admitted(&s.admit("srv", &budget(1), 400).expect("admit")));
+    }
+
     /// Environment variable selecting the child role of this binary.
     const CHILD_ENV: &str = "MCPOLICY_STORE_CHILD";
 
