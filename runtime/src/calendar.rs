@@ -174,7 +174,11 @@ pub fn parse_rfc3339(text: &str) -> Option<Millis> {
     let month_days = match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        2 if year.rem_euclid(4) == 0 && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0) => 29,
+        2 if year.rem_euclid(4) == 0
+            && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0) =>
+        {
+            29
+        }
         2 => 28,
         _ => return None,
     };
@@ -316,8 +320,14 @@ mod tests {
         assert_eq!(parse_rfc3339("2024-02-29T08:05:09.Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29T08:05:09Zjunk"), None);
         assert_eq!(parse_rfc3339("２024-02-29T08:05:09Z"), None);
-        assert_eq!(format_rfc3339(Millis::MAX), "+292278994-08-17T07:12:55.807Z");
-        assert_eq!(format_rfc3339(Millis::MIN), "-292275055-05-16T16:47:04.192Z");
+        assert_eq!(
+            format_rfc3339(Millis::MAX),
+            "+292278994-08-17T07:12:55.807Z"
+        );
+        assert_eq!(
+            format_rfc3339(Millis::MIN),
+            "-292275055-05-16T16:47:04.192Z"
+        );
         assert_eq!(
             parse_rfc3339("+292278994-08-17T07:12:55.807Z"),
             Some(Millis::MAX)

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mcpolicy_runtime::calendar::timestamp;
 #[cfg(feature = "sqlite")]
 use mcpolicy_runtime::store::SqliteStore;
-use mcpolicy_runtime::calendar::timestamp;
 use mcpolicy_runtime::store::{
     Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, LimitCheck,
     LimitWindow, MemoryStore, Millis, Reservation, ServerStats, StoreError, StoredDecision,
@@ -46,8 +46,7 @@ fn sqlite() -> Fixture {
         max_decisions_per_server: TEST_BOUND,
         ..Default::default()
     };
-    let store =
-        SqliteStore::open_with(dir.path().join("store.db"), &options).expect("open store");
+    let store = SqliteStore::open_with(dir.path().join("store.db"), &options).expect("open store");
     Fixture {
         store: Arc::new(store),
         max_per_server: TEST_BOUND,
@@ -534,7 +533,10 @@ fn a_clock_step_back_still_counts_the_days_spend(f: Fixture) {
     let after_midnight = timestamp(2026, 3, 11, 0, 0, 1);
     let back = timestamp(2026, 3, 10, 12, 1, 0);
     let counter = "budget:requests:day";
-    assert!(admitted(&s.admit("srv", &per_day(counter, 1, noon), noon).expect("admit")));
+    assert!(admitted(
+        &s.admit("srv", &per_day(counter, 1, noon), noon)
+            .expect("admit")
+    ));
     assert!(admitted(
         &s.admit("srv", &per_day(counter, 1, after_midnight), after_midnight)
             .expect("admit")
@@ -573,7 +575,9 @@ fn a_step_back_past_the_retention_refuses_while_deleted_spend_could_count(f: Fix
         other => panic!("admitted over deleted spend: {other:?}"),
     }
     // Once the deleted row would have left the window, counting is exact again.
-    assert!(admitted(&s.admit("srv", &rate(100), t0 + 1_000).expect("admit")));
+    assert!(admitted(
+        &s.admit("srv", &rate(100), t0 + 1_000).expect("admit")
+    ));
 }
 
 /// A process sharing the store whose clock is behind (or a small step back):
@@ -586,15 +590,25 @@ fn a_clock_behind_within_the_retention_counts_exactly(f: Fixture) {
         assert!(admitted(&s.admit("srv", &rate, t).expect("admit")));
     }
     // Far enough ahead that all three left the window (and the floor moved past them).
-    assert!(admitted(&s.admit("srv", &rate, t0 + 10_005).expect("admit")));
+    assert!(admitted(
+        &s.admit("srv", &rate, t0 + 10_005).expect("admit")
+    ));
     // A clock 9 s behind: the rows of t0..t0+2 count again, and the one of
     // t0 + 10,005 (ahead of it) too: full.
-    assert!(!admitted(&s.admit("srv", &rate, t0 + 1_000).expect("admit")));
+    assert!(!admitted(
+        &s.admit("srv", &rate, t0 + 1_000).expect("admit")
+    ));
     // Back at t0 + 10,002 the rows of t0..t0+2 have left; beside the row of
     // t0 + 10,005 (ahead of this clock, counted) two more fit.
-    assert!(admitted(&s.admit("srv", &rate, t0 + 10_002).expect("admit")));
-    assert!(admitted(&s.admit("srv", &rate, t0 + 10_003).expect("admit")));
-    assert!(!admitted(&s.admit("srv", &rate, t0 + 10_004).expect("admit")));
+    assert!(admitted(
+        &s.admit("srv", &rate, t0 + 10_002).expect("admit")
+    ));
+    assert!(admitted(
+        &s.admit("srv", &rate, t0 + 10_003).expect("admit")
+    ));
+    assert!(!admitted(
+        &s.admit("srv", &rate, t0 + 10_004).expect("admit")
+    ));
 }
 
 /// A static denial, as the engine records one for `sampling off`.
@@ -643,12 +657,16 @@ fn a_flood_of_static_denials_is_bounded_and_keeps_user_answers(f: Fixture) {
             evicted_represented: 2,
         }
     );
-    assert_eq!(s.get(&refused).expect("get").map(|d| d.reason), Some(user.reason));
+    assert_eq!(
+        s.get(&refused).expect("get").map(|d| d.reason),
+        Some(user.reason)
+    );
     // The oldest static denials went first; the newest are there.
     assert!(s.get(&key("srv", 0)).expect("get").is_none());
     assert!(s.get(&key("srv", flood - 1)).expect("get").is_some());
     // Another server is untouched by this one's bound.
-    s.record(&key("other", 1), &static_denial(1)).expect("record");
+    s.record(&key("other", 1), &static_denial(1))
+        .expect("record");
     assert_eq!(s.server_stats("other").expect("stats").stored, 1);
     assert_eq!(s.server_stats("srv").expect("stats").stored, cap);
 }
@@ -977,7 +995,9 @@ mod sqlite_only {
         );
         // The day's 700 tokens still count.
         let budget = |amount| [fixed("budget:tokens:day", amount, 1_000, 0, DAY as Millis)];
-        assert!(!admitted(&s.admit("srv", &budget(301), 300).expect("admit")));
+        assert!(!admitted(
+            &s.admit("srv", &budget(301), 300).expect("admit")
+        ));
         assert!(admitted(&s.admit("srv", &budget(300), 300).expect("admit")));
         drop(s);
         let s = SqliteStore::open(&path).expect("reopen");
@@ -1202,8 +1222,12 @@ mod sqlite_only {
             s.record(&key("srv", n), &deny("d", None, DATA))
                 .expect("record");
         }
-        assert!(admitted(&s.admit("srv", &day_budget(1), 10).expect("admit")));
-        assert!(!admitted(&s.admit("srv", &day_budget(1), 11).expect("admit")));
+        assert!(admitted(
+            &s.admit("srv", &day_budget(1), 10).expect("admit")
+        ));
+        assert!(!admitted(
+            &s.admit("srv", &day_budget(1), 11).expect("admit")
+        ));
         let wal = std::fs::read(wal_of(path)).expect("read the live WAL");
         assert!(wal.len() > 32, "the WAL holds frames");
         drop(s);
@@ -1255,7 +1279,10 @@ mod sqlite_only {
         for cut in [1, 16, 50, 99] {
             std::fs::write(&path, &main[..cut]).expect("write");
             let error = open_err(&path);
-            assert!(matches!(error, StoreError::Corrupt { .. }), "{cut}: {error:?}");
+            assert!(
+                matches!(error, StoreError::Corrupt { .. }),
+                "{cut}: {error:?}"
+            );
             assert_names_path(&error, &path);
         }
         let mut damaged = main.clone();

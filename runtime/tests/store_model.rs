@@ -493,8 +493,15 @@ proptest! {
 enum StepOp {
     /// Move the clock by this many ms (negative: a step back).
     Step(i64),
-    Admit { server: u8, mask: u8, tokens: u16 },
-    Settle { nth: u8, actual: u16 },
+    Admit {
+        server: u8,
+        mask: u8,
+        tokens: u16,
+    },
+    Settle {
+        nth: u8,
+        actual: u16,
+    },
 }
 
 fn step_op() -> impl Strategy<Value = StepOp> {

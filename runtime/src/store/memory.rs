@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{
     Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, EvictionKey,
-    LimitCheck, LimitWindow, Millis, Reservation, ServerStats, StoreError, StoredDecision,
-    PRUNE_BATCH, eviction_key, must_free, retention, rolling_available_at, unknown_available_at,
+    LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Reservation, ServerStats, StoreError,
+    StoredDecision, eviction_key, must_free, retention, rolling_available_at, unknown_available_at,
     window_floor,
 };
 

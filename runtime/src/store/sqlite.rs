@@ -527,7 +527,9 @@ fn preflight(path: &Path) -> Result<(), StoreError> {
             "not an SQLite database (the file does not start with SQLite's header)".to_owned(),
         ));
     }
-    let be32 = |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
     let page_size = match u16::from_be_bytes([header[16], header[17]]) {
         1 => 65_536,
         size => u64::from(size),
@@ -805,10 +807,12 @@ fn range_sum(
          WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND at < ?4 AND reservation > 0
          LIMIT ?5)",
     )?
-    .query_row(
-        params![server_id, counter, from, to, limit as i64],
-        |row| Ok((usize::try_from(row.get::<_, i64>(0)?).unwrap_or(0), row.get(1)?)),
-    )
+    .query_row(params![server_id, counter, from, to, limit as i64], |row| {
+        Ok((
+            usize::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+            row.get(1)?,
+        ))
+    })
 }
 
 /// Moves `state`'s floor to `floor`, forward or back, keeping its total the
@@ -851,7 +855,7 @@ fn prune(
     cut: Millis,
     oldest: Option<Millis>,
 ) -> Result<(), rusqlite::Error> {
-    if !oldest.is_some_and(|at| at < cut) {
+    if oldest.is_none_or(|at| at >= cut) {
         return Ok(());
     }
     let doomed: Vec<(i64, i64)> = conn
