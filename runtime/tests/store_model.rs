@@ -479,6 +479,15 @@ proptest! {
         run(ops);
     }
 
+    /// Issue 11, item 13: floods of decisions of every kind stay within the
+    /// bound and are evicted in the documented order.
+    #[test]
+    fn eviction_keeps_the_bound_and_its_order(
+        flood in proptest::collection::vec((0u8..24, any::<bool>(), proptest::option::of(0u16..100)), 1..80)
+    ) {
+        run_flood(flood);
+    }
+
     /// Issue 11, item 9: arbitrary clock steps, forward and back, small and
     /// large, between admissions and settlements.
     #[test]
@@ -486,6 +495,68 @@ proptest! {
         ops in proptest::collection::vec(step_op(), 1..150)
     ) {
         run_steps(ops);
+    }
+}
+
+/// A record in the eviction property: identity, recomputable, ttl.
+type Flood = Vec<(u8, bool, Option<u16>)>;
+
+/// Records `flood` into both stores (bound [`BOUND`] per server) and checks
+/// after each: the server holds at most the bound; what disappeared is what
+/// `server_stats` counts as evicted; a decision the policy cannot recompute
+/// is evicted only when no recomputable one is left; among those, one
+/// without expiry only when none with an expiry is left.
+fn run_flood(flood: Flood) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, store) in stores(&dir) {
+        let mut present: HashMap<u8, StoredDecision> = HashMap::new();
+        for (step, (id, recomputable, ttl)) in flood.iter().copied().enumerate() {
+            let now = 1_000 + step as Millis;
+            let key = |id: u8| DecisionKey::new("alpha", format!("i{id:03}"));
+            let decision = StoredDecision {
+                verdict: Verdict::Deny,
+                reason: "r".into(),
+                digest: "d".into(),
+                expires_at: ttl.map(|t| now + 10_000 + Millis::from(t)),
+                data: None,
+                represented: 0,
+                decided_at: now,
+                recomputable,
+            };
+            let before = store.server_stats("alpha").expect("stats");
+            store.record(&key(id), &decision).expect("record");
+            present.insert(id, decision);
+            let mut gone = Vec::new();
+            present.retain(|id, d| {
+                let kept = store.get(&key(*id)).expect("get").is_some();
+                if !kept {
+                    gone.push(d.clone());
+                }
+                kept
+            });
+            let after = store.server_stats("alpha").expect("stats");
+            assert!(after.stored <= BOUND, "{name} step {step}: {after:?}");
+            assert_eq!(after.stored, present.len() as u64, "{name} step {step}");
+            assert_eq!(
+                after.evicted - before.evicted,
+                gone.len() as u64,
+                "{name} step {step}"
+            );
+            for evicted in &gone {
+                if !evicted.recomputable {
+                    assert!(
+                        present.values().all(|d| !d.recomputable),
+                        "{name} step {step}: evicted a remembered decision before a recomputable one"
+                    );
+                    if evicted.expires_at.is_none() {
+                        assert!(
+                            present.values().all(|d| d.expires_at.is_none()),
+                            "{name} step {step}: evicted a decision without expiry before one with"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 
