@@ -90,6 +90,7 @@ both!(
     a_clock_step_back_still_counts_the_days_spend,
     a_step_back_past_the_retention_refuses_while_deleted_spend_could_count,
     a_clock_behind_within_the_retention_counts_exactly,
+    lengthening_a_rolling_window_does_not_refuse_for_its_length,
     a_flood_of_static_denials_is_bounded_and_keeps_user_answers,
 );
 
@@ -608,6 +609,37 @@ fn a_clock_behind_within_the_retention_counts_exactly(f: Fixture) {
     ));
     assert!(!admitted(
         &s.admit("srv", &rate, t0 + 10_004).expect("admit")
+    ));
+}
+
+/// A policy edit lengthening `rate` (whose counter name does not carry its
+/// window): the spend deleted under the short window is not held against
+/// the long one (as before: a counter keeps one window), rather than every
+/// admission being refused for up to the new window's length.
+fn lengthening_a_rolling_window_does_not_refuse_for_its_length(f: Fixture) {
+    let s = &f.store;
+    let t0: Millis = 1_000_000;
+    let rate = |ms| [rolling("rate", 1, 2, ms)];
+    assert!(admitted(&s.admit("srv", &rate(1_000), t0).expect("admit")));
+    let later = t0 + 600_000; // the row of t0 is deleted here
+    assert!(admitted(
+        &s.admit("srv", &rate(1_000), later).expect("admit")
+    ));
+    // `rate 2 per 1h` now: the row of `later` counts, the deleted one does not.
+    assert!(admitted(
+        &s.admit("srv", &rate(3_600_000), later + 1).expect("admit")
+    ));
+    assert!(!admitted(
+        &s.admit("srv", &rate(3_600_000), later + 2).expect("admit")
+    ));
+    // A clock step back under the new window still finds its own deletions:
+    // far ahead (deleting `later`'s rows), then back.
+    let far = later + 10 * 3_600_000;
+    assert!(admitted(
+        &s.admit("srv", &rate(3_600_000), far).expect("admit")
+    ));
+    assert!(!admitted(
+        &s.admit("srv", &rate(3_600_000), later + 3).expect("admit")
     ));
 }
 

@@ -16,7 +16,7 @@ use super::{
     Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, EvictionKey,
     LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Reservation, ServerStats, StoreError,
     StoredDecision, eviction_key, must_free, retention, rolling_available_at, unknown_available_at,
-    window_floor,
+    window_changed, window_floor,
 };
 
 /// Number of shards; a power of two so a hash picks one with a mask.
@@ -43,6 +43,8 @@ struct Counter {
     floor: Millis,
     /// Rows before this may have been deleted; `Millis::MIN`: none was.
     pruned: Millis,
+    /// The rolling window the counter was last admitted with, if any.
+    rolling_ms: Option<u64>,
 }
 
 impl Default for Counter {
@@ -52,6 +54,7 @@ impl Default for Counter {
             total: 0,
             floor: Millis::MIN,
             pruned: Millis::MIN,
+            rolling_ms: None,
         }
     }
 }
@@ -106,6 +109,16 @@ impl Counter {
                 self.total.saturating_sub(after)
             }
         }
+    }
+
+    /// A rolling check of `ms`: if the counter's window grew (a policy edit
+    /// lengthening `rate`), what was deleted under the shorter window is not
+    /// held against the longer one (see `window_changed`).
+    fn lengthen(&mut self, ms: u64) {
+        if window_changed(self.rolling_ms, ms) {
+            self.pruned = Millis::MIN;
+        }
+        self.rolling_ms = Some(ms);
     }
 
     /// Deletes up to [`PRUNE_BATCH`] rows before `cut` (never after the
@@ -349,6 +362,11 @@ fn admit_into(
 ) -> Admission {
     for (index, check) in checks.iter().enumerate() {
         let floor = window_floor(check.window, now);
+        if let (Some(counter), LimitWindow::Rolling { ms }) =
+            (counters.get_mut(check.counter.as_str()), check.window)
+        {
+            counter.lengthen(ms);
+        }
         let spent = match counters.get_mut(check.counter.as_str()) {
             Some(counter) if floor < counter.pruned => {
                 // The window reaches back over deleted spend (a clock step

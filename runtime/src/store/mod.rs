@@ -527,6 +527,17 @@ pub(crate) fn retention(window: LimitWindow) -> Millis {
     length.saturating_add(length / 8).max(60_000)
 }
 
+/// Whether a counter last admitted with a rolling window of `before` ms is
+/// now checked with a longer one, `ms`: a policy edit lengthening `rate`
+/// (the one engine counter whose name does not carry its window). Its prune
+/// mark is then dropped: spend deleted under the shorter window is not
+/// counted by the longer one (as before schema 3: a counter name keeps one
+/// window), instead of refusing every admission until that spend would have
+/// left the new window, up to its whole length after the edit.
+pub(crate) fn window_changed(before: Option<u64>, ms: u64) -> bool {
+    before.is_some_and(|before| ms > before)
+}
+
 /// When a refusal for spend that may have been deleted (`window`'s floor at
 /// `now` lies below the counter's prune mark `pruned`) can clear: a rolling
 /// window's floor passes the mark at `pruned + ms - 1`; a fixed window is

@@ -26,7 +26,7 @@ use super::checkpointer::Checkpointer;
 use super::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, PRUNE_BATCH,
     ReplayThenAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict, WALK_LIMIT,
-    must_free, retention, rolling_available_at, unknown_available_at, window_floor,
+    must_free, retention, rolling_available_at, unknown_available_at, window_changed, window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
@@ -60,7 +60,9 @@ CREATE TABLE decisions (
 --   floor:  (server, counter, at = i64::MAX, reservation = -1, the floor):
 --           the total counts the spend rows at or after it (schema 3);
 --   pruned: (server, counter, at = i64::MAX, reservation = -2, a time):
---           spend rows before it may have been deleted (schema 3).
+--           spend rows before it may have been deleted (schema 3);
+--   window: (server, counter, at = i64::MAX, reservation = -3, ms): the
+--           rolling window the counter was last admitted with (schema 3).
 -- These rows sit at the right end of their counter's range, on the page
 -- where new spend rows go: an admission usually writes one page.
 CREATE TABLE spend (
@@ -140,6 +142,10 @@ const FLOOR_ROW: i64 = -1;
 
 /// `reservation` of a counter's prune mark row (at [`TOTAL_AT`]).
 const PRUNED_ROW: i64 = -2;
+
+/// `reservation` of the row holding the rolling window a counter was last
+/// admitted with (at [`TOTAL_AT`]; see `store::window_changed`).
+const ROLLING_ROW: i64 = -3;
 
 /// `at` of a counter's total row (with reservation 0): after every spend
 /// row's, so it sits where the counter's new spend rows are written.
@@ -745,6 +751,8 @@ struct CounterState {
     total: i64,
     floor: Millis,
     pruned: Millis,
+    /// The rolling window the counter was last admitted with, if any.
+    rolling_ms: Option<i64>,
 }
 
 impl Default for CounterState {
@@ -753,6 +761,7 @@ impl Default for CounterState {
             total: 0,
             floor: Millis::MIN,
             pruned: Millis::MIN,
+            rolling_ms: None,
         }
     }
 }
@@ -826,6 +835,7 @@ fn read_counter(
             (1, 0) => read.state.total = second,
             (1, FLOOR_ROW) => read.state.floor = second,
             (1, PRUNED_ROW) => read.state.pruned = second,
+            (1, ROLLING_ROW) => read.state.rolling_ms = Some(second),
             (1, reservation) if reservation > 0 => {
                 read.after_end = read.after_end.saturating_add(second);
             }
@@ -997,6 +1007,12 @@ fn admit_in(
             }
         };
         let state = &mut states[at].2;
+        if let LimitWindow::Rolling { ms } = check.window {
+            if window_changed(state.rolling_ms.map(uint), ms) {
+                state.pruned = Millis::MIN;
+            }
+            state.rolling_ms = Some(int(ms));
+        }
         if floor < state.pruned {
             // The window reaches back over deleted spend (a clock step back
             // past the retention): it cannot be counted, refuse.
@@ -1084,6 +1100,9 @@ fn admit_in(
         }
         if state.pruned != read.pruned {
             row(counter, TOTAL_AT, PRUNED_ROW, state.pruned);
+        }
+        if let (Some(ms), true) = (state.rolling_ms, state.rolling_ms != read.rolling_ms) {
+            row(counter, TOTAL_AT, ROLLING_ROW, ms);
         }
     }
     let rows = values.len() / 5;
