@@ -766,84 +766,40 @@ impl Default for CounterState {
     }
 }
 
-/// What one look at a counter finds ([`read_counter`]).
-struct CounterRead {
-    /// Its state rows.
-    state: CounterState,
-    /// The spend recorded at or after the window's end (not in the window).
-    after_end: i64,
-    /// The spend rows between the stored floor and the new one, at most
-    /// [`WALK_LIMIT`] of them: `(rows, their sum)`.
-    walk: (usize, i64),
-    /// The oldest spend rows before the cut, at most [`PRUNE_BATCH`]: `(at,
-    /// reservation)`.
-    doomed: Vec<(Millis, i64)>,
-}
-
-/// One statement, three range reads of one counter: its oldest rows before
-/// `cut` (to prune), the rows between its stored floor and `floor` (to
-/// move the floor over), and from `until` to the right end of its range
-/// (the state rows, and the spend past a fixed window's end). A UNION ALL
-/// streams its rows; aggregates joined in a FROM clause would be
-/// materialised in temporary b-trees. In the common case an admission reads
-/// nothing else.
+/// What one look at a counter finds: its state, the spend recorded at or
+/// after `until` (a fixed window's end: not in the window), and its oldest
+/// spend row's time, if any. One statement, two range reads: the left end of
+/// the counter's range, and from `until` to its right end (the state rows and
+/// the spend past the window). A UNION ALL streams its rows; aggregates
+/// joined in a FROM clause would be materialised in temporary b-trees.
 fn read_counter(
     conn: &Connection,
     server_id: &str,
     counter: &str,
-    floor: Millis,
     until: Millis,
-    cut: Millis,
-) -> Result<CounterRead, rusqlite::Error> {
+) -> Result<(CounterState, i64, Option<Millis>), rusqlite::Error> {
     let mut stmt = conn.prepare_cached(
-        "SELECT 0, at, reservation FROM (SELECT at, reservation FROM spend
-             WHERE server_id = ?1 AND counter = ?2 AND at < ?5 AND reservation > 0
-             ORDER BY at, reservation LIMIT ?6)
+        "SELECT 0, 0, MIN(at) FROM spend WHERE server_id = ?1 AND counter = ?2
          UNION ALL
          SELECT 1, reservation, amount FROM spend
-         WHERE server_id = ?1 AND counter = ?2 AND at >= ?3
-         UNION ALL
-         SELECT 2, COUNT(*), COALESCE(SUM(amount), 0) FROM (SELECT amount FROM spend
-             WHERE server_id = ?1 AND counter = ?2 AND reservation > 0
-               AND at >= MIN(?4, IFNULL((SELECT amount FROM spend WHERE server_id = ?1
-                   AND counter = ?2 AND at = 9223372036854775807 AND reservation = -1),
-                   -9223372036854775808))
-               AND at < MAX(?4, IFNULL((SELECT amount FROM spend WHERE server_id = ?1
-                   AND counter = ?2 AND at = 9223372036854775807 AND reservation = -1),
-                   -9223372036854775808))
-             LIMIT ?7)",
+         WHERE server_id = ?1 AND counter = ?2 AND at >= ?3",
     )?;
-    let mut rows = stmt.query(params![
-        server_id,
-        counter,
-        until,
-        floor,
-        cut,
-        PRUNE_BATCH as i64,
-        WALK_LIMIT as i64
-    ])?;
-    let mut read = CounterRead {
-        state: CounterState::default(),
-        after_end: 0,
-        walk: (0, 0),
-        doomed: Vec::new(),
-    };
+    let mut rows = stmt.query(params![server_id, counter, until])?;
+    let (mut state, mut after_end, mut oldest) = (CounterState::default(), 0i64, None);
     while let Some(row) = rows.next()? {
-        let (part, first, second): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        match (part, first) {
-            (0, _) => read.doomed.push((first, second)),
-            (1, 0) => read.state.total = second,
-            (1, FLOOR_ROW) => read.state.floor = second,
-            (1, PRUNED_ROW) => read.state.pruned = second,
-            (1, ROLLING_ROW) => read.state.rolling_ms = Some(second),
-            (1, reservation) if reservation > 0 => {
-                read.after_end = read.after_end.saturating_add(second);
-            }
-            (2, _) => read.walk = (usize::try_from(first).unwrap_or(0), second),
+        let (part, reservation, value): (i64, i64, Option<i64>) =
+            (row.get(0)?, row.get(1)?, row.get(2)?);
+        match (part, reservation) {
+            (0, _) => oldest = value.filter(|&at| at != TOTAL_AT),
+            (_, 0) => state.total = value.unwrap_or(0),
+            (_, FLOOR_ROW) => state.floor = value.unwrap_or(Millis::MIN),
+            (_, PRUNED_ROW) => state.pruned = value.unwrap_or(Millis::MIN),
+            (_, ROLLING_ROW) => state.rolling_ms = value,
+            _ if reservation > 0 => after_end = after_end.saturating_add(value.unwrap_or(0)),
             _ => {}
         }
     }
-    Ok(read)
+    Ok((state, after_end, oldest))
 }
 
 /// The sum of `counter`'s spend rows in `[from, to)`, walking at most
@@ -870,9 +826,8 @@ fn range_sum(
 }
 
 /// Moves `state`'s floor to `floor`, forward or back, keeping its total the
-/// sum of the spend rows at or after it: over the rows in between (`walk`,
-/// if [`read_counter`] already summed them, else read here), or, if there
-/// are more than [`WALK_LIMIT`] of them (a clock jump, or the first
+/// sum of the spend rows at or after it: over the rows in between, or, if
+/// there are more than [`WALK_LIMIT`] of them (a clock jump, or the first
 /// admission of a calendar period), by summing from the new floor.
 fn move_floor(
     conn: &Connection,
@@ -880,16 +835,12 @@ fn move_floor(
     counter: &str,
     state: &mut CounterState,
     floor: Millis,
-    walk: Option<(usize, i64)>,
 ) -> Result<(), rusqlite::Error> {
     if floor == state.floor {
         return Ok(());
     }
     let (from, to) = (floor.min(state.floor), floor.max(state.floor));
-    let (walked, delta) = match walk {
-        Some(walk) => walk,
-        None => range_sum(conn, server_id, counter, from, to, WALK_LIMIT)?,
-    };
+    let (walked, delta) = range_sum(conn, server_id, counter, from, to, WALK_LIMIT)?;
     state.total = if walked < WALK_LIMIT {
         if floor > state.floor {
             state.total.saturating_sub(delta)
@@ -903,22 +854,35 @@ fn move_floor(
     Ok(())
 }
 
-/// Deletes `doomed` (the counter's oldest spend rows before its cut, as
-/// [`read_counter`] found them) and moves the prune mark past them.
+/// Deletes up to [`PRUNE_BATCH`] spend rows before `cut`, oldest first, and
+/// moves the prune mark past them. `oldest` is the counter's oldest row, so
+/// that nothing is looked up when there is nothing to delete.
 fn prune(
     conn: &Connection,
     server_id: &str,
     counter: &str,
     state: &mut CounterState,
-    doomed: &[(Millis, i64)],
+    cut: Millis,
+    oldest: Option<Millis>,
 ) -> Result<(), rusqlite::Error> {
-    if doomed.is_empty() {
+    if oldest.is_none_or(|at| at >= cut) {
         return Ok(());
     }
+    let doomed: Vec<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT at, reservation FROM spend
+             WHERE server_id = ?1 AND counter = ?2 AND at < ?3 AND reservation > 0
+             ORDER BY at, reservation LIMIT ?4",
+        )?
+        .query_map(
+            params![server_id, counter, cut, PRUNE_BATCH as i64],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?
+        .collect::<Result<_, _>>()?;
     let mut delete = conn.prepare_cached(
         "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
     )?;
-    for &(at, reservation) in doomed {
+    for (at, reservation) in doomed {
         delete.execute(params![server_id, counter, at, reservation])?;
         state.pruned = state.pruned.max(at.saturating_add(1));
     }
@@ -995,15 +959,12 @@ fn admit_in(
             LimitWindow::Rolling { .. } => TOTAL_AT,
             LimitWindow::Fixed { end, .. } => end,
         };
-        let cut = floor.saturating_sub(retention(check.window));
-        let read = read_counter(conn, server_id, &check.counter, floor, until, cut)?;
-        // The walk read is relative to the stored floor: valid for a counter's
-        // first check in this admission only.
-        let (at, walk) = match states.iter().position(|(c, ..)| *c == check.counter) {
-            Some(at) => (at, None),
+        let (read, after_end, oldest) = read_counter(conn, server_id, &check.counter, until)?;
+        let at = match states.iter().position(|(c, ..)| *c == check.counter) {
+            Some(at) => at,
             None => {
-                states.push((&check.counter, read.state, read.state));
-                (states.len() - 1, Some(read.walk))
+                states.push((&check.counter, read, read));
+                states.len() - 1
             }
         };
         let state = &mut states[at].2;
@@ -1023,9 +984,16 @@ fn admit_in(
             });
             break;
         }
-        move_floor(conn, server_id, &check.counter, state, floor, walk)?;
-        let counting = uint(state.total.saturating_sub(read.after_end));
-        prune(conn, server_id, &check.counter, state, &read.doomed)?;
+        move_floor(conn, server_id, &check.counter, state, floor)?;
+        let counting = uint(state.total.saturating_sub(after_end));
+        prune(
+            conn,
+            server_id,
+            &check.counter,
+            state,
+            floor.saturating_sub(retention(check.window)),
+            oldest,
+        )?;
         // Several checks may name one counter; count what earlier checks of this call add.
         let pending: u64 = checks[..index]
             .iter()
