@@ -290,10 +290,16 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// Check every limit against its window and, only if all fit, record all spends at `now`. Atomic with
     /// respect to every other call on the same store (also across processes for SQLite).
     ///
-    /// Spend rows older than a counter's window are pruned here, so a counter
-    /// name must keep one window: a later check with a longer window does not
-    /// see spend pruned under the shorter one (the engine's counter names carry
-    /// the window, e.g. `budget:tokens:rolling:86400000`).
+    /// Spend rows are pruned here once they are more than a retention (one
+    /// window length and an eighth, at least a minute) before
+    /// the window's floor, a few per call. A window whose floor lies before a
+    /// counter's newest deleted row (a clock step back further than the
+    /// retention) cannot be counted and is refused, so a step back never
+    /// admits what a store that never pruned would refuse (STORE.md, "Clock
+    /// steps"). A counter name must keep one window: a rolling counter checked
+    /// with a longer window than before does not count what the shorter one
+    /// deleted (the engine's budget counter names carry the window, e.g.
+    /// `budget:tokens:rolling:86400000`).
     fn admit(
         &self,
         server_id: &str,
