@@ -812,10 +812,10 @@ impl Engine {
     ) -> Option<(&'b str, Produced)> {
         // 4. Switches.
         if !block.sampling.enabled {
-            return Some((&block.sampling.reason, Produced::plain()));
+            return Some((&block.sampling.reason, Produced::recomputable()));
         }
         if !block.tools.enabled && carries_tools(params) {
-            return Some((&block.tools.reason, Produced::plain()));
+            return Some((&block.tools.reason, Produced::recomputable()));
         }
         // 5. Input limits.
         if let Some(limit) = &block.max_messages {
@@ -826,7 +826,7 @@ impl Engine {
             if count > limit.max {
                 let produced = Produced {
                     limit: Some(format!("{} messages", limit.max)),
-                    ..Produced::plain()
+                    ..Produced::recomputable()
                 };
                 return Some((&limit.reason, produced));
             }
@@ -836,7 +836,7 @@ impl Engine {
         {
             let produced = Produced {
                 limit: Some(frame::format_size(limit.max)),
-                ..Produced::plain()
+                ..Produced::recomputable()
             };
             return Some((&limit.reason, produced));
         }
@@ -1070,6 +1070,7 @@ impl Engine {
                     data: Some(data.clone()),
                     represented: 0,
                     decided_at: now,
+                    recomputable: produced.recomputable,
                 },
             )?;
         }
@@ -1177,6 +1178,7 @@ impl Engine {
                         data: None,
                         represented: 0,
                         decided_at: now,
+                        recomputable: false,
                     },
                 )?;
             }
@@ -1336,11 +1338,22 @@ struct Produced {
     limit: Option<String>,
     window: Option<String>,
     deadline: Option<String>,
+    /// The policy alone gives this denial again (a switch or an input
+    /// limit): the store evicts such decisions first.
+    recomputable: bool,
 }
 
 impl Produced {
     fn plain() -> Self {
         Produced::default()
+    }
+
+    /// A switch's or an input limit's denial.
+    fn recomputable() -> Self {
+        Produced {
+            recomputable: true,
+            ..Produced::default()
+        }
     }
 }
 
