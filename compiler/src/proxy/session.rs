@@ -1159,6 +1159,15 @@ server "asks" {
 server "slow" {
   deadline 10ms
 }
+
+server "first" {
+  consent first
+}
+
+server "tight" {
+  consent always
+  budget 1 requests per day
+}
 "#;
 
     #[derive(Clone, Default)]
@@ -1464,6 +1473,220 @@ server "slow" {
         let answer = parse(&rig.client.take()[0]);
         assert_eq!(answer["id"], 1);
         assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+    }
+
+    /// A sampling request with prompt `text` and JSON-RPC id `id`.
+    fn sample(id: u64, text: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+            "maxTokens": 100}})
+        .to_string()
+    }
+
+    /// The same, run by the client as a task (MCP 2025-11-25 `params.task`).
+    fn task_sample(id: u64, text: &str, extra: Value) -> String {
+        let mut value = parse(&sample(id, text));
+        value["params"]["task"] = json!({"ttl": 300_000});
+        if let (Some(params), Value::Object(extra)) = (value["params"].as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        value.to_string()
+    }
+
+    const COMPLETION: &str = r#"{"role":"assistant","model":"m","content":{"type":"text","text":"ok"},"usage":{"inputTokens":3,"outputTokens":4}}"#;
+
+    fn result_frame(id: u64, result: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+    }
+
+    fn error_frame(id: u64, code: i64, message: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+    }
+
+    /// Issue 11 item 1: only the MCP user rejection (-1) is a refusal.
+    #[test]
+    fn a_client_error_is_not_a_refusal() {
+        let rig = rig("tight");
+        rig.session.from_server(sample(7, "hi").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let failure = error_frame(7, -32603, "upstream LLM API timeout");
+        rig.session.from_client(failure.as_bytes());
+        assert_eq!(rig.server.take(), [failure], "the client's error, unchanged");
+        // Nothing stored, and the one request of today's budget was refunded.
+        rig.session.from_server(sample(8, "hi").as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "asked again");
+        assert!(rig.server.take().is_empty());
+        // The user's rejection is still a refusal.
+        rig.session.from_client(error_frame(8, -1, "User rejected").as_bytes());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+        rig.session.from_server(sample(9, "hi").as_bytes());
+        assert!(rig.client.take().is_empty());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// Issue 11 item 2: a second request with an id still in flight is
+    /// answered with an error frame, never forwarded, and the first
+    /// request's answer stays its own.
+    #[test]
+    fn a_reused_in_flight_id_is_refused_not_forwarded() {
+        let rig = rig("asks");
+        rig.session.from_server(sample(5, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        rig.session.from_server(sample(5, "b").as_bytes());
+        assert!(rig.client.take().is_empty(), "B never reaches the client");
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 5);
+        assert_eq!(answer["error"]["code"], -32600);
+        // Any request kind: a ping with the id of the pending sampling too.
+        rig.session
+            .from_server(br#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        // The user refuses A: A is what is stored, B can still be asked.
+        rig.session
+            .from_client(error_frame(5, -1, "User rejected").as_bytes());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+        rig.session.from_server(sample(6, "a").as_bytes());
+        assert!(rig.client.take().is_empty(), "A is refused from the store");
+        assert_eq!(rig.server.take().len(), 1);
+        rig.session.from_server(sample(5, "b").as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "B is asked, the id is free again");
+    }
+
+    /// Issue 11 item 3: a request the server cancelled stays tracked; the
+    /// user's refusal is still recorded and nothing reaches the server.
+    #[test]
+    fn a_cancelled_request_still_records_the_refusal() {
+        let rig = rig("asks");
+        rig.session.from_server(sample(7, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
+        rig.session.from_server(cancel.as_bytes());
+        assert_eq!(rig.client.take(), [cancel], "the client is told");
+        // The server may not reuse the id while the client can still answer.
+        rig.session.from_server(sample(7, "b").as_bytes());
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        rig.session
+            .from_client(error_frame(7, -1, "User rejected").as_bytes());
+        assert!(rig.server.take().is_empty(), "no response after cancellation");
+        rig.session.from_server(sample(8, "a").as_bytes());
+        assert!(rig.client.take().is_empty(), "refused from the store");
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// Issue 11 item 3: an approval of a cancelled request still settles and,
+    /// under `consent first`, is remembered; the server hears nothing.
+    #[test]
+    fn a_cancelled_request_still_records_the_approval() {
+        let rig = rig("first");
+        rig.session.from_server(sample(7, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(result_frame(7, COMPLETION).as_bytes());
+        assert!(rig.server.take().is_empty(), "no response after cancellation");
+        let audit: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+        assert_eq!(audit.last().unwrap()["event"], "consent");
+        assert_eq!(audit.last().unwrap()["outcome"], "allow");
+    }
+
+    /// Issue 11 item 4: the task-creation reply is not the user's answer; a
+    /// task that fails is a refusal, stored, and replayed.
+    #[test]
+    fn a_failed_sampling_task_is_a_refusal() {
+        let rig = rig("first");
+        rig.session
+            .from_server(task_sample(7, "a", json!({})).as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let created = result_frame(
+            7,
+            r#"{"task":{"taskId":"t1","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttl":300000}}"#,
+        );
+        rig.session.from_client(created.as_bytes());
+        assert_eq!(rig.server.take(), [created], "the creation reply, unchanged");
+        let poll = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{"taskId":"t1"}}"#;
+        rig.session.from_server(poll.as_bytes());
+        assert_eq!(rig.client.take(), [poll]);
+        let failed = result_frame(
+            8,
+            r#"{"taskId":"t1","status":"failed","statusMessage":"User rejected sampling request","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:01Z","ttl":300000}"#,
+        );
+        rig.session.from_client(failed.as_bytes());
+        assert_eq!(rig.server.take(), [failed], "the status goes on");
+        // The same request again is refused from the store, task or not.
+        rig.session
+            .from_server(task_sample(9, "a", json!({})).as_bytes());
+        assert!(rig.client.take().is_empty(), "never asked again");
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// Issue 11 item 4: a `-1` answer to `tasks/result` is the refusal; the
+    /// server receives the policy's frame on its `tasks/result` id.
+    #[test]
+    fn a_rejected_task_result_is_a_refusal() {
+        let rig = rig("asks");
+        rig.session
+            .from_server(task_sample(7, "a", json!({})).as_bytes());
+        rig.client.take();
+        rig.session.from_client(
+            result_frame(7, r#"{"task":{"taskId":"t1","status":"working"}}"#).as_bytes(),
+        );
+        rig.server.take();
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":"t1"}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(error_frame(8, -1, "User rejected sampling request").as_bytes());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 8);
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+        rig.session
+            .from_server(task_sample(9, "a", json!({})).as_bytes());
+        assert!(rig.client.take().is_empty());
+    }
+
+    /// Issue 11 item 4: the trim annotations land on the task's final result
+    /// (`tasks/result`), not on the creation reply.
+    #[test]
+    fn a_trimmed_task_is_annotated_on_its_result() {
+        let rig = rig("any");
+        rig.session.from_server(
+            task_sample(7, "a", json!({"maxTokens": 5000, "includeContext": "allServers"}))
+                .as_bytes(),
+        );
+        let forwarded = parse(&rig.client.take()[0]);
+        assert_eq!(forwarded["params"]["maxTokens"], 1000);
+        assert_eq!(forwarded["params"]["task"], json!({"ttl": 300_000}));
+        let created = result_frame(7, r#"{"task":{"taskId":"t1","status":"working"}}"#);
+        rig.session.from_client(created.as_bytes());
+        assert_eq!(rig.server.take(), [created], "no _meta on the creation reply");
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":"t1"}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(result_frame(8, COMPLETION).as_bytes());
+        let result = parse(&rig.server.take()[0]);
+        assert_eq!(result["id"], 8);
+        assert_eq!(result["result"]["_meta"]["maxTokens"]["requested"], 5000);
     }
 
     #[test]
