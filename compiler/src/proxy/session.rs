@@ -820,7 +820,16 @@ impl Session {
                 let key = id_key(id);
                 let flight = lock(&self.state).flights.answer(&key);
                 match flight {
-                    None | Some(Flight::Passthrough) => self.send_server(raw),
+                    Some(Flight::Passthrough) => self.send_server(raw),
+                    None => {
+                        // Every server request is tracked until answered, so
+                        // this answers none: a second answer, or one to a
+                        // request whose linger ended. The server would match
+                        // it to whatever it sent last with this id.
+                        self.log.line(format_args!(
+                            "dropped the client's answer to {key}: no server request with this id is in flight"
+                        ));
+                    }
                     Some(Flight::Sampling(sampling)) => {
                         self.sampling_answered(raw, line, sampling, true);
                     }
