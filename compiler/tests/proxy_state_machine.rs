@@ -76,21 +76,44 @@ enum How {
 #[derive(Clone, Debug)]
 enum Op {
     /// A sampling request; `task` asks the client to run it as a task.
-    Sample { id: u8, prompt: u8, task: bool },
-    Ping { id: u8 },
+    Sample {
+        id: u8,
+        prompt: u8,
+        task: bool,
+    },
+    Ping {
+        id: u8,
+    },
     /// `tasks/get` (or `tasks/result`) about the `pick`-th task the server knows.
-    Poll { id: u8, pick: u8, result: bool },
+    Poll {
+        id: u8,
+        pick: u8,
+        result: bool,
+    },
     /// The server cancels the `pick`-th of its requests in flight.
-    Cancel { pick: u8 },
+    Cancel {
+        pick: u8,
+    },
     /// The client answers the `pick`-th request it has not answered.
-    Answer { pick: u8, how: How },
+    Answer {
+        pick: u8,
+        how: How,
+    },
     /// The client answers the `pick`-th request it already answered, again.
-    Again { pick: u8 },
+    Again {
+        pick: u8,
+    },
     /// The client announces a status for the `pick`-th of its tasks.
-    Status { pick: u8, how: How },
+    Status {
+        pick: u8,
+        how: How,
+    },
     /// Both clocks forward `ms` (the deadline sweep runs), or the store's
     /// clock back (`back`).
-    Step { ms: u32, back: bool },
+    Step {
+        ms: u32,
+        back: bool,
+    },
     Restart,
 }
 
@@ -312,9 +335,15 @@ impl World {
                 }
                 json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params})
             }
-            Kind::Ping => json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"_meta": {"tag": tag}}}),
-            Kind::TaskGet(t) => json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": t, "_meta": {"tag": tag}}}),
-            Kind::TaskResult(t) => json!({"jsonrpc": "2.0", "id": id, "method": "tasks/result", "params": {"taskId": t, "_meta": {"tag": tag}}}),
+            Kind::Ping => {
+                json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"_meta": {"tag": tag}}})
+            }
+            Kind::TaskGet(t) => {
+                json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": t, "_meta": {"tag": tag}}})
+            }
+            Kind::TaskResult(t) => {
+                json!({"jsonrpc": "2.0", "id": id, "method": "tasks/result", "params": {"taskId": t, "_meta": {"tag": tag}}})
+            }
         };
         self.sent.push(Sent {
             id,
@@ -337,10 +366,15 @@ impl World {
         let answered = self.observe(Some((id, tag)), previous)?;
         let in_flight = answered.iter().any(|f| {
             f["error"]["code"] == -32600
-                && f["error"]["message"].as_str().is_some_and(|m| m.contains("in flight"))
+                && f["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("in flight"))
         });
-        check!(self, blocked == in_flight,
-            "request #{tag} (id {id}): the id is held: {blocked}, refused as in flight: {in_flight}");
+        check!(
+            self,
+            blocked == in_flight,
+            "request #{tag} (id {id}): the id is held: {blocked}, refused as in flight: {in_flight}"
+        );
         Ok(())
     }
 
@@ -370,7 +404,11 @@ impl World {
             if frame["method"] == "notifications/tasks/status" {
                 continue; // the client's own notification, passed on
             }
-            check!(self, frame.get("method").is_none(), "the proxy sent the server a request or notification: {line}");
+            check!(
+                self,
+                frame.get("method").is_none(),
+                "the proxy sent the server a request or notification: {line}"
+            );
             let id = frame["id"].as_u64();
             let tag = match (fresh, id) {
                 (Some((fid, ftag)), Some(id)) if fid == id && !fresh_answered => {
@@ -383,19 +421,35 @@ impl World {
                 }),
                 _ => None,
             };
-            check!(self, tag.is_some(), "an answer matches no request in flight: {line}");
+            check!(
+                self,
+                tag.is_some(),
+                "an answer matches no request in flight: {line}"
+            );
             let tag = tag.unwrap();
             if let Some(carried) = carried_tag(&frame) {
-                check!(self, carried == tag, "request #{tag} received the client's answer to #{carried}: {line}");
+                check!(
+                    self,
+                    carried == tag,
+                    "request #{tag} received the client's answer to #{carried}: {line}"
+                );
             }
             if self.sent[tag].forwarded && !self.sent[tag].client_answered {
                 // The proxy answered for the client (deadline): the late answer lingers.
                 self.sent[tag].held_until = Some(self.mono_now() + EXPIRED_LINGER);
             }
             let sent = &mut self.sent[tag];
-            check!(self, !sent.cancelled, "request #{tag} was answered after the server cancelled it: {line}");
+            check!(
+                self,
+                !sent.cancelled,
+                "request #{tag} was answered after the server cancelled it: {line}"
+            );
             sent.answers += 1;
-            check!(self, sent.answers == 1, "request #{tag} answered twice: {line}");
+            check!(
+                self,
+                sent.answers == 1,
+                "request #{tag} answered twice: {line}"
+            );
             if self.live.get(&sent.id) == Some(&tag) {
                 self.live.remove(&sent.id);
             }
@@ -415,7 +469,11 @@ impl World {
             // A decision is taken in the step of its request (the audit's
             // `requested` lists only the decided fields).
             if entry["event"] == "decision" && entry["outcome"] == "consent" {
-                check!(self, fresh.is_some(), "a decision outside its request's step: {line}");
+                check!(
+                    self,
+                    fresh.is_some(),
+                    "a decision outside its request's step: {line}"
+                );
                 if let Some((_, tag)) = fresh {
                     self.sent[tag].consent = true;
                 }
@@ -430,15 +488,31 @@ impl World {
                 .pointer("/params/metadata/tag")
                 .or_else(|| frame.pointer("/params/_meta/tag"))
                 .and_then(Value::as_u64);
-            check!(self, tag.is_some(), "the client received an untagged frame: {line}");
+            check!(
+                self,
+                tag.is_some(),
+                "the client received an untagged frame: {line}"
+            );
             let tag = tag.unwrap() as usize;
             if let Kind::Sampling { prompt, .. } = self.sent[tag].kind {
-                check!(self, !self.refused.contains(&prompt),
-                    "request #{tag} (prompt {prompt}) was forwarded although its refusal is stored");
+                check!(
+                    self,
+                    !self.refused.contains(&prompt),
+                    "request #{tag} (prompt {prompt}) was forwarded although its refusal is stored"
+                );
                 self.spent += 1;
-                check!(self, self.spent <= BUDGET, "budget overspent: {} of {BUDGET} requests today", self.spent);
+                check!(
+                    self,
+                    self.spent <= BUDGET,
+                    "budget overspent: {} of {BUDGET} requests today",
+                    self.spent
+                );
             }
-            check!(self, !self.sent[tag].forwarded, "request #{tag} forwarded twice");
+            check!(
+                self,
+                !self.sent[tag].forwarded,
+                "request #{tag} forwarded twice"
+            );
             self.sent[tag].forwarded = true;
             self.received.push(tag);
         }
@@ -453,8 +527,12 @@ impl World {
         let answered = self.observe(None, None)?;
         let logged = self.log.take();
         let dropped = logged.iter().any(|l| l.contains("dropped"));
-        check!(self, answered.len() + usize::from(dropped) == 1,
-            "the client's answer to #{tag} reached the server {} times, dropped: {dropped}", answered.len());
+        check!(
+            self,
+            answered.len() + usize::from(dropped) == 1,
+            "the client's answer to #{tag} reached the server {} times, dropped: {dropped}",
+            answered.len()
+        );
         Ok(answered)
     }
 
@@ -510,17 +588,28 @@ impl World {
                 let task_id = format!("t{tag}");
                 self.client_tasks.insert(
                     task_id.clone(),
-                    ClientTask { origin: tag, status: "working", decided: false },
+                    ClientTask {
+                        origin: tag,
+                        status: "working",
+                        decided: false,
+                    },
                 );
                 let frame = json!({"jsonrpc": "2.0", "id": id, "result": {
                     "task": {"taskId": task_id, "status": "working", "ttl": 86_400_000},
                     "_meta": {"tag": tag}}});
                 (frame, None)
             }
-            (Kind::Sampling { .. }, How::Approve | How::Task) => (completion(id, tag), Some(Outcome::Approved)),
+            (Kind::Sampling { .. }, How::Approve | How::Task) => {
+                (completion(id, tag), Some(Outcome::Approved))
+            }
             (Kind::Sampling { .. }, How::Refuse) => (error(id, -1, tag), Some(Outcome::Refused)),
-            (Kind::Sampling { .. }, How::Fail) => (error(id, -32603, tag), Some(Outcome::Abandoned)),
-            (Kind::Ping, _) => (json!({"jsonrpc": "2.0", "id": id, "result": {"_meta": {"tag": tag}}}), None),
+            (Kind::Sampling { .. }, How::Fail) => {
+                (error(id, -32603, tag), Some(Outcome::Abandoned))
+            }
+            (Kind::Ping, _) => (
+                json!({"jsonrpc": "2.0", "id": id, "result": {"_meta": {"tag": tag}}}),
+                None,
+            ),
             (Kind::TaskGet(t) | Kind::TaskResult(t), how) => {
                 let result = matches!(kind, Kind::TaskResult(_));
                 return self.answer_task_query(tag, id, t.clone(), result, how, held && !cancelled);
@@ -529,7 +618,8 @@ impl World {
         if let (Some(outcome), true) = (outcome, held) {
             self.decide(tag, outcome);
         }
-        self.trace.push(format!("client answers #{tag} (id {id}) {how:?}"));
+        self.trace
+            .push(format!("client answers #{tag} (id {id}) {how:?}"));
         self.client_sends(tag, frame)?;
         Ok(())
     }
@@ -599,11 +689,16 @@ impl World {
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         match *op {
             Op::Sample { id, prompt, task } => {
-                self.trace.push(format!("server #{} id {id}: sample prompt {prompt}{}", self.sent.len(), if task { " as a task" } else { "" }));
+                self.trace.push(format!(
+                    "server #{} id {id}: sample prompt {prompt}{}",
+                    self.sent.len(),
+                    if task { " as a task" } else { "" }
+                ));
                 self.send(u64::from(id), Kind::Sampling { prompt, task })?;
             }
             Op::Ping { id } => {
-                self.trace.push(format!("server #{} id {id}: ping", self.sent.len()));
+                self.trace
+                    .push(format!("server #{} id {id}: ping", self.sent.len()));
                 self.send(u64::from(id), Kind::Ping)?;
             }
             Op::Poll { id, pick, result } => {
@@ -611,8 +706,16 @@ impl World {
                     return Ok(());
                 }
                 let task = self.server_tasks[pick as usize % self.server_tasks.len()].clone();
-                self.trace.push(format!("server #{} id {id}: {} {task}", self.sent.len(), if result { "tasks/result" } else { "tasks/get" }));
-                let kind = if result { Kind::TaskResult(task) } else { Kind::TaskGet(task) };
+                self.trace.push(format!(
+                    "server #{} id {id}: {} {task}",
+                    self.sent.len(),
+                    if result { "tasks/result" } else { "tasks/get" }
+                ));
+                let kind = if result {
+                    Kind::TaskResult(task)
+                } else {
+                    Kind::TaskGet(task)
+                };
                 self.send(u64::from(id), kind)?;
             }
             Op::Cancel { pick } => {
@@ -654,7 +757,8 @@ impl World {
                 if self.id_held_by_another(id, tag) {
                     return Ok(());
                 }
-                self.trace.push(format!("client answers #{tag} (id {id}) again"));
+                self.trace
+                    .push(format!("client answers #{tag} (id {id}) again"));
                 self.client_sends(tag, completion(id, tag))?;
             }
             Op::Status { pick, how } => {
@@ -683,12 +787,17 @@ impl World {
                     };
                     self.decide(origin, outcome);
                 }
-                self.trace.push(format!("client: task {task_id} is {status}"));
+                self.trace
+                    .push(format!("client: task {task_id} is {status}"));
                 let frame = json!({"jsonrpc": "2.0", "method": "notifications/tasks/status",
                     "params": {"taskId": task_id, "status": status}});
                 self.session.from_client(frame.to_string().as_bytes());
                 let answered = self.observe(None, None)?;
-                check!(self, answered.is_empty(), "a status notification became an answer: {answered:?}");
+                check!(
+                    self,
+                    answered.is_empty(),
+                    "a status notification became an answer: {answered:?}"
+                );
             }
             Op::Step { ms, back } => {
                 if back {
@@ -706,9 +815,16 @@ impl World {
                 self.observe(None, None)?;
             }
             Op::Restart => {
-                self.trace.push("proxy restarts (the server and client with it)".into());
+                self.trace
+                    .push("proxy restarts (the server and client with it)".into());
                 let bufs = [&self.server, &self.client, &self.log, &self.audit];
-                let fresh = session(&self.dir.path().join("store.db"), &self.clock, &self.mono, self.base, bufs);
+                let fresh = session(
+                    &self.dir.path().join("store.db"),
+                    &self.clock,
+                    &self.mono,
+                    self.base,
+                    bufs,
+                );
                 self.session = fresh;
                 for s in &mut self.sent {
                     // Their peers are gone with the old process.
@@ -727,7 +843,8 @@ impl World {
     /// The client answers everything it holds, the deadlines pass: every
     /// server request still live must have its one answer.
     fn drain(&mut self) -> Result<(), TestCaseError> {
-        self.trace.push("drain: the client answers everything, deadlines pass".into());
+        self.trace
+            .push("drain: the client answers everything, deadlines pass".into());
         while self.received.iter().any(|t| !self.sent[*t].client_answered) {
             self.answer(0, How::Approve)?;
         }
@@ -825,22 +942,69 @@ fn random_interleavings_keep_the_invariants() {
 #[test]
 fn the_issue_11_scenarios_hold() {
     let ops = [
-        Op::Sample { id: 5, prompt: 0, task: false },
-        Op::Sample { id: 5, prompt: 1, task: false },
-        Op::Answer { pick: 0, how: How::Fail },
-        Op::Sample { id: 6, prompt: 0, task: false },
+        Op::Sample {
+            id: 5,
+            prompt: 0,
+            task: false,
+        },
+        Op::Sample {
+            id: 5,
+            prompt: 1,
+            task: false,
+        },
+        Op::Answer {
+            pick: 0,
+            how: How::Fail,
+        },
+        Op::Sample {
+            id: 6,
+            prompt: 0,
+            task: false,
+        },
         Op::Cancel { pick: 0 },
-        Op::Answer { pick: 0, how: How::Refuse },
-        Op::Sample { id: 7, prompt: 0, task: false },
-        Op::Sample { id: 1, prompt: 2, task: true },
-        Op::Answer { pick: 0, how: How::Task },
-        Op::Poll { id: 2, pick: 0, result: false },
-        Op::Answer { pick: 0, how: How::Refuse },
-        Op::Sample { id: 3, prompt: 2, task: true },
+        Op::Answer {
+            pick: 0,
+            how: How::Refuse,
+        },
+        Op::Sample {
+            id: 7,
+            prompt: 0,
+            task: false,
+        },
+        Op::Sample {
+            id: 1,
+            prompt: 2,
+            task: true,
+        },
+        Op::Answer {
+            pick: 0,
+            how: How::Task,
+        },
+        Op::Poll {
+            id: 2,
+            pick: 0,
+            result: false,
+        },
+        Op::Answer {
+            pick: 0,
+            how: How::Refuse,
+        },
+        Op::Sample {
+            id: 3,
+            prompt: 2,
+            task: true,
+        },
         Op::Restart,
-        Op::Sample { id: 3, prompt: 2, task: false },
-        Op::Sample { id: 4, prompt: 0, task: false },
+        Op::Sample {
+            id: 3,
+            prompt: 2,
+            task: false,
+        },
+        Op::Sample {
+            id: 4,
+            prompt: 0,
+            task: false,
+        },
     ];
     run(&ops).unwrap();
 }
-

@@ -31,9 +31,18 @@ fn node_with_deps() -> Option<String> {
     let probe = Command::new(&node).arg("--version").output();
     let why = match &probe {
         Ok(output) if output.status.success() => {
-            let installed = ["@modelcontextprotocol/sdk", "@modelcontextprotocol/server-everything"]
-                .iter()
-                .all(|p| suite().join("node_modules").join(p).join("package.json").is_file());
+            let installed = [
+                "@modelcontextprotocol/sdk",
+                "@modelcontextprotocol/server-everything",
+            ]
+            .iter()
+            .all(|p| {
+                suite()
+                    .join("node_modules")
+                    .join(p)
+                    .join("package.json")
+                    .is_file()
+            });
             if installed {
                 return Some(node);
             }
@@ -97,7 +106,11 @@ fn a_refused_sampling_task_is_replayed_from_the_store() {
 
     // The user was asked once, as a task; the task failed (the refusal).
     let asked = report["asked"].as_array().unwrap();
-    assert_eq!(asked.len(), 1, "asked again after refusing: {report}\n{log_text}");
+    assert_eq!(
+        asked.len(),
+        1,
+        "asked again after refusing: {report}\n{log_text}"
+    );
     assert_eq!(asked[0]["task"]["ttl"], 300_000, "{report}");
     let calls = report["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 2, "{report}");

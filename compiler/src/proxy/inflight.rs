@@ -253,7 +253,13 @@ impl InFlight {
     }
 
     /// `task running`: the client answered a sampling request with a task handle.
-    pub fn start_task(&mut self, task_id: String, sampling: Sampling, ttl: Option<u64>, now: Instant) {
+    pub fn start_task(
+        &mut self,
+        task_id: String,
+        sampling: Sampling,
+        ttl: Option<u64>,
+        now: Instant,
+    ) {
         let ttl = ttl.map_or(TASK_TTL_DEFAULT, |ms| {
             Duration::from_millis(ms).min(TASK_TTL_MAX)
         });
@@ -395,7 +401,10 @@ mod tests {
         assert_eq!(table.admit("5", now), Err(Refusal::InFlight));
         assert!(table.cancel("5", now));
         assert_eq!(table.state("5"), Some("cancelled"));
-        assert_eq!(table.admit("5", now + CANCELLED_LINGER / 2), Err(Refusal::InFlight));
+        assert_eq!(
+            table.admit("5", now + CANCELLED_LINGER / 2),
+            Err(Refusal::InFlight)
+        );
         assert_eq!(table.admit("5", now + CANCELLED_LINGER), Ok(()));
         assert_eq!(table.len(), (0, 0));
         assert!(!table.cancel("6", now), "an unknown id is not tracked");

@@ -84,7 +84,10 @@ impl Reply {
         if value.get("result").is_some() {
             return Reply::Result;
         }
-        match value.get("error").map(|e| e.get("code").and_then(Value::as_i64)) {
+        match value
+            .get("error")
+            .map(|e| e.get("code").and_then(Value::as_i64))
+        {
             Some(Some(USER_REJECTED)) => Reply::Rejected,
             Some(code) => Reply::Failed(code),
             None => Reply::Failed(None),
@@ -486,7 +489,9 @@ impl Session {
                     self.task_or_passthrough(raw, line, method, key);
                 }
             }
-            (Some(request::SAMPLING_METHOD), None) => self.sampling_request(raw, line, String::new()),
+            (Some(request::SAMPLING_METHOD), None) => {
+                self.sampling_request(raw, line, String::new())
+            }
             (Some(_), None) => self.send_client(raw),
             (None, _) => {
                 let input_required = probe.result.as_ref().and_then(|r| r.result_type.as_deref())
@@ -922,7 +927,10 @@ impl Session {
         {
             let task_id = task_id.to_owned();
             let ttl = task.get("ttl").and_then(Value::as_u64);
-            let status = task.get("status").and_then(Value::as_str).map(str::to_owned);
+            let status = task
+                .get("status")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             let now = self.now();
             let deadline = sampling.deadline.is_some();
             lock(&self.state)
@@ -1086,16 +1094,14 @@ impl Session {
                 &mut value,
                 "task",
             ),
-            TaskState::Approved(grant) => {
-                self.resolve(
-                    Awaiting::Grant(grant),
-                    reply_to,
-                    &task.origin,
-                    &task.requested,
-                    &mut value,
-                    "task",
-                )
-            }
+            TaskState::Approved(grant) => self.resolve(
+                Awaiting::Grant(grant),
+                reply_to,
+                &task.origin,
+                &task.requested,
+                &mut value,
+                "task",
+            ),
             TaskState::Refused(denial) | TaskState::Missed(denial) => {
                 self.log.line(format_args!(
                     "task {task_id}'s result answered {} (recorded earlier)",
@@ -1342,7 +1348,13 @@ impl Session {
                         "request {id} missed its deadline: answered {}",
                         denial.reason
                     ));
-                    self.audit_denial("deadline", "request", Some(id), &sampling.requested, &denial);
+                    self.audit_denial(
+                        "deadline",
+                        "request",
+                        Some(id),
+                        &sampling.requested,
+                        &denial,
+                    );
                     self.send_server(denial.frame(Some(id)).as_bytes());
                 }
                 Err(error) => {
@@ -1368,14 +1380,19 @@ impl Session {
                         "task {task_id} of request {} missed its deadline: recorded {}",
                         task.origin, denial.reason
                     ));
-                    self.audit_denial("deadline", "task", Some(&task.origin), &task.requested, &denial);
+                    self.audit_denial(
+                        "deadline",
+                        "task",
+                        Some(&task.origin),
+                        &task.requested,
+                        &denial,
+                    );
                     task.state = TaskState::Missed(denial);
                     lock(&self.state).flights.put_task(task_id, task);
                 }
                 Err(error) => {
-                    self.log.line(format_args!(
-                        "task {task_id} missed its deadline: {error}"
-                    ));
+                    self.log
+                        .line(format_args!("task {task_id} missed its deadline: {error}"));
                 }
             }
         }
@@ -1820,13 +1837,18 @@ server "tight" {
         assert_eq!(rig.client.take().len(), 1);
         let failure = error_frame(7, -32603, "upstream LLM API timeout");
         rig.session.from_client(failure.as_bytes());
-        assert_eq!(rig.server.take(), [failure], "the client's error, unchanged");
+        assert_eq!(
+            rig.server.take(),
+            [failure],
+            "the client's error, unchanged"
+        );
         // Nothing stored, and the one request of today's budget was refunded.
         rig.session.from_server(sample(8, "hi").as_bytes());
         assert_eq!(rig.client.take().len(), 1, "asked again");
         assert!(rig.server.take().is_empty());
         // The user's rejection is still a refusal.
-        rig.session.from_client(error_frame(8, -1, "User rejected").as_bytes());
+        rig.session
+            .from_client(error_frame(8, -1, "User rejected").as_bytes());
         let answer = parse(&rig.server.take()[0]);
         assert_eq!(answer["error"]["data"]["reason"], "user.denied");
         rig.session.from_server(sample(9, "hi").as_bytes());
@@ -1866,7 +1888,11 @@ server "tight" {
         assert!(rig.client.take().is_empty(), "A is refused from the store");
         assert_eq!(rig.server.take().len(), 1);
         rig.session.from_server(sample(5, "b").as_bytes());
-        assert_eq!(rig.client.take().len(), 1, "B is asked, the id is free again");
+        assert_eq!(
+            rig.client.take().len(),
+            1,
+            "B is asked, the id is free again"
+        );
     }
 
     /// Issue 11 item 3: a request the server cancelled stays tracked; the
@@ -1876,7 +1902,8 @@ server "tight" {
         let rig = rig("asks");
         rig.session.from_server(sample(7, "a").as_bytes());
         assert_eq!(rig.client.take().len(), 1);
-        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
+        let cancel =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
         rig.session.from_server(cancel.as_bytes());
         assert_eq!(rig.client.take(), [cancel], "the client is told");
         // The server may not reuse the id while the client can still answer.
@@ -1885,7 +1912,10 @@ server "tight" {
         assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
         rig.session
             .from_client(error_frame(7, -1, "User rejected").as_bytes());
-        assert!(rig.server.take().is_empty(), "no response after cancellation");
+        assert!(
+            rig.server.take().is_empty(),
+            "no response after cancellation"
+        );
         rig.session.from_server(sample(8, "a").as_bytes());
         assert!(rig.client.take().is_empty(), "refused from the store");
         assert_eq!(
@@ -1907,7 +1937,10 @@ server "tight" {
         rig.client.take();
         rig.session
             .from_client(result_frame(7, COMPLETION).as_bytes());
-        assert!(rig.server.take().is_empty(), "no response after cancellation");
+        assert!(
+            rig.server.take().is_empty(),
+            "no response after cancellation"
+        );
         let audit: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
         assert_eq!(audit.last().unwrap()["event"], "consent");
         assert_eq!(audit.last().unwrap()["outcome"], "allow");
@@ -1926,7 +1959,11 @@ server "tight" {
             r#"{"task":{"taskId":"t1","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttl":300000}}"#,
         );
         rig.session.from_client(created.as_bytes());
-        assert_eq!(rig.server.take(), [created], "the creation reply, unchanged");
+        assert_eq!(
+            rig.server.take(),
+            [created],
+            "the creation reply, unchanged"
+        );
         let poll = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{"taskId":"t1"}}"#;
         rig.session.from_server(poll.as_bytes());
         assert_eq!(rig.client.take(), [poll]);
@@ -1978,15 +2015,23 @@ server "tight" {
     fn a_trimmed_task_is_annotated_on_its_result() {
         let rig = rig("any");
         rig.session.from_server(
-            task_sample(7, "a", json!({"maxTokens": 5000, "includeContext": "allServers"}))
-                .as_bytes(),
+            task_sample(
+                7,
+                "a",
+                json!({"maxTokens": 5000, "includeContext": "allServers"}),
+            )
+            .as_bytes(),
         );
         let forwarded = parse(&rig.client.take()[0]);
         assert_eq!(forwarded["params"]["maxTokens"], 1000);
         assert_eq!(forwarded["params"]["task"], json!({"ttl": 300_000}));
         let created = result_frame(7, r#"{"task":{"taskId":"t1","status":"working"}}"#);
         rig.session.from_client(created.as_bytes());
-        assert_eq!(rig.server.take(), [created], "no _meta on the creation reply");
+        assert_eq!(
+            rig.server.take(),
+            [created],
+            "no _meta on the creation reply"
+        );
         rig.session.from_server(
             br#"{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":"t1"}}"#,
         );
