@@ -438,6 +438,15 @@ impl World {
                 // The proxy answered for the client (deadline): the late answer lingers.
                 self.sent[tag].held_until = Some(self.mono_now() + EXPIRED_LINGER);
             }
+            if frame.pointer("/error/data/reason") == Some(&Value::from("user.denied")) {
+                // Only the user refuses: the identity must be one the user refused.
+                let prompt = self.prompt_of(tag);
+                check!(
+                    self,
+                    prompt.is_some_and(|p| self.refused.contains(&p)),
+                    "request #{tag} (prompt {prompt:?}) answered user.denied, which the user never said: {line}"
+                );
+            }
             let sent = &mut self.sent[tag];
             check!(
                 self,
@@ -620,8 +629,32 @@ impl World {
         }
         self.trace
             .push(format!("client answers #{tag} (id {id}) {how:?}"));
-        self.client_sends(tag, frame)?;
+        let answered = self.client_sends(tag, frame)?;
+        if matches!((&kind, how), (Kind::Sampling { .. }, How::Fail)) && held && !cancelled {
+            // A client failure is not a decision: the server gets the client's own error.
+            let own = answered.first().and_then(carried_tag) == Some(tag);
+            check!(
+                self,
+                own,
+                "the client's error to #{tag} did not reach the server unchanged: {answered:?}"
+            );
+        }
         Ok(())
+    }
+
+    /// The prompt a sampling request, or a task poll, is about.
+    fn prompt_of(&self, tag: usize) -> Option<u8> {
+        match &self.sent[tag].kind {
+            Kind::Sampling { prompt, .. } => Some(*prompt),
+            Kind::TaskGet(t) | Kind::TaskResult(t) => {
+                let origin: usize = t.strip_prefix('t')?.parse().ok()?;
+                match self.sent.get(origin)?.kind {
+                    Kind::Sampling { prompt, .. } => Some(prompt),
+                    _ => None,
+                }
+            }
+            Kind::Ping => None,
+        }
     }
 
     fn id_held_by_another(&self, id: u64, tag: usize) -> bool {
