@@ -8,9 +8,17 @@
 //! * server → client results with `resultType: "input_required"` (MCP
 //!   2026-07-28) have each sampling entry decided; a denial answers the
 //!   client's own pending call;
-//! * client → server answers to remembered requests are settled (token
+//! * every server → client request is tracked by its id until the client
+//!   answers it (`inflight.rs` is the state machine): a second request with
+//!   an id still in flight is answered `-32600` and not forwarded, and a
+//!   request the server cancelled still takes the client's answer (which
+//!   then goes nowhere);
+//! * client → server answers to sampling requests are settled (token
 //!   usage), annotated (`_meta` after a trim), or, for a consent request the
-//!   client refused, replaced by the policy's `user.denied` frame;
+//!   user refused (`-1`), replaced by the policy's `user.denied` frame; any
+//!   other client error stores nothing and refunds the reservation;
+//! * a sampling request the client runs as a task (MCP 2025-11-25 tasks) is
+//!   followed to the task's terminal state, which decides;
 //! * client → server retries carrying `inputResponses` are treated the same way.
 //!
 //! The proxy never originates a request, so it never allocates an id: every
