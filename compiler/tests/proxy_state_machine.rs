@@ -629,8 +629,10 @@ impl World {
         }
         self.trace
             .push(format!("client answers #{tag} (id {id}) {how:?}"));
+        // Still waiting for this answer: not cancelled, not answered at its deadline.
+        let awaited = held && !cancelled && self.sent[tag].answers == 0;
         let answered = self.client_sends(tag, frame)?;
-        if matches!((&kind, how), (Kind::Sampling { .. }, How::Fail)) && held && !cancelled {
+        if matches!((&kind, how), (Kind::Sampling { .. }, How::Fail)) && awaited {
             // A client failure is not a decision: the server gets the client's own error.
             let own = answered.first().and_then(carried_tag) == Some(tag);
             check!(

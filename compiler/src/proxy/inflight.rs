@@ -409,4 +409,53 @@ mod tests {
         assert_eq!(table.len(), (0, 0));
         assert!(!table.cancel("6", now), "an unknown id is not tracked");
     }
+
+    #[test]
+    fn the_table_is_bounded_and_lapsed_entries_make_room() {
+        let now = Instant::now();
+        let mut table = InFlight::default();
+        for i in 0..MAX_TRACKED {
+            let key = i.to_string();
+            assert_eq!(table.admit(&key, now), Ok(()));
+            table.forward(key, Flight::Passthrough);
+        }
+        assert_eq!(table.admit("x", now), Err(Refusal::Full));
+        // A cancelled request lingers, then its slot is free again.
+        assert!(table.cancel("0", now));
+        assert_eq!(table.admit("x", now), Err(Refusal::Full));
+        assert_eq!(table.admit("x", now + CANCELLED_LINGER), Ok(()));
+        assert_eq!(table.len(), (MAX_TRACKED - 1, 0));
+    }
+
+    #[test]
+    fn an_answer_leaves_the_table_whatever_the_state() {
+        let now = Instant::now();
+        let mut table = InFlight::default();
+        table.forward("1".into(), Flight::Passthrough);
+        table.forward(
+            "2".into(),
+            Flight::Expired {
+                until: now + EXPIRED_LINGER,
+            },
+        );
+        assert!(table.cancel("1", now));
+        assert!(matches!(
+            table.answer("1"),
+            Some(Flight::Cancelled { sampling: None, .. })
+        ));
+        assert!(matches!(table.answer("2"), Some(Flight::Expired { .. })));
+        assert!(table.answer("1").is_none(), "a second answer finds nothing");
+        assert_eq!(table.admit("1", now), Ok(()));
+        // An expired request lapses after its linger.
+        table.forward(
+            "3".into(),
+            Flight::Expired {
+                until: now + EXPIRED_LINGER,
+            },
+        );
+        assert_eq!(table.admit("3", now), Err(Refusal::InFlight));
+        let swept = table.sweep(now + EXPIRED_LINGER);
+        assert_eq!(swept.lapsed, ["3"]);
+        assert_eq!(table.len(), (0, 0));
+    }
 }
