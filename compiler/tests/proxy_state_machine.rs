@@ -206,7 +206,8 @@ struct ClientTask {
     origin: usize,
     /// `working`, `completed`, `failed` or `cancelled`.
     status: &'static str,
-    /// The proxy learnt its terminal state (model of first-signal-wins).
+    /// The proxy learnt its terminal state (model of first-signal-wins), or
+    /// never followed the task.
     decided: bool,
 }
 
@@ -439,11 +440,16 @@ impl World {
                 self.sent[tag].held_until = Some(self.mono_now() + EXPIRED_LINGER);
             }
             if frame.pointer("/error/data/reason") == Some(&Value::from("user.denied")) {
-                // Only the user refuses: the identity must be one the user refused.
+                // Only the user refuses: the identity must be one whose
+                // refusal is stored, or this is the result of a task the
+                // user refused (a later approval of the same identity
+                // replaced the stored refusal, not this task's answer).
                 let prompt = self.prompt_of(tag);
+                let task_refused = matches!(&self.sent[tag].kind,
+                    Kind::TaskResult(t) if self.client_tasks.get(t).is_some_and(|c| c.status == "failed"));
                 check!(
                     self,
-                    prompt.is_some_and(|p| self.refused.contains(&p)),
+                    task_refused || prompt.is_some_and(|p| self.refused.contains(&p)),
                     "request #{tag} (prompt {prompt:?}) answered user.denied, which the user never said: {line}"
                 );
             }
@@ -600,7 +606,9 @@ impl World {
                     ClientTask {
                         origin: tag,
                         status: "working",
-                        decided: false,
+                        // The proxy follows the task only if it still held
+                        // the request when the handle came.
+                        decided: !held,
                     },
                 );
                 let frame = json!({"jsonrpc": "2.0", "id": id, "result": {
