@@ -1193,6 +1193,14 @@ impl Engine {
         self.deny(key, &plan, builtin::USER_DENIED, Produced::plain(), now)
     }
 
+    /// The user's answer to a [`Decision::NeedsConsent`] never came: the
+    /// client failed (an error other than the user's rejection), or the task
+    /// it ran ended without a result. Nothing is stored, and the reserved
+    /// budget is returned (the rate spend stays: the server did ask).
+    pub fn abandon_consent(&self, pending: PendingConsent) -> Result<(), EngineError> {
+        self.release_budgets(&pending.grant.ticket)
+    }
+
     /// Returns a reservation's budget spend (not its rate spend).
     fn release_budgets(&self, ticket: &Ticket) -> Result<(), EngineError> {
         if ticket.reservation.is_none() {
