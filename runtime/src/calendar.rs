@@ -58,19 +58,27 @@ pub fn timestamp(year: i64, month: u32, day: u32, hour: u32, minute: u32, second
 pub fn window(unit: CalendarUnit, now: Millis) -> (Millis, Millis) {
     let days = now.div_euclid(MS_PER_DAY);
     match unit {
+        // Each end is computed from its own period count, never as the
+        // start plus a length: near `Millis::MIN` the start saturates, and
+        // the saturated start plus a length would be an end too early.
         CalendarUnit::Hour => {
-            let start = now.div_euclid(MS_PER_HOUR).saturating_mul(MS_PER_HOUR);
-            (start, start.saturating_add(MS_PER_HOUR))
+            let hours = now.div_euclid(MS_PER_HOUR);
+            (
+                hours.saturating_mul(MS_PER_HOUR),
+                (hours + 1).saturating_mul(MS_PER_HOUR),
+            )
         }
-        CalendarUnit::Day => {
-            let start = days.saturating_mul(MS_PER_DAY);
-            (start, start.saturating_add(MS_PER_DAY))
-        }
+        CalendarUnit::Day => (
+            days.saturating_mul(MS_PER_DAY),
+            (days + 1).saturating_mul(MS_PER_DAY),
+        ),
         CalendarUnit::Week => {
             // 1970-01-01 was a Thursday: Monday is 3 days after it in this count.
-            let weekday_from_monday = (days + 3).rem_euclid(7);
-            let start = (days - weekday_from_monday).saturating_mul(MS_PER_DAY);
-            (start, start.saturating_add(7 * MS_PER_DAY))
+            let monday = days - (days + 3).rem_euclid(7);
+            (
+                monday.saturating_mul(MS_PER_DAY),
+                (monday + 7).saturating_mul(MS_PER_DAY),
+            )
         }
         CalendarUnit::Month => {
             let (year, month, _) = civil_from_days(days);
@@ -343,6 +351,17 @@ mod tests {
     /// Issue 11, item 11: a month budget asked at the last representable
     /// RFC 3339 instant resets at the start of the year 10000, which used to
     /// be written clamped to `now` itself.
+    #[test]
+    fn a_reset_near_the_first_instant_is_not_early() {
+        // Found by `resets_are_the_next_period_start`: the day's start
+        // saturates at `Millis::MIN`, and start + 1 day came 60,424,192 ms too early.
+        let now: Millis = -9_223_372_036_828_800_001;
+        assert_eq!(window(CalendarUnit::Day, now).1, -9_223_372_036_828_800_000);
+        for unit in UNITS {
+            assert!(window(unit, now).1 > now, "{unit:?}");
+        }
+    }
+
     #[test]
     fn a_reset_after_the_year_9999_is_not_clamped_to_now() {
         let now = parse_rfc3339("9999-12-31T23:59:59.999Z").expect("parses");
