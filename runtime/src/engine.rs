@@ -562,22 +562,12 @@ impl Engine {
     /// Parses, validates and decides raw request bytes: every input yields
     /// something to send, never a panic.
     pub fn decide_bytes(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
-        let value = match request::parse_strict(bytes) {
-            Ok(value) => value,
-            Err(err) => {
-                return Answer::Invalid {
-                    frame: frame::request_error_response(None, err.code(), &err.to_string()),
-                    code: err.code(),
-                };
-            }
-        };
-        let id = request::envelope_id(&value).cloned();
-        let request = match request::validate_sampling(value) {
+        let request = match request::parse_sampling(bytes) {
             Ok(request) => request,
-            Err(err) => {
+            Err(rejection) => {
                 return Answer::Invalid {
-                    frame: frame::request_error_response(id.as_ref(), err.code(), &err.to_string()),
-                    code: err.code(),
+                    frame: rejection.frame(),
+                    code: rejection.code(),
                 };
             }
         };
