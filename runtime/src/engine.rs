@@ -830,7 +830,9 @@ impl Engine {
         let mut lowered = Lowered::default();
         let mut annotations = Annotations::default();
 
-        // includeContext. Absent means `none`; an unknown value reads as the widest.
+        // includeContext. Absent means `none`. Validation refuses any other
+        // value (-32602); a caller that built params without it still never
+        // gets an unknown value widened past the block's maximum.
         let (requested, recognised) = match params.get("includeContext") {
             None | Some(Value::Null) => (ContextScope::None, true),
             Some(Value::String(s)) => match ContextScope::parse(s) {
