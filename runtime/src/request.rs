@@ -9,7 +9,8 @@
 //! can exhaust the stack or memory, and no input makes this module panic.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -696,18 +697,21 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
         let depth = self.enter()?;
         let mut map = Map::new();
-        // NFC forms of keys that were not NFC as written, with that original:
-        // hashed, so that many such keys cost linear time, not quadratic
-        // (SipHash with a random key, so colliding keys cannot be chosen).
-        let mut renormalised: HashMap<String, String> = HashMap::new();
+        // NFC forms of the keys that were not NFC as written: hashed, so
+        // that many such keys cost linear time, not quadratic (SipHash with
+        // a random key, so colliding keys cannot be chosen).
+        let mut renormalised: HashSet<String> = HashSet::new();
         while let Some(key) = access.next_key::<String>()? {
             let normal = nfc(&key);
             // A key already present as written is NFC (as `normal` is), so
-            // it clashes; so does one whose NFC form we recorded.
+            // it clashes; so does one whose NFC form we recorded (the key it
+            // repeats is looked for only then, once, for the message).
             let earlier = if map.contains_key(normal.as_ref()) {
                 Some(normal.to_string())
+            } else if renormalised.contains(normal.as_ref()) {
+                map.keys().find(|k| nfc(k) == normal).cloned()
             } else {
-                renormalised.get(normal.as_ref()).cloned()
+                None
             };
             if let Some(earlier) = earlier {
                 return Err(self.context.fail(RequestError::DuplicateKey {
@@ -716,8 +720,8 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
                     path: self.path.to_string(),
                 }));
             }
-            if normal != key.as_str() {
-                renormalised.insert(normal.into_owned(), key.clone());
+            if let Cow::Owned(normal) = normal {
+                renormalised.insert(normal);
             }
             let value = access.next_value_seed(ValueSeed {
                 context: self.context,
