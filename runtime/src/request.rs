@@ -19,6 +19,7 @@ use serde_json::{Map, Number, Value};
 use crate::frame;
 use crate::identity::nfc;
 
+mod literal;
 mod recover;
 
 pub use recover::IdScan;
@@ -250,7 +251,65 @@ pub fn parse_sampling_with(bytes: &[u8], limits: &Limits) -> Result<SamplingRequ
         error,
     })?;
     let id = envelope_id(&value).cloned();
-    validate_sampling(value).map_err(|error| Rejection { id, error })
+    validate_sampling(value).map_err(|error| Rejection {
+        id,
+        error: with_literal(error, bytes),
+    })
+}
+
+/// Longest number literal a message quotes whole.
+const LITERAL_SHOWN: usize = 64;
+
+/// `error` with a number it describes replaced by the number's literal as
+/// written: serde_json reads `18446744073709551617` as the double 2^64, and
+/// a message must show what the request said, not what it was read as.
+/// Needs the bytes, so only [`parse_sampling`] can do it; `bytes` parsed
+/// strictly, so they are valid JSON.
+fn with_literal(error: RequestError, bytes: &[u8]) -> RequestError {
+    let literal = |path: &str| -> Option<String> {
+        let keys: Vec<&str> = path.strip_prefix('$')?.split('.').skip(1).collect();
+        let (start, end) = literal::locate(bytes, &keys)?;
+        let raw = bytes.get(start..end)?;
+        if !matches!(raw.first(), Some(b'-' | b'0'..=b'9')) {
+            return None;
+        }
+        let text = std::str::from_utf8(raw).ok()?;
+        Some(if text.len() > LITERAL_SHOWN {
+            format!("{}…", &text[..LITERAL_SHOWN])
+        } else {
+            text.to_owned()
+        })
+    };
+    match error {
+        RequestError::InvalidParams {
+            path,
+            expected,
+            found: Some(found),
+        } => {
+            let found = literal(&path).unwrap_or(found);
+            RequestError::InvalidParams {
+                path,
+                expected,
+                found: Some(found),
+            }
+        }
+        RequestError::InvalidEnvelope {
+            path,
+            expected,
+            found: Some(found),
+        } => {
+            let found = literal(&path).unwrap_or(found);
+            RequestError::InvalidEnvelope {
+                path,
+                expected,
+                found: Some(found),
+            }
+        }
+        RequestError::NotAnObject { found } => RequestError::NotAnObject {
+            found: literal("$").unwrap_or(found),
+        },
+        other => other,
+    }
 }
 
 /// The top-level `id` of a request that strict parsing refused, when it can

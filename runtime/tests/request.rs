@@ -7,6 +7,19 @@ use mcpolicy_runtime::request::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+/// `default_cases` cases, or `PROPTEST_CASES` from the environment for a
+/// long run (`PROPTEST_CASES=100000 cargo test -p mcpolicy-runtime --test …`).
+fn config(default_cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default_cases);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
 const PARAMS: &str =
     r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":100}"#;
 
@@ -318,7 +331,7 @@ fn parsed_values_keep_their_text() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(config(300))]
 
     /// No input makes the parser or the validator panic.
     #[test]
@@ -555,7 +568,7 @@ fn object_of(keys: &[String]) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(config(300))]
 
     /// Two keys equal after NFC, in whatever spellings and wherever among
     /// other keys, are always refused as duplicates.
@@ -626,4 +639,76 @@ fn forty_thousand_decomposed_keys_are_decided_in_linear_time() {
         elapsed < std::time::Duration::from_secs(3),
         "40,000 decomposed keys took {elapsed:?}"
     );
+}
+
+// ---------------------------------------------------------------- numbers as written
+
+fn message_of(text: &str) -> String {
+    match mcpolicy_runtime::request::parse_sampling(text.as_bytes()) {
+        Ok(_) => panic!("{text}: must be refused"),
+        Err(rejection) => rejection.error.to_string(),
+    }
+}
+
+#[test]
+fn numbers_are_quoted_as_written() {
+    for (written, expected) in [
+        (
+            request_with(r#"{"messages":[],"maxTokens":18446744073709551617}"#),
+            "$.params.maxTokens must be a non-negative integer, got 18446744073709551617",
+        ),
+        (
+            request_with(r#"{"messages":[], "maxTokens" : -1.50e+3 }"#),
+            "$.params.maxTokens must be a non-negative integer, got -1.50e+3",
+        ),
+        (
+            request_with(r#"{"maxTokens":1,"messages":123456789012345678901234567890}"#),
+            "$.params.messages must be an array, got 123456789012345678901234567890",
+        ),
+        (
+            r#"{"messages":[],"maxTokens":-1E0}"#.to_owned(),
+            "$.maxTokens must be a non-negative integer, got -1E0",
+        ),
+        (
+            r#"{"jsonrpc":2.0,"id":1,"method":"sampling/createMessage","params":{}}"#.to_owned(),
+            r#"$.jsonrpc must be "2.0", got 2.0"#,
+        ),
+        (
+            " 100000000000000000000000001 ".to_owned(),
+            "a request must be a JSON object, got 100000000000000000000000001",
+        ),
+    ] {
+        assert_eq!(message_of(&written), expected, "{written}");
+    }
+    // A key spelt with an escape is found too; a long literal is cut.
+    let long = format!("-{}", "9".repeat(100));
+    assert_eq!(
+        message_of(&request_with(&format!(r#"{{"messages":[],"maxT\u006fkens":{long}}}"#))),
+        format!(
+            "$.params.maxTokens must be a non-negative integer, got {}…",
+            &long[..64]
+        )
+    );
+}
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// Every integer that is not a valid maxTokens (negative, or beyond
+    /// u64) is printed in the message exactly as written.
+    #[test]
+    fn every_invalid_integer_is_printed_exactly(
+        n in prop_oneof![
+            (i128::MIN..0i128).prop_map(|n| n.to_string()),
+            (u128::from(u64::MAX) + 1..=u128::MAX).prop_map(|n| n.to_string()),
+        ],
+        bare in any::<bool>(),
+    ) {
+        let params = format!(r#"{{"messages":[],"maxTokens":{n}}}"#);
+        let (text, at) = if bare { (params, "$") } else { (request_with(&params), "$.params") };
+        prop_assert_eq!(
+            message_of(&text),
+            format!("{at}.maxTokens must be a non-negative integer, got {n}")
+        );
+    }
 }

@@ -8,6 +8,19 @@ use mcpolicy_runtime::request::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+/// `default_cases` cases, or `PROPTEST_CASES` from the environment for a
+/// long run (`PROPTEST_CASES=100000 cargo test -p mcpolicy-runtime --test …`).
+fn config(default_cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default_cases);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
 fn envelope(id: &str, params: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"sampling/createMessage","params":{params}}}"#)
 }
@@ -217,7 +230,7 @@ fn splice(text: &str, damage: &[u8]) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(config(256))]
 
     /// A damaged body around a valid envelope with a readable, unique id:
     /// the error frame carries that id.
