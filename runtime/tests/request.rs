@@ -427,6 +427,61 @@ fn unknown_include_context_is_invalid_params() {
     }
 }
 
+/// Any JSON value: what a server could put in `includeContext`.
+fn any_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        any::<String>().prop_map(Value::String),
+        // Near misses of the schema's values.
+        prop::sample::select(SCOPES.to_vec()).prop_flat_map(|scope| {
+            (Just(scope), 0usize..4).prop_map(|(scope, how)| {
+                Value::String(match how {
+                    0 => scope.to_uppercase(),
+                    1 => format!("{scope} "),
+                    2 => scope.replace('S', "s"),
+                    _ => format!("{}{}", &scope[..1].to_uppercase(), &scope[1..]),
+                })
+            })
+        }),
+    ];
+    leaf.prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            proptest::collection::btree_map("[a-z]{1,3}", inner, 0..3)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(config(500))]
+
+    /// Every `includeContext` that is not one of the schema's three values
+    /// (any other string, any other JSON value) is invalid params, in a
+    /// whole request or bare params: never read as some scope.
+    #[test]
+    fn only_the_schemas_scopes_are_accepted(scope in any_value(), bare in any::<bool>()) {
+        let params = format!(r#"{{"messages":[],"maxTokens":1,"includeContext":{scope}}}"#);
+        let text = if bare { params } else { request_with(&params) };
+        let outcome = validate_sampling(parse_strict(text.as_bytes()).expect("valid JSON"));
+        let known = scope.as_str().is_some_and(|s| SCOPES.contains(&s));
+        match outcome {
+            Ok(request) => {
+                prop_assert!(known, "{} was accepted", scope);
+                prop_assert_eq!(&request.params["includeContext"], &scope);
+            }
+            Err(error) => {
+                prop_assert!(!known, "{} was refused: {}", scope, error);
+                prop_assert_eq!(error.code(), INVALID_PARAMS);
+                prop_assert!(error.to_string().contains(".includeContext must be one of"), "{}", error);
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- messages
 
 #[test]
