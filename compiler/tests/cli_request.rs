@@ -43,7 +43,16 @@ fn identity(stdin: &[u8]) -> Output {
 
 fn eval(policy: &str, stdin: &[u8]) -> Output {
     mcpc(
-        &["eval", policy, "--server", "s", "--request", "-", "--color", "never"],
+        &[
+            "eval",
+            policy,
+            "--server",
+            "s",
+            "--request",
+            "-",
+            "--color",
+            "never",
+        ],
         stdin,
     )
 }
@@ -54,7 +63,12 @@ fn text(bytes: &[u8]) -> String {
 
 /// The one frame a refusal prints on stdout.
 fn frame(output: &Output) -> Value {
-    assert_eq!(output.status.code(), Some(1), "stderr: {}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "stderr: {}",
+        text(&output.stderr)
+    );
     let stdout = text(&output.stdout);
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(
@@ -76,7 +90,10 @@ fn identity_and_eval_answer_a_refusal_alike_on_stdout() {
     let policy = policy(dir.path());
     let cases: Vec<(Vec<u8>, i64, &str)> = vec![
         (
-            envelope("3", r#"{"messages":[],"maxTokens":1,"includeContext":"AllServers"}"#),
+            envelope(
+                "3",
+                r#"{"messages":[],"maxTokens":1,"includeContext":"AllServers"}"#,
+            ),
             -32602,
             r#"$.params.includeContext must be one of "none", "thisServer", "allServers", got "AllServers""#,
         ),
@@ -113,9 +130,15 @@ fn strict_parse_failures_answer_with_the_readable_id() {
     let policy = policy(dir.path());
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
     for bytes in [
-        envelope(r#""a-7""#, r#"{"messages":[],"maxTokens":1,"a":{"x":1,"x":2}}"#),
+        envelope(
+            r#""a-7""#,
+            r#"{"messages":[],"maxTokens":1,"a":{"x":1,"x":2}}"#,
+        ),
         envelope(r#""a-7""#, r#"{"messages":[],"maxTokens":1,"s":"\ud800"}"#),
-        envelope(r#""a-7""#, &format!(r#"{{"messages":{deep},"maxTokens":1}}"#)),
+        envelope(
+            r#""a-7""#,
+            &format!(r#"{{"messages":{deep},"maxTokens":1}}"#),
+        ),
     ] {
         for output in [identity(&bytes), eval(&policy, &bytes)] {
             assert_eq!(frame(&output)["id"], "a-7", "{}", text(&bytes));
@@ -175,7 +198,16 @@ fn a_store_that_cannot_be_opened_is_named_once() {
     for store in [corrupt, missing] {
         let store = store.to_str().expect("utf-8");
         let output = mcpc(
-            &["eval", &policy, "--server", "s", "--request", "-", "--store", store],
+            &[
+                "eval",
+                &policy,
+                "--server",
+                "s",
+                "--request",
+                "-",
+                "--store",
+                store,
+            ],
             &envelope("1", r#"{"messages":[],"maxTokens":1}"#),
         );
         assert_eq!(output.status.code(), Some(2));

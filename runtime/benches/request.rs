@@ -25,10 +25,15 @@ const MIB: usize = 1024 * 1024;
 
 /// The default identity fields.
 fn fields() -> Vec<String> {
-    ["systemPrompt", "messages", "includeContext", "modelPreferences"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect()
+    [
+        "systemPrompt",
+        "messages",
+        "includeContext",
+        "modelPreferences",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
 }
 
 /// A whole request whose one message carries `extra` (JSON text) inside
@@ -82,7 +87,10 @@ fn shapes(size: usize) -> Vec<(&'static str, Vec<u8>)> {
     vec![
         (
             "many_keys",
-            envelope(&format!("{{{}}}", members(budget - 2, |i| format!(r#""k{i}":0"#)))),
+            envelope(&format!(
+                "{{{}}}",
+                members(budget - 2, |i| format!(r#""k{i}":0"#))
+            )),
         ),
         (
             "many_nfd_keys",
@@ -111,11 +119,17 @@ fn shapes(size: usize) -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "arrays_at_nesting_limit",
-            envelope(&format!("[{}]", members(budget - 2, |_| deep_array.clone()))),
+            envelope(&format!(
+                "[{}]",
+                members(budget - 2, |_| deep_array.clone())
+            )),
         ),
         (
             "objects_at_nesting_limit",
-            envelope(&format!("[{}]", members(budget - 2, |_| deep_object.clone()))),
+            envelope(&format!(
+                "[{}]",
+                members(budget - 2, |_| deep_object.clone())
+            )),
         ),
     ]
 }

@@ -8,8 +8,8 @@
 //! anywhere in the document. Nesting and size are bounded so that no input
 //! can exhaust the stack or memory, and no input makes this module panic.
 
-use std::cell::RefCell;
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt;
 

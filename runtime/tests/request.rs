@@ -227,7 +227,10 @@ fn non_object_params_are_invalid_params() {
     }
     let error = refuse(r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage"}"#);
     assert_eq!(error.code(), INVALID_PARAMS);
-    assert_eq!(error.to_string(), "$.params is missing: it must be an object");
+    assert_eq!(
+        error.to_string(),
+        "$.params is missing: it must be an object"
+    );
 }
 
 #[test]
@@ -586,9 +589,26 @@ fn integral_max_tokens_are_handed_on_as_integers() {
 /// singletons whose NFC is another character (KELVIN SIGN, OHM SIGN,
 /// ANGSTROM SIGN).
 const KEY_PIECES: &[&str] = &[
-    "a", "e", "K", "id", "\u{e9}", "e\u{301}", "\u{301}", "\u{323}", "\u{323}\u{302}",
-    "\u{302}\u{323}", "\u{1ec7}", "\u{ac00}", "\u{1100}\u{1161}", "\u{212a}", "\u{2126}",
-    "\u{3a9}", "\u{212b}", "\u{c5}", "A\u{30a}", "\u{1f600}",
+    "a",
+    "e",
+    "K",
+    "id",
+    "\u{e9}",
+    "e\u{301}",
+    "\u{301}",
+    "\u{323}",
+    "\u{323}\u{302}",
+    "\u{302}\u{323}",
+    "\u{1ec7}",
+    "\u{ac00}",
+    "\u{1100}\u{1161}",
+    "\u{212a}",
+    "\u{2126}",
+    "\u{3a9}",
+    "\u{212b}",
+    "\u{c5}",
+    "A\u{30a}",
+    "\u{1f600}",
 ];
 
 fn key_text() -> impl Strategy<Value = String> {
@@ -738,7 +758,9 @@ fn numbers_are_quoted_as_written() {
     // A key spelt with an escape is found too; a long literal is cut.
     let long = format!("-{}", "9".repeat(100));
     assert_eq!(
-        message_of(&request_with(&format!(r#"{{"messages":[],"maxT\u006fkens":{long}}}"#))),
+        message_of(&request_with(&format!(
+            r#"{{"messages":[],"maxT\u006fkens":{long}}}"#
+        ))),
         format!(
             "$.params.maxTokens must be a non-negative integer, got {}…",
             &long[..64]

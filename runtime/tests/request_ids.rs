@@ -37,7 +37,8 @@ fn frame_id(rejection: &Rejection) -> Value {
 #[test]
 fn strict_parse_failures_keep_a_readable_id() {
     let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
-    let cases: Vec<(Vec<u8>, i64)> = vec![
+    let cases: Vec<(Vec<u8>, i64)> =
+        vec![
         (
             envelope("7", r#"{"messages":[],"maxTokens":1,"a":{"x":1,"x":2}}"#).into_bytes(),
             INVALID_REQUEST,
@@ -72,8 +73,18 @@ fn strict_parse_failures_keep_a_readable_id() {
     ];
     for (bytes, code) in cases {
         let rejection = rejected(&bytes);
-        assert_eq!(rejection.code(), code, "{}", String::from_utf8_lossy(&bytes));
-        assert_eq!(rejection.id, Some(json!(7)), "{}", String::from_utf8_lossy(&bytes));
+        assert_eq!(
+            rejection.code(),
+            code,
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
+        assert_eq!(
+            rejection.id,
+            Some(json!(7)),
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
         assert_eq!(frame_id(&rejection), json!(7));
     }
 }
@@ -86,7 +97,10 @@ fn an_oversize_request_keeps_its_id() {
     };
     let text = envelope(
         r#""req-1""#,
-        &format!(r#"{{"messages":[],"maxTokens":1,"systemPrompt":"{}"}}"#, "x".repeat(100)),
+        &format!(
+            r#"{{"messages":[],"maxTokens":1,"systemPrompt":"{}"}}"#,
+            "x".repeat(100)
+        ),
     );
     let rejection = parse_sampling_with(text.as_bytes(), &limits).expect_err("too large");
     assert_eq!(rejection.code(), INVALID_REQUEST);
@@ -109,7 +123,9 @@ fn an_oversize_request_keeps_its_id() {
     // Within the limit the bytes come back whole.
     let small = br#"{"id":1}"#;
     assert_eq!(
-        read_bounded(&mut &small[..], &limits).expect("reads").expect("fits"),
+        read_bounded(&mut &small[..], &limits)
+            .expect("reads")
+            .expect("fits"),
         small.to_vec()
     );
 }
@@ -155,9 +171,15 @@ fn an_id_that_cannot_be_trusted_is_null() {
 fn odd_but_readable_ids() {
     for (text, id) in [
         (r#"{"\u0069d":5,"a":1,"a":2}"#, json!(5)),
-        (r#" {"id" : "a\"b\\u00e9" ,"a":1,"a":2} "#, json!("a\"b\\u00e9")),
+        (
+            r#" {"id" : "a\"b\\u00e9" ,"a":1,"a":2} "#,
+            json!("a\"b\\u00e9"),
+        ),
         (r#"{"id":-1.5e3,"a":[],"a":[]}"#, json!(-1500.0)),
-        (r#"{"id":18446744073709551615,"a":1,"a":2}"#, json!(18446744073709551615u64)),
+        (
+            r#"{"id":18446744073709551615,"a":1,"a":2}"#,
+            json!(18446744073709551615u64),
+        ),
         (r#"{"id":"\ud83d\ude00","x":"\ud800"}"#, json!("\u{1f600}")),
     ] {
         assert_eq!(recover_id(text.as_bytes()), Some(id), "{text}");
@@ -188,7 +210,10 @@ fn valid_request() -> impl Strategy<Value = (Value, String)> {
                 "extra": extra,
             },
         });
-        (id_of(&request), serde_json::to_string(&request).expect("serialise"))
+        (
+            id_of(&request),
+            serde_json::to_string(&request).expect("serialise"),
+        )
     })
 }
 
@@ -204,12 +229,8 @@ fn damage() -> impl Strategy<Value = Vec<u8>> {
         Just("\"\u{e9}\":1,\"e\\u0301\":2,".as_bytes().to_vec()),
         Just(br#""s":"\ud800","#.to_vec()),
         Just(br#""s":"x\udc00y","#.to_vec()),
-        (65usize..300).prop_map(|n| format!(
-            r#""deep":{}{},"#,
-            "[".repeat(n),
-            "]".repeat(n)
-        )
-        .into_bytes()),
+        (65usize..300)
+            .prop_map(|n| format!(r#""deep":{}{},"#, "[".repeat(n), "]".repeat(n)).into_bytes()),
         (65usize..300).prop_map(|n| format!(
             r#""deep":{}1{},"#,
             r#"{"a":"#.repeat(n),

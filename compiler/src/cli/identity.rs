@@ -32,9 +32,7 @@ pub struct Args {
 /// Reads a request file (or stdin), holding no more than the runtime's size
 /// limit: an oversize input is refused with its true size and, when it can
 /// be read, its id (the rest is streamed, not kept).
-pub(crate) fn read_request(
-    path: &str,
-) -> std::io::Result<Result<Vec<u8>, request::Rejection>> {
+pub(crate) fn read_request(path: &str) -> std::io::Result<Result<Vec<u8>, request::Rejection>> {
     let limits = request::Limits::default();
     if path == "-" {
         request::read_bounded(&mut std::io::stdin().lock(), &limits)

@@ -236,7 +236,12 @@ impl IdScan {
                     Mode::Value { close: true }
                 };
             }
-            b'"' => self.mode = Mode::Str { key: false, escape: 0 },
+            b'"' => {
+                self.mode = Mode::Str {
+                    key: false,
+                    escape: 0,
+                }
+            }
             b'-' => self.mode = Mode::Num(Num::Minus),
             b'0' => self.mode = Mode::Num(Num::Zero),
             b'1'..=b'9' => self.mode = Mode::Num(Num::Int),
