@@ -161,6 +161,8 @@ pub fn request_identity(
     params: &Map<String, Value>,
     fields: &[String],
 ) -> RequestIdentity {
+    // Server ids key stored decisions in NFC, like every string of the payload.
+    let server_id = &*crate::glob::nfc(server_id);
     let mut hasher = Sha256::new();
     write_identity_payload(params, fields, &mut hasher);
     let digest = hasher.finalize();

@@ -84,9 +84,17 @@ pub(crate) fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Writes to stderr, treating a closed pipe as success: `eprint!` panics
+/// when the reader of a log pipe has gone (`mcpc proxy … 2>&1 | head`), and a
+/// closed log is never fatal.
+pub(crate) fn emit_err(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
 /// Prints a usage or I/O error and returns exit code 2.
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("mcpc: error: {message}");
+    emit_err(&format!("mcpc: error: {message}\n"));
     ExitCode::from(2)
 }
 

@@ -16,7 +16,7 @@ use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::glob;
 use mcpolicy_runtime::store::{
     Admission, DecisionKey, DecisionStore, LimitCheck, MemoryStore, Millis, Reservation,
-    StoreError, StoredDecision,
+    ServerStats, StoreError, StoredDecision,
 };
 use mcpolicy_runtime::table::{Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table};
 use serde_json::{Map, Value, json};
@@ -154,6 +154,9 @@ impl DecisionStore for RecordingStore {
     }
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
         self.inner.purge_stale(server_id, digest, now)
+    }
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        self.inner.server_stats(server_id)
     }
 }
 
