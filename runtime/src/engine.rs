@@ -570,22 +570,12 @@ impl Engine {
     /// Parses, validates and decides raw request bytes: every input yields
     /// something to send, never a panic.
     pub fn decide_bytes(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
-        let value = match request::parse_strict(bytes) {
-            Ok(value) => value,
-            Err(err) => {
-                return Answer::Invalid {
-                    frame: frame::request_error_response(None, err.code(), &err.to_string()),
-                    code: err.code(),
-                };
-            }
-        };
-        let id = request::envelope_id(&value).cloned();
-        let request = match request::validate_sampling(value) {
+        let request = match request::parse_sampling(bytes) {
             Ok(request) => request,
-            Err(err) => {
+            Err(rejection) => {
                 return Answer::Invalid {
-                    frame: frame::request_error_response(id.as_ref(), err.code(), &err.to_string()),
-                    code: err.code(),
+                    frame: rejection.frame(),
+                    code: rejection.code(),
                 };
             }
         };
@@ -852,7 +842,9 @@ impl Engine {
         let mut lowered = Lowered::default();
         let mut annotations = Annotations::default();
 
-        // includeContext. Absent means `none`; an unknown value reads as the widest.
+        // includeContext. Absent means `none`. Validation refuses any other
+        // value (-32602); a caller that built params without it still never
+        // gets an unknown value widened past the block's maximum.
         let (requested, recognised) = match params.get("includeContext") {
             None | Some(Value::Null) => (ContextScope::None, true),
             Some(Value::String(s)) => match ContextScope::parse(s) {

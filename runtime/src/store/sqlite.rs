@@ -675,6 +675,9 @@ fn map_sql(path: &Path, error: rusqlite::Error) -> StoreError {
     let path = path.to_path_buf();
     if let rusqlite::Error::SqliteFailure(failure, message) = &error {
         let detail = message.clone().unwrap_or_else(|| failure.to_string());
+        // rusqlite appends the path to an open failure; every variant names it already.
+        let suffix = format!(": {}", path.display());
+        let detail = detail.strip_suffix(&suffix).unwrap_or(&detail).to_owned();
         match failure.code {
             ErrorCode::NotADatabase => {
                 return StoreError::Corrupt {
