@@ -696,9 +696,11 @@ proptest! {
 
 #[test]
 fn forty_thousand_decomposed_keys_are_decided_in_linear_time() {
-    // On main this took 5-12 s (each key compared with every earlier one);
-    // linear, it is a few milliseconds in release and well under a second
-    // in a debug build.
+    // A hang guard, not a speed target (those live in benches/request.rs):
+    // quadratic, as before issue 11, this took 5-12 s in release and far
+    // longer in this debug build; linear, it takes well under a second, so
+    // the bound below never trips on a loaded machine and always on the
+    // quadratic check.
     let members: Vec<String> = (0..40_000)
         .map(|i| format!("\"k{i}e\\u0301\":{i}"))
         .collect();
@@ -711,7 +713,7 @@ fn forty_thousand_decomposed_keys_are_decided_in_linear_time() {
     validate_sampling(value).expect("valid");
     let elapsed = start.elapsed();
     assert!(
-        elapsed < std::time::Duration::from_secs(3),
+        elapsed < std::time::Duration::from_secs(20),
         "40,000 decomposed keys took {elapsed:?}"
     );
 }

@@ -96,7 +96,7 @@ pub fn run(args: Args) -> ExitCode {
     let (request, mut decision) = match engine.decide_bytes(&args.server, &bytes, &ctx) {
         Answer::Invalid { frame, code } => return refuse(&frame, code),
         Answer::Failed { frame, error } => {
-            eprintln!("mcpc: error: {error}");
+            sayln!("mcpc: error: {error}");
             emit(&format!("{frame}\n"));
             return ExitCode::from(2);
         }
@@ -106,7 +106,7 @@ pub fn run(args: Args) -> ExitCode {
         let identity = pending.identity().to_owned();
         match args.consent {
             ConsentAnswer::Pending => {
-                eprintln!("consent required for {identity} (answer with --consent approve|deny)");
+                sayln!("consent required for {identity} (answer with --consent approve|deny)");
                 emit(&format!(
                     "{}\n",
                     json!({ "consent": "required", "server": args.server, "identity": identity })
@@ -121,7 +121,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     match decision {
         Decision::Deny(denial) => {
-            eprintln!(
+            sayln!(
                 "deny {} ({}{})",
                 denial.reason,
                 if denial.replayed { "replayed, " } else { "" },
@@ -151,7 +151,7 @@ pub fn run(args: Args) -> ExitCode {
             let deadline = grant
                 .deadline_ms
                 .map_or(String::new(), |ms| format!(", deadline {ms} ms"));
-            eprintln!(
+            sayln!(
                 "{outcome}{deadline}{}",
                 if annotations.is_empty() {
                     String::new()

@@ -115,20 +115,20 @@ pub fn run(args: Args) -> ExitCode {
                 text: loaded.text,
                 diagnostics: vec![problem],
             };
-            eprint!("{}", render::human(&[report], human_style(args.color)));
+            say!("{}", render::human(&[report], human_style(args.color)));
             failed = true;
             continue;
         }
         let formatted = match format::format(&loaded.text) {
             Ok(formatted) => formatted,
             Err(error) => {
-                eprintln!("mcpc: {}: not formatted: {error}", loaded.path);
+                sayln!("mcpc: {}: not formatted: {error}", loaded.path);
                 let report = FileReport {
                     path: loaded.path,
                     text: loaded.text,
                     diagnostics: error.diagnostics,
                 };
-                eprint!("{}", render::human(&[report], human_style(args.color)));
+                say!("{}", render::human(&[report], human_style(args.color)));
                 failed = true;
                 continue;
             }
@@ -141,7 +141,7 @@ pub fn run(args: Args) -> ExitCode {
         }
         if path == "-" {
             if args.check && formatted != loaded.text {
-                eprintln!(
+                sayln!(
                     "<stdin>: not formatted (first difference at line {})",
                     first_difference(&loaded.text, &formatted)
                 );
@@ -155,7 +155,7 @@ pub fn run(args: Args) -> ExitCode {
             continue;
         }
         if args.check {
-            eprintln!(
+            sayln!(
                 "{path}: not formatted (first difference at line {})",
                 first_difference(&loaded.text, &formatted)
             );
@@ -163,7 +163,7 @@ pub fn run(args: Args) -> ExitCode {
         } else if let Err(error) = write_atomically(path, &formatted) {
             return fail(error);
         } else {
-            eprintln!("formatted {path}");
+            sayln!("formatted {path}");
         }
     }
     if failed {

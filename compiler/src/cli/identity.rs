@@ -44,7 +44,7 @@ pub(crate) fn read_request(path: &str) -> std::io::Result<Result<Vec<u8>, reques
 /// Answers a refused request: the error frame on stdout, a summary on
 /// stderr, exit code 1 (the same for `mcpc identity` and `mcpc eval`).
 pub(crate) fn refuse(frame: &str, code: i64) -> ExitCode {
-    eprintln!("invalid request ({code})");
+    sayln!("invalid request ({code})");
     emit(&format!("{frame}\n"));
     ExitCode::from(1)
 }

@@ -1,5 +1,20 @@
 //! The command line. Exit codes: 0 clean, 1 findings, 2 usage or I/O error.
 
+/// `eprint!` that never panics: standard error closed by its reader
+/// (`mcpc … 2>&1 | head`) is never fatal to a command.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::emit_err(&format!($($arg)*))
+    };
+}
+
+/// `eprintln!` that never panics (see [`say!`]).
+macro_rules! sayln {
+    ($($arg:tt)*) => {
+        $crate::cli::emit_err(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod check;
 mod compile;
 mod eval;

@@ -79,12 +79,8 @@ pub fn run(args: Args) -> ExitCode {
     }
     let store = match SqliteStore::open(&store_path) {
         Ok(store) => Arc::new(store),
-        Err(error) => {
-            return fail(format!(
-                "cannot open store {}: {error}",
-                store_path.display()
-            ));
-        }
+        // The store's error names its path.
+        Err(error) => return fail(error),
     };
     let log = match &args.log {
         Some(path) => match Log::file(path, &server_id) {

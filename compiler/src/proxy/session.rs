@@ -435,6 +435,13 @@ impl Session {
 
     // ------------------------------------------------------------ server → client
 
+    /// May an error frame for an unreadable server frame carry `id`? Only
+    /// when no request of that id is in flight: the server would take the
+    /// answer for that request's, and the answers would cross.
+    fn answerable(&self, id: Option<&Value>) -> bool {
+        id.is_none_or(|id| lock(&self.state).flights.state(&id_key(id)).is_none())
+    }
+
     /// Handles one line read from the server (with or without its newline).
     pub fn from_server(&self, raw: &[u8]) {
         let line = body(raw);
@@ -455,11 +462,29 @@ impl Session {
                 } else {
                     (request::PARSE_ERROR, "not JSON")
                 };
+                // A sampling request the probe could not read (two `method`
+                // members, say) gets the runtime's own refusal: the precise
+                // message, and the id when it can be read.
+                if contains(line, br#""sampling/createMessage""#)
+                    && let Err(rejection) = request::parse_sampling(line)
+                    && self.answerable(rejection.id.as_ref())
+                {
+                    self.log.line(format_args!(
+                        "server sent an unreadable sampling request ({error}); answered {}, not forwarded",
+                        rejection.code()
+                    ));
+                    self.send_server(rejection.frame().as_bytes());
+                    return;
+                }
                 self.log.line(format_args!(
                     "server sent a frame that is {what} ({error}); answered {code}, not forwarded"
                 ));
                 let message = format!("Invalid frame from the server: {what} ({error})");
-                self.send_server(frame::request_error_response(None, code, &message).as_bytes());
+                let id = request::recover_id(line)
+                    .filter(|id| contains(line, br#""method""#) && self.answerable(Some(id)));
+                self.send_server(
+                    frame::request_error_response(id.as_ref(), code, &message).as_bytes(),
+                );
                 return;
             }
         };
@@ -1612,6 +1637,33 @@ server "tight" {
         );
         assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
         assert!(rig.client.take().is_empty());
+    }
+
+    /// Issue 11 item 16 through the proxy: a frame the probe cannot read is
+    /// still answered with its id when the id can be read and names no
+    /// request in flight.
+    #[test]
+    fn unreadable_frames_are_answered_with_their_readable_id() {
+        let rig = rig("asks");
+        // Two `method` members hiding a sampling request: the runtime's
+        // refusal, with the id.
+        let twice = br#"{"jsonrpc":"2.0","id":41,"method":"ping","method":"sampling/createMessage","params":{}}"#;
+        rig.session.from_server(twice);
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 41);
+        assert_eq!(answer["error"]["code"], -32600);
+        // Any request the probe refuses (two `method` members): its id.
+        let twice_ping = br#"{"jsonrpc":"2.0","id":"p","method":"ping","method":"roots/list"}"#;
+        rig.session.from_server(twice_ping);
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], "p");
+        assert!(rig.client.take().is_empty());
+        // An id still in flight is never echoed: the answers would cross.
+        rig.session.from_server(sample(5, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let twice_five = br#"{"jsonrpc":"2.0","id":5,"method":"ping","method":"roots/list"}"#;
+        rig.session.from_server(twice_five);
+        assert_eq!(parse(&rig.server.take()[0])["id"], Value::Null);
     }
 
     #[test]
