@@ -114,6 +114,8 @@ struct ServerProbe<'a> {
     id: Option<Value>,
     #[serde(default)]
     result: Option<ResultProbe<'a>>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
 }
 
 /// `result.resultType` when `result` is an object; any other `result`
@@ -488,6 +490,24 @@ impl Session {
                 return;
             }
         };
+        if probe.method.is_some() && (probe.result.is_some() || probe.error.is_some()) {
+            // A request and a response at once: the client may read it as
+            // either, and as a response its `inputRequests` would go on
+            // undecided. It is neither, so it does not pass.
+            let id = probe.id.as_ref().filter(|id| self.answerable(Some(id)));
+            self.log.line(format_args!(
+                "server sent a frame with both `method` and `result`/`error`; answered -32600, not forwarded"
+            ));
+            self.send_server(
+                frame::request_error_response(
+                    id,
+                    request::INVALID_REQUEST,
+                    "Invalid frame from the server: a message is a request or a response, not both",
+                )
+                .as_bytes(),
+            );
+            return;
+        }
         match (probe.method.as_deref(), &probe.id) {
             (Some("notifications/cancelled"), _) => {
                 self.server_cancelled(line);
@@ -1664,6 +1684,25 @@ server "tight" {
         let twice_five = br#"{"jsonrpc":"2.0","id":5,"method":"ping","method":"roots/list"}"#;
         rig.session.from_server(twice_five);
         assert_eq!(parse(&rig.server.take()[0])["id"], Value::Null);
+    }
+
+    /// Found by the `proxy` fuzz target: a frame with `method` and an
+    /// `input_required` result was routed as a request and its sampling
+    /// entries reached the client undecided under `sampling off`.
+    #[test]
+    fn a_frame_that_is_request_and_response_at_once_does_not_pass() {
+        let rig = rig("off");
+        let both = br#"{"jsonrpc":"2.0","id":1,"method":"allServers","result":{"resultType":"input_required","requestState":"s1","inputRequests":{"k0":{"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}}}}"#;
+        rig.session.from_server(both);
+        assert!(rig.client.take().is_empty(), "never reaches the client");
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 1);
+        assert_eq!(answer["error"]["code"], -32600);
+        let with_error =
+            br#"{"jsonrpc":"2.0","id":2,"method":"ping","error":{"code":1,"message":"x"}}"#;
+        rig.session.from_server(with_error);
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
     }
 
     #[test]
