@@ -42,7 +42,9 @@ use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{Answer as EngineAnswer, ClientContext, Decision, Denial, Engine, Grant};
 use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::identity;
-use mcpolicy_runtime::store::{DecisionKey, DecisionStore, MemoryStore, Verdict};
+use mcpolicy_runtime::store::{
+    DecisionKey, DecisionStore, MemoryStore, SqliteOptions, SqliteStore, Verdict,
+};
 use mcpolicy_runtime::table::Table;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
@@ -172,7 +174,9 @@ fn memory_agrees(
         .store()
         .get(ekey)
         .expect("the memory store does not fail")
-        .filter(|d| !d.is_expired(now));
+        .filter(|d| !d.is_expired(now))
+        // A decision made under another block digest is dead (a replay misses it).
+        .filter(|d| *d.digest == *engine.table().entry_for(&ekey.server_id).digest);
     match (mine, theirs) {
         (None, None) => Ok(()),
         (Some(m), Some(t)) => {
@@ -215,27 +219,92 @@ fn tally(observed: &Observed) {
     SEEN.with(|seen| *seen.borrow_mut().entry(kind).or_default() += 1);
 }
 
-/// Runs one policy over one run; the first disagreement is an error.
-fn differential(text: &str, run: &strategies::Run) -> Result<(), TestCaseError> {
+/// The engines under test, one per store, over one shared clock.
+struct Engines {
+    clock: Arc<ManualClock>,
+    stores: Vec<(&'static str, Arc<dyn DecisionStore>)>,
+    engines: Vec<(&'static str, Engine)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Engines {
+    fn new(table: &Table, start: i64) -> Engines {
+        // A RAM disk where there is one: the SQLite store's fsyncs at open
+        // would otherwise cost more than the whole run.
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .expect("a temporary directory");
+        let options = SqliteOptions {
+            background_checkpoint: false,
+            verify_on_open: false,
+            ..SqliteOptions::default()
+        };
+        let sqlite = SqliteStore::open_with(dir.path().join("decisions.db"), &options)
+            .expect("a fresh SQLite store opens");
+        let stores: Vec<(&'static str, Arc<dyn DecisionStore>)> = vec![
+            ("memory", Arc::new(MemoryStore::new())),
+            ("sqlite", Arc::new(sqlite)),
+        ];
+        let mut engines = Engines {
+            clock: Arc::new(ManualClock::new(start)),
+            stores,
+            engines: Vec::new(),
+            _dir: dir,
+        };
+        engines.load(table);
+        engines
+    }
+
+    /// A (new) table over the same stores, as a client does after an edit.
+    fn load(&mut self, table: &Table) {
+        self.engines = self
+            .stores
+            .iter()
+            .map(|(name, store)| (*name, Engine::new(table.clone(), store.clone(), self.clock.clone())))
+            .collect();
+    }
+}
+
+/// Runs one policy over one run (switching to `edited` at step `edit_at`);
+/// the first disagreement is an error.
+fn differential(
+    text: &str,
+    edited: Option<(&str, usize)>,
+    run: &strategies::Run,
+) -> Result<(), TestCaseError> {
     let Some((table, file)) = compile(text) else {
         return Err(TestCaseError::reject("the checker found an error"));
     };
-    let policy = Policy::read(&file);
-    if run
-        .servers
-        .iter()
-        .any(|s| policy.block_for(s).1.tools_reason_shared())
-    {
+    let mut policy = Policy::read(&file);
+    let mut next = None;
+    if let Some((text, at)) = edited {
+        let Some((table, file)) = compile(text) else {
+            return Err(TestCaseError::reject("the checker found an error in the edit"));
+        };
+        next = Some((at, table, Policy::read(&file)));
+    }
+    let shared = |p: &Policy| run.servers.iter().any(|s| p.block_for(s).1.tools_reason_shared());
+    if shared(&policy) || next.as_ref().is_some_and(|(_, _, p)| shared(p)) {
         // A known disagreement, kept in `shared_tools_reason_*` below.
         return Err(TestCaseError::reject("`tools off` shares its reason"));
     }
-    let clock = Arc::new(ManualClock::new(run.start));
-    let engine = Engine::new(table, Arc::new(MemoryStore::new()), clock.clone());
+    let mut engines = Engines::new(&table, run.start);
     let ctx = ClientContext::with_sampling_context(run.sampling_context);
     let mut state = State::default();
     let mut now = run.start;
     let mut keys: BTreeMap<(String, String), DecisionKey> = BTreeMap::new();
     for (i, step) in run.steps.iter().enumerate() {
+        if next.as_ref().is_some_and(|(at, _, _)| *at == i)
+            && let Some((_, table, after)) = next.take()
+        {
+            engines.load(&table);
+            state.edit(&policy, &after);
+            policy = after;
+        }
         let strategies::Step::Request {
             server,
             request,
@@ -246,52 +315,67 @@ fn differential(text: &str, run: &strategies::Run) -> Result<(), TestCaseError> 
         else {
             if let strategies::Step::Advance(ms) = step {
                 now += ms;
-                clock.set(now);
+                engines.clock.set(now);
             }
             continue;
         };
         let server = run.servers[server % run.servers.len()];
         let request = &run.requests[request % run.requests.len()];
-        let theirs = engine_step(&engine, server, request, &ctx, *answer);
         let mine = state.decide(&policy, server, request, run.sampling_context, *answer, now);
         tally(&mine.observed);
-        prop_assert_eq!(
-            &mine.observed,
-            &theirs.0,
-            "step {} ({:?}) from {} at {}: interpreter left, engine right",
-            i,
-            step,
-            server,
-            interp::rfc3339(now)
-        );
-        if let (Some(ikey), Some(ekey)) = (mine.key.clone(), theirs.2.clone()) {
-            keys.insert(ikey, ekey);
-        }
-        // What a granted request reports back.
-        if let (Some(grant), Observed::Grant(view)) = (&theirs.1, &mine.observed)
-            && !view.pending
-        {
+        let mut deadline: Option<Observed> = None;
+        for (name, engine) in &engines.engines {
+            let theirs = engine_step(engine, server, request, &ctx, *answer);
+            prop_assert_eq!(
+                &mine.observed,
+                &theirs.0,
+                "step {} ({:?}) from {} at {}: interpreter left, {} engine right",
+                i,
+                step,
+                server,
+                interp::rfc3339(now),
+                name
+            );
+            if let (Some(ikey), Some(ekey)) = (mine.key.clone(), theirs.2.clone()) {
+                keys.insert(ikey, ekey);
+            }
+            // What a granted request reports back.
+            let (Some(grant), Observed::Grant(view)) = (&theirs.1, &mine.observed) else {
+                continue;
+            };
+            if view.pending {
+                continue;
+            }
             if let Some(usage) = usage {
                 engine.settle(&grant.ticket, *usage).expect("settle");
-                if let Some(admitted) = &mine.admitted {
-                    state.settle(admitted, *usage);
-                }
             }
             if *missed {
                 let denial = engine.report_deadline_miss(&grant.ticket).expect("deadline miss");
                 let ikey = mine.key.clone().expect("a decided request has a key");
-                let expected = state.deadline_missed(&policy, &ikey, now);
+                let expected = deadline
+                    .get_or_insert_with(|| state.deadline_missed(&policy, &ikey, now))
+                    .clone();
                 prop_assert_eq!(
                     &expected,
                     &Observed::Deny(deny_view(&denial, false)),
-                    "step {} deadline miss: interpreter left, engine right",
-                    i
+                    "step {} deadline miss: interpreter left, {} engine right",
+                    i,
+                    name
                 );
             }
         }
-        for (ikey, ekey) in &keys {
-            if let Err(message) = memory_agrees(&state, ikey, &engine, ekey, now) {
-                return Err(TestCaseError::fail(format!("step {i} ({step:?}): {message}")));
+        if let (Some(usage), Some(admitted)) = (usage, &mine.admitted)
+            && matches!(&mine.observed, Observed::Grant(v) if !v.pending)
+        {
+            state.settle(admitted, *usage);
+        }
+        for (name, engine) in &engines.engines {
+            for (ikey, ekey) in &keys {
+                if let Err(message) = memory_agrees(&state, ikey, engine, ekey, now) {
+                    return Err(TestCaseError::fail(format!(
+                        "step {i} ({step:?}), {name} engine: {message}"
+                    )));
+                }
             }
         }
     }
@@ -317,7 +401,18 @@ proptest! {
     /// interpreter of the syntax tree at every step of every run.
     #[test]
     fn table_agrees_with_interpreter(text in strategies::policy(), run in strategies::run(24)) {
-        differential(&text, &run)?;
+        differential(&text, None, &run)?;
+    }
+
+    /// The same across an edit of the policy over the same stores: stored
+    /// decisions of exactly the servers whose meaning changed are gone.
+    #[test]
+    fn edits_invalidate_exactly_the_changed_servers(
+        (before, after) in strategies::edited_policy(),
+        run in strategies::run(24),
+        at in 0usize..24,
+    ) {
+        differential(&before, Some((&after, at)), &run)?;
     }
 }
 
@@ -333,7 +428,7 @@ fn outcome_coverage() {
     });
     let strategy = (strategies::policy(), strategies::run(24));
     runner
-        .run(&strategy, |(text, run)| differential(&text, &run))
+        .run(&strategy, |(text, run)| differential(&text, None, &run))
         .expect("the engine agrees with the interpreter");
     let seen = SEEN.with(|seen| seen.borrow().clone());
     for (kind, n) in &seen {
@@ -361,6 +456,93 @@ fn outcome_coverage() {
     for trim in [" context", " max_tokens", " model"] {
         assert!(seen.keys().any(|k| k.starts_with("grant") && k.contains(trim)), "no{trim} trim");
     }
+}
+
+// ------------------------------------------------ disagreements found, kept
+
+/// One engine over a memory store for `text`, at `now`.
+fn engine_for(text: &str, store: Arc<MemoryStore>, clock: Arc<ManualClock>) -> Engine {
+    let (table, _) = compile(text).expect("the policy checks clean");
+    Engine::new(table, store, clock)
+}
+
+fn decide(engine: &Engine, server: &str, params: Value) -> Decision {
+    let request = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
+    });
+    match engine.decide_bytes(server, request.to_string().as_bytes(), &ClientContext::default()) {
+        EngineAnswer::Decided { decision, .. } => decision,
+        other => panic!("not decided: {other:?}"),
+    }
+}
+
+/// Found by `edits_invalidate_exactly_the_changed_servers`: a block without
+/// a `deadline` statement still produces `policy.deadline` (a client may
+/// report a miss under any grant), but the block's digest left that reason
+/// out, so redeclaring `policy.deadline` kept the stored deadline denials of
+/// every such server: a denial stored `forever` outlived the edit that
+/// shortened its ttl, and the server stayed refused.
+#[test]
+fn redeclaring_policy_deadline_invalidates_servers_without_a_deadline() {
+    let before = "mcpolicy 1\nreason policy.deadline { retryable false; ttl forever }\ndefaults { consent never }\n";
+    let after = "mcpolicy 1\nreason policy.deadline { retryable true; ttl 30s }\ndefaults { consent never }\n";
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
+    let params = serde_json::json!({"messages": [], "maxTokens": 10});
+    let engine = engine_for(before, store.clone(), clock.clone());
+    let Decision::Allow(grant) = decide(&engine, "notes", params.clone()) else {
+        panic!("allowed at first");
+    };
+    let denial = engine.report_deadline_miss(&grant.ticket).expect("a miss is recorded");
+    assert_eq!(&*denial.reason, "policy.deadline");
+    assert!(decide(&engine, "notes", params.clone()).deny_reason().is_some());
+    // The edit: `policy.deadline` is now retryable after 30 s. The denial
+    // stored under the old meaning must not answer any more.
+    let engine = engine_for(after, store, clock);
+    assert!(
+        matches!(decide(&engine, "notes", params), Decision::Allow(_)),
+        "the denial stored `forever` under the old `policy.deadline` was replayed"
+    );
+}
+
+/// Found by `table_agrees_with_interpreter` (known, not fixed here): when
+/// `tools off` shares its reason with another statement via `as`, the
+/// engine tells a stored tools denial by its reason name and so cannot
+/// apply "a tools denial answers only a request that offers tools". Here a
+/// stored `max_messages` denial is not replayed (it is decided afresh,
+/// its `represented` count lost, its expiry renewed).
+#[test]
+#[ignore = "finding: the engine tells a stored tools denial by its reason name"]
+fn shared_tools_reason_input_denial_is_replayed() {
+    let text = "mcpolicy 1\ndefaults {\n  tools off as policy.input_too_large\n  max_messages 1\n}\n";
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
+    let engine = engine_for(text, store, clock);
+    let params = serde_json::json!({"messages": [{"role": "user", "content": {"type": "text", "text": "a"}}, {"role": "user", "content": {"type": "text", "text": "b"}}], "maxTokens": 10});
+    assert!(decide(&engine, "x", params.clone()).deny_reason().is_some());
+    let Decision::Deny(again) = decide(&engine, "x", params) else {
+        panic!("denied again");
+    };
+    assert!(again.replayed, "the stored denial was not replayed");
+}
+
+/// The same finding the other way round: `sampling on as R` and
+/// `tools off as R` make a stored tools denial answer the same request
+/// sent without tools, which asks for something `tools off` allows.
+#[test]
+#[ignore = "finding: the engine tells a stored tools denial by its reason name"]
+fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
+    let text = "mcpolicy 1\nreason acme.no { retryable false }\ndefaults {\n  sampling on as acme.no\n  tools off as acme.no\n  consent never\n}\n";
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
+    let engine = engine_for(text, store, clock);
+    let with_tools = serde_json::json!({"messages": [], "maxTokens": 10, "tools": [{"name": "t", "inputSchema": {"type": "object"}}]});
+    assert_eq!(decide(&engine, "x", with_tools).deny_reason(), Some("acme.no"));
+    let without = serde_json::json!({"messages": [], "maxTokens": 10});
+    assert!(
+        matches!(decide(&engine, "x", without), Decision::Allow(_)),
+        "the stored tools denial answered a request without tools"
+    );
 }
 
 /// The interpreter's own glob agrees with a few facts from DESIGN.

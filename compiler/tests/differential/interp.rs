@@ -48,6 +48,8 @@ pub struct Reason {
     pub retryable: bool,
     pub ttl: Ttl,
     pub code: i64,
+    /// The declared message template; `None`: the built-in one.
+    pub message: Option<String>,
 }
 
 /// DESIGN's built-in reason table: name, retryable, ttl, fixed code
@@ -334,6 +336,7 @@ impl Policy {
                         retryable: *retryable,
                         ttl: *ttl,
                         code: code.unwrap_or(error_code),
+                        message: None,
                     },
                 )
             })
@@ -346,6 +349,7 @@ impl Policy {
                     retryable: false,
                     ttl: Ttl::Forever,
                     code: error_code,
+                    message: None,
                 });
             for stmt in &decl.body.stmts {
                 match &stmt.kind {
@@ -359,7 +363,8 @@ impl Policy {
                         }
                     }
                     ReasonStmtKind::Code(c) => reason.code = c.value.unwrap_or(reason.code),
-                    ReasonStmtKind::Message(_) | ReasonStmtKind::Bad(_) => {}
+                    ReasonStmtKind::Message(m) => reason.message = Some(m.value.clone()),
+                    ReasonStmtKind::Bad(_) => {}
                 }
             }
         }
@@ -402,7 +407,44 @@ impl Policy {
             retryable: false,
             ttl: Ttl::None,
             code: self.error_code,
+            message: None,
         })
+    }
+
+    /// What a server's stored decisions depend on: its merged block and
+    /// every reason that block can give a request (its statements', the
+    /// trims', the user's, and the deadline miss's, which a client can
+    /// report under any block). DESIGN: an edit that changes any of it
+    /// invalidates the server's stored decisions, and nothing else does.
+    pub fn meaning(&self, server_id: &str) -> (Block, Vec<(String, Reason)>) {
+        let (_, block) = self.block_for(server_id);
+        let mut names: Vec<String> = vec![
+            block.sampling.1.clone(),
+            block.tools.1.clone(),
+            "policy.max_scope".into(),
+            "policy.max_tokens".into(),
+            "policy.model".into(),
+            "user.denied".into(),
+            "user.approved".into(),
+            block
+                .deadline
+                .as_ref()
+                .map_or_else(|| "policy.deadline".to_owned(), |d| d.1.clone()),
+        ];
+        names.extend(block.max_input.iter().map(|l| l.1.clone()));
+        names.extend(block.max_messages.iter().map(|l| l.1.clone()));
+        names.extend(block.rate.iter().map(|r| r.2.clone()));
+        names.extend(block.budgets.iter().map(|b| b.reason.clone()));
+        names.sort();
+        names.dedup();
+        let reasons = names
+            .into_iter()
+            .map(|n| {
+                let r = self.reason(&n);
+                (n, r)
+            })
+            .collect();
+        (block, reasons)
     }
 }
 
@@ -1103,6 +1145,13 @@ impl State {
             _ => None,
         };
         self.deny(policy, key, &reason, timing, None, now, false)
+    }
+
+    /// The policy was edited: the stored decisions of every server whose
+    /// meaning changed are gone; spend stays (it happened).
+    pub fn edit(&mut self, before: &Policy, after: &Policy) {
+        self.memory
+            .retain(|(server, _), _| before.meaning(server) == after.meaning(server));
     }
 
     /// The decision remembered for `key` that is still in force at `now`.

@@ -234,8 +234,50 @@ fn reason_decl(name: &'static str) -> impl Strategy<Value = String> {
         })
 }
 
-/// A policy as text: header, reasons, `defaults`, server blocks.
-pub fn policy() -> impl Strategy<Value = String> {
+/// A policy in parts, so that an edit can replace one part.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    protocol: Option<&'static str>,
+    error_code: Option<i64>,
+    identity: Option<Vec<&'static str>>,
+    reasons: Vec<(&'static str, String)>,
+    defaults: Option<Vec<String>>,
+    servers: Vec<(&'static str, Vec<String>)>,
+}
+
+impl Parts {
+    /// The policy text: header, reasons, `defaults`, server blocks.
+    pub fn render(&self) -> String {
+        let mut out = String::from("mcpolicy 1\n");
+        if let Some(p) = self.protocol {
+            let _ = writeln!(out, "protocol {p}");
+        }
+        if let Some(c) = self.error_code {
+            let _ = writeln!(out, "error_code {c}");
+        }
+        if let Some(fields) = &self.identity {
+            let _ = writeln!(out, "identity {}", fields.join(", "));
+        }
+        for (_, r) in &self.reasons {
+            let _ = writeln!(out, "{r}");
+        }
+        if let Some(stmts) = &self.defaults {
+            let _ = writeln!(out, "defaults {{");
+            for s in stmts {
+                let _ = writeln!(out, "  {s}");
+            }
+            out.push_str("}\n");
+        }
+        for (pattern, stmts) in &self.servers {
+            let _ = writeln!(out, "server \"{pattern}\" {{ {} }}", stmts.join("; "));
+        }
+        out
+    }
+}
+
+const ERROR_CODES: &[i64] = &[-32010, -32011, -32001, -31010, 1, 42];
+
+fn parts() -> impl Strategy<Value = Parts> {
     // The custom reasons are always declared (a statement may name them),
     // the built-ins now and then.
     let reasons = subsequence(
@@ -256,7 +298,7 @@ pub fn policy() -> impl Strategy<Value = String> {
             .iter()
             .copied()
             .chain(names)
-            .map(reason_decl)
+            .map(|name| reason_decl(name).prop_map(move |d| (name, d)))
             .collect::<Vec<_>>()
     });
     // Exact ids first, then globs, `*` last: fewer blocks shadowed by an
@@ -275,38 +317,74 @@ pub fn policy() -> impl Strategy<Value = String> {
         });
     (
         option::of(select(&["2025-06-18", "2025-11-25", "2026-07-28"][..])),
-        option::weighted(0.5, select(&[-32010i64, -32011, -32001, -31010, 1, 42][..])),
+        option::weighted(0.5, select(ERROR_CODES)),
         option::weighted(0.3, subsequence(IDENTITY_FIELDS, 1..=5).prop_shuffle()),
         reasons,
         option::weighted(0.8, block(45)),
         servers,
     )
-        .prop_map(|(protocol, code, identity, reasons, defaults, servers)| {
-            let mut out = String::from("mcpolicy 1\n");
-            if let Some(p) = protocol {
-                let _ = writeln!(out, "protocol {p}");
-            }
-            if let Some(c) = code {
-                let _ = writeln!(out, "error_code {c}");
-            }
-            if let Some(fields) = identity {
-                let _ = writeln!(out, "identity {}", fields.join(", "));
-            }
-            for r in reasons {
-                let _ = writeln!(out, "{r}");
-            }
-            if let Some(stmts) = defaults {
-                let _ = writeln!(out, "defaults {{");
-                for s in stmts {
-                    let _ = writeln!(out, "  {s}");
-                }
-                out.push_str("}\n");
-            }
-            for (pattern, stmts) in servers {
-                let _ = writeln!(out, "server \"{pattern}\" {{ {} }}", stmts.join("; "));
-            }
-            out
-        })
+        .prop_map(
+            |(protocol, error_code, identity, reasons, defaults, servers)| Parts {
+                protocol,
+                error_code,
+                identity,
+                reasons,
+                defaults,
+                servers,
+            },
+        )
+}
+
+/// A policy as text.
+pub fn policy() -> impl Strategy<Value = String> {
+    parts().prop_map(|p| p.render())
+}
+
+/// A policy and an edit of it: nothing changed (only re-compiled), the
+/// `defaults` or one server block rewritten, one reason redeclared, or the
+/// `error_code` changed.
+pub fn edited_policy() -> impl Strategy<Value = (String, String)> {
+    parts().prop_flat_map(|before| {
+        let servers = before.servers.len();
+        let reasons = before.reasons.len();
+        let keep = before.clone();
+        (
+            Just(before),
+            0u8..5,
+            any::<prop::sample::Index>(),
+            block(45),
+            block(30),
+            select(ERROR_CODES),
+        )
+            .prop_flat_map(move |(before, what, index, defaults, server, code)| {
+                let mut after = before.clone();
+                let redeclare: BoxedStrategy<Option<(usize, String)>> = match what {
+                    1 => {
+                        after.defaults = Some(defaults);
+                        Just(None).boxed()
+                    }
+                    2 if servers > 0 => {
+                        after.servers[index.index(servers)].1 = server;
+                        Just(None).boxed()
+                    }
+                    3 if reasons > 0 => {
+                        let at = index.index(reasons);
+                        reason_decl(keep.reasons[at].0).prop_map(move |d| Some((at, d))).boxed()
+                    }
+                    4 => {
+                        after.error_code = Some(code);
+                        Just(None).boxed()
+                    }
+                    _ => Just(None).boxed(),
+                };
+                (Just(before), Just(after), redeclare).prop_map(|(before, mut after, r)| {
+                    if let Some((at, decl)) = r {
+                        after.reasons[at].1 = decl;
+                    }
+                    (before.render(), after.render())
+                })
+            })
+    })
 }
 
 fn text(len: usize) -> String {
