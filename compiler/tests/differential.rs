@@ -1,32 +1,51 @@
 //! Differential test of the compiled table: random well-typed policies are
 //! compiled by the real front end (`parse` → `check` → `lower`, the table
 //! written as JSON and loaded back with `Table::from_json`) and executed by
-//! the runtime's `Engine` over a `MemoryStore`, and the same policy text is
-//! interpreted directly from its checked syntax tree by `differential/interp.rs`.
-//! Over a random sequence of requests, user answers, token settlements,
-//! deadline misses and clock advances, both must agree at every step on:
+//! the runtime's `Engine`, and the same policy text is interpreted directly
+//! from its checked syntax tree by `differential/interp.rs`, a reference
+//! written from DESIGN.md that shares no code with the model, the lowering
+//! or the engine. Three engines run in lockstep, each over its own store:
+//! a `MemoryStore` and an `SqliteStore` fed JSON-RPC requests
+//! (`decide_bytes`; the SQLite store takes the engine's one-transaction
+//! `replay_then_admit` path, the memory store the two-call path), and a
+//! `MemoryStore` fed the same requests as MCP 2026-07-28
+//! `InputRequiredResult` entries (`decide_input_required`).
+//!
+//! Over a random sequence of requests from a few server ids, user answers
+//! (approve, refuse, never), token settlements, deadline misses and clock
+//! advances, every engine must agree with the interpreter at every step on:
 //! validation class and code, verdict, reason, error code, `retryable`,
 //! `error.data` (with `resetsAt`/`retryAfter`), replay and `represented`,
 //! whether consent was asked, every trim (requested/applied), the params the
 //! completion runs with, the deadline, and the decision each side remembers
-//! for every identity seen so far (verdict, reason, expiry, count).
+//! for every identity seen so far (verdict, reason, expiry, count). A second
+//! property edits the policy in the middle of the run (re-compiled, the same
+//! stores): the stored decisions of exactly the servers whose meaning
+//! changed must be gone, and spend must stay.
 //!
 //! This is how Cedar holds its authorizer to its Lean model (cedar-spec's
 //! differential testing). Fast by default (a few seconds); long mode:
 //!
 //! ```text
-//! PROPTEST_CASES=20000 cargo test -p mcpolicy-compiler --test differential --release
+//! PROPTEST_CASES=10000 cargo test -p mcpolicy-compiler --test differential --release
 //! ```
 //!
 //! A failure prints the policy text, the run and the first step where the
 //! two disagree; proptest stores its seed in
 //! `compiler/tests/differential.proptest-regressions` (keep that file), and
 //! each disagreement found is also kept below as an explicit test.
+//! `MCPOLICY_DIFF_SKIP_PENDING=1` leaves out of the requests what today's
+//! validation lets through and DESIGN step 1 refuses (-32602): unknown
+//! `includeContext` values (issue 11 item 5) and fields of the wrong type
+//! (`"hints": "gpt-4o"` passes the `models` trim untouched), while those
+//! fixes are pending.
 //!
-//! Not covered here (tested elsewhere or pending): clock steps back (the
-//! store's pruning after a step back is issue 11 item 9), non-ASCII and
-//! NFC/NFD server ids (item 7, in progress), message prose, the SQLite store,
-//! and MCP 2026-07-28 `inputRequests` wrapping.
+//! Not covered here: clock steps back (the store's pruning after a step back
+//! is issue 11 item 9, and whether an expired decision counts again after a
+//! step back is not specified), non-ASCII and NFC/NFD server ids (item 7, in
+//! progress in parallel: ids are ASCII here), message prose (its `{limit}`
+//! and `{window}` wording is not specified), and concurrent deciders
+//! (`runtime/tests/store*.rs`).
 
 #[path = "differential/strategies.rs"]
 mod strategies;
@@ -39,7 +58,9 @@ use std::sync::Arc;
 use mcpolicy_compiler::codes::Severity;
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::{Answer as EngineAnswer, ClientContext, Decision, Denial, Engine, Grant};
+use mcpolicy_runtime::engine::{
+    Answer as EngineAnswer, ClientContext, Decision, Denial, Engine, Grant, InputOutcome,
+};
 use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::identity;
 use mcpolicy_runtime::store::{
@@ -113,16 +134,46 @@ fn grant_view(grant: &Grant, params: &serde_json::Map<String, Value>, consent_as
 /// (to settle or report a deadline miss on).
 fn engine_step(
     engine: &Engine,
+    path: Path,
     server: &str,
     request: &Value,
     ctx: &ClientContext,
     answer: Answer,
 ) -> (Observed, Option<Grant>, Option<DecisionKey>) {
-    let bytes = serde_json::to_vec(request).expect("a Value serialises");
-    let (request, decision) = match engine.decide_bytes(server, &bytes, ctx) {
-        EngineAnswer::Invalid { code, .. } => return (Observed::Invalid { code }, None, None),
-        EngineAnswer::Failed { error, .. } => panic!("the memory store failed: {error}"),
-        EngineAnswer::Decided { request, decision } => (request, decision),
+    let (request, decision) = match path {
+        Path::Request => {
+            let bytes = serde_json::to_vec(request).expect("a Value serialises");
+            match engine.decide_bytes(server, &bytes, ctx) {
+                EngineAnswer::Invalid { code, .. } => {
+                    return (Observed::Invalid { code }, None, None);
+                }
+                EngineAnswer::Failed { error, .. } => panic!("the store failed: {error}"),
+                EngineAnswer::Decided { request, decision } => (request, decision),
+            }
+        }
+        Path::InputRequest => {
+            // MCP 2026-07-28: the same request as an entry of a client
+            // call's `InputRequiredResult`.
+            let mut entry = serde_json::Map::new();
+            entry.insert("method".into(), request["method"].clone());
+            if let Some(params) = request.get("params") {
+                entry.insert("params".into(), params.clone());
+            }
+            let result = serde_json::json!({"inputRequests": {"r1": Value::Object(entry)}});
+            let bytes = serde_json::to_vec(&result).expect("a Value serialises");
+            let mut decided = engine
+                .decide_input_required(server, &bytes, ctx)
+                .expect("a well-formed InputRequiredResult");
+            assert_eq!(decided.len(), 1, "one entry in, one decision out");
+            match decided.remove(0).outcome {
+                InputOutcome::Invalid { code, .. } => {
+                    return (Observed::Invalid { code }, None, None);
+                }
+                InputOutcome::Decided { request, decision } => (request, decision),
+                InputOutcome::NotSampling => panic!("a sampling entry read as another method"),
+                InputOutcome::Failed(error) => panic!("the store failed: {error}"),
+            }
+        }
     };
     let key = DecisionKey::new(
         server,
@@ -219,11 +270,22 @@ fn tally(observed: &Observed) {
     SEEN.with(|seen| *seen.borrow_mut().entry(kind).or_default() += 1);
 }
 
-/// The engines under test, one per store, over one shared clock.
+/// How a request reaches the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// A server-to-client JSON-RPC request (`decide_bytes`).
+    Request,
+    /// An entry of an MCP 2026-07-28 `InputRequiredResult`
+    /// (`decide_input_required`); only for a well-formed envelope, whose
+    /// `jsonrpc` and `id` the entry does not carry.
+    InputRequest,
+}
+
+/// The engines under test, each over its own store, on one shared clock.
 struct Engines {
     clock: Arc<ManualClock>,
-    stores: Vec<(&'static str, Arc<dyn DecisionStore>)>,
-    engines: Vec<(&'static str, Engine)>,
+    stores: Vec<(&'static str, Path, Arc<dyn DecisionStore>)>,
+    engines: Vec<(&'static str, Path, Engine)>,
     _dir: tempfile::TempDir,
 }
 
@@ -245,9 +307,10 @@ impl Engines {
         };
         let sqlite = SqliteStore::open_with(dir.path().join("decisions.db"), &options)
             .expect("a fresh SQLite store opens");
-        let stores: Vec<(&'static str, Arc<dyn DecisionStore>)> = vec![
-            ("memory", Arc::new(MemoryStore::new())),
-            ("sqlite", Arc::new(sqlite)),
+        let stores: Vec<(&'static str, Path, Arc<dyn DecisionStore>)> = vec![
+            ("memory", Path::Request, Arc::new(MemoryStore::new())),
+            ("sqlite", Path::Request, Arc::new(sqlite)),
+            ("memory inputRequests", Path::InputRequest, Arc::new(MemoryStore::new())),
         ];
         let mut engines = Engines {
             clock: Arc::new(ManualClock::new(start)),
@@ -264,7 +327,10 @@ impl Engines {
         self.engines = self
             .stores
             .iter()
-            .map(|(name, store)| (*name, Engine::new(table.clone(), store.clone(), self.clock.clone())))
+            .map(|(name, path, store)| {
+                let engine = Engine::new(table.clone(), store.clone(), self.clock.clone());
+                (*name, *path, engine)
+            })
             .collect();
     }
 }
@@ -302,7 +368,14 @@ fn differential(
             && let Some((_, table, after)) = next.take()
         {
             engines.load(&table);
+            let stored = state.memory.len();
             state.edit(&policy, &after);
+            let kind = match (stored, state.memory.len()) {
+                (0, _) => "edit with nothing stored",
+                (before, now) if now < before => "edit dropped decisions",
+                _ => "edit kept decisions",
+            };
+            SEEN.with(|seen| *seen.borrow_mut().entry(kind.to_owned()).or_default() += 1);
             policy = after;
         }
         let strategies::Step::Request {
@@ -324,8 +397,14 @@ fn differential(
         let mine = state.decide(&policy, server, request, run.sampling_context, *answer, now);
         tally(&mine.observed);
         let mut deadline: Option<Observed> = None;
-        for (name, engine) in &engines.engines {
-            let theirs = engine_step(engine, server, request, &ctx, *answer);
+        let envelope_ok = request["jsonrpc"] == "2.0"
+            && request["method"] == "sampling/createMessage"
+            && (request["id"].is_number() || request["id"].is_string());
+        for (name, path, engine) in &engines.engines {
+            if *path == Path::InputRequest && !envelope_ok {
+                continue;
+            }
+            let theirs = engine_step(engine, *path, server, request, &ctx, *answer);
             prop_assert_eq!(
                 &mine.observed,
                 &theirs.0,
@@ -369,7 +448,7 @@ fn differential(
         {
             state.settle(admitted, *usage);
         }
-        for (name, engine) in &engines.engines {
+        for (name, _, engine) in &engines.engines {
             for (ikey, ekey) in &keys {
                 if let Err(message) = memory_agrees(&state, ikey, engine, ekey, now) {
                     return Err(TestCaseError::fail(format!(
@@ -412,7 +491,7 @@ proptest! {
         run in strategies::run(24),
         at in 0usize..24,
     ) {
-        differential(&before, Some((&after, at)), &run)?;
+        differential(&before, Some((&after, at % run.steps.len())), &run)?;
     }
 }
 
@@ -426,9 +505,11 @@ fn outcome_coverage() {
         max_global_rejects: 1_000_000,
         ..Config::default()
     });
-    let strategy = (strategies::policy(), strategies::run(24));
+    let strategy = (strategies::edited_policy(), strategies::run(24), 0usize..24);
     runner
-        .run(&strategy, |(text, run)| differential(&text, None, &run))
+        .run(&strategy, |((before, after), run, at)| {
+            differential(&before, Some((&after, at % run.steps.len())), &run)
+        })
         .expect("the engine agrees with the interpreter");
     let seen = SEEN.with(|seen| seen.borrow().clone());
     for (kind, n) in &seen {
@@ -453,6 +534,7 @@ fn outcome_coverage() {
     ] {
         assert!(has(kind), "no `{kind}` in {seen:#?}");
     }
+    assert!(has("edit dropped decisions") && has("edit kept decisions"));
     for trim in [" context", " max_tokens", " model"] {
         assert!(seen.keys().any(|k| k.starts_with("grant") && k.contains(trim)), "no{trim} trim");
     }
@@ -543,6 +625,38 @@ fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
         matches!(decide(&engine, "x", without), Decision::Allow(_)),
         "the stored tools denial answered a request without tools"
     );
+}
+
+/// Found by `table_agrees_with_interpreter` (pending in `request.rs`):
+/// DESIGN step 1 refuses a field of the wrong type with -32602, and today's
+/// validation checks only `messages` and `maxTokens`. `"hints": "gpt-4o"`
+/// then passes the `models` trim untouched: the client receives a request
+/// whose hint names a model the policy does not allow.
+#[test]
+#[ignore = "pending: DESIGN step 1 field types in runtime/src/request.rs"]
+fn fields_of_the_wrong_type_are_invalid_params() {
+    let text = "mcpolicy 1\ndefaults {\n  models \"claude-*\"\n  consent never\n}\n";
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
+    let engine = engine_for(text, store, clock);
+    for (field, value) in [
+        ("modelPreferences", serde_json::json!({"hints": "gpt-4o"})),
+        ("modelPreferences", serde_json::json!("gpt-4o")),
+        ("systemPrompt", serde_json::json!(5)),
+        ("tools", serde_json::json!({})),
+        ("temperature", serde_json::json!("hot")),
+    ] {
+        let mut params = serde_json::json!({"messages": [], "maxTokens": 10});
+        params[field] = value.clone();
+        let request = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
+        });
+        let answer = engine.decide_bytes("x", request.to_string().as_bytes(), &ClientContext::default());
+        assert!(
+            matches!(answer, EngineAnswer::Invalid { code: -32602, .. }),
+            "`{field}: {value}` was not refused as invalid params: {answer:?}"
+        );
+    }
 }
 
 /// The interpreter's own glob agrees with a few facts from DESIGN.

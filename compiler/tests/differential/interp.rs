@@ -681,6 +681,20 @@ pub fn validate(request: &Value) -> Result<Map<String, Value>, i64> {
         // DESIGN step 1: an unknown `includeContext` is -32602, never widened.
         Some(_) => return Err(-32602),
     }
+    // DESIGN step 1: each field of the schema's type (MCP's
+    // `CreateMessageRequest`; only the types the generator varies).
+    let typed = |field: &str, ok: fn(&Value) -> bool| params.get(field).is_none_or(ok);
+    let hints_ok = |prefs: &Value| {
+        prefs.is_object() && prefs.get("hints").is_none_or(Value::is_array)
+    };
+    if !(typed("systemPrompt", Value::is_string)
+        && typed("tools", Value::is_array)
+        && typed("toolChoice", Value::is_object)
+        && params.get("modelPreferences").is_none_or(hints_ok)
+        && typed("temperature", Value::is_number))
+    {
+        return Err(-32602);
+    }
     Ok(params.clone())
 }
 
