@@ -47,10 +47,10 @@
 //! and `{window}` wording is not specified), and concurrent deciders
 //! (`runtime/tests/store*.rs`).
 
-#[path = "differential/strategies.rs"]
-mod strategies;
 #[path = "differential/interp.rs"]
 mod interp;
+#[path = "differential/strategies.rs"]
+mod strategies;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -117,7 +117,11 @@ fn trims(view: &mut GrantView, annotations: &Annotations) {
         .map(|m| (m.requested.clone(), m.applied.clone(), m.allowed.clone()));
 }
 
-fn grant_view(grant: &Grant, params: &serde_json::Map<String, Value>, consent_asked: bool) -> GrantView {
+fn grant_view(
+    grant: &Grant,
+    params: &serde_json::Map<String, Value>,
+    consent_asked: bool,
+) -> GrantView {
     let mut view = GrantView {
         consent_asked,
         pending: false,
@@ -231,7 +235,8 @@ fn memory_agrees(
     match (mine, theirs) {
         (None, None) => Ok(()),
         (Some(m), Some(t)) => {
-            let t_data: Option<Value> = t.data.as_deref().and_then(|d| serde_json::from_str(d).ok());
+            let t_data: Option<Value> =
+                t.data.as_deref().and_then(|d| serde_json::from_str(d).ok());
             let same = m.allow == (t.verdict == Verdict::Allow)
                 && m.reason == *t.reason
                 && m.expires_at == t.expires_at
@@ -240,10 +245,14 @@ fn memory_agrees(
             if same {
                 Ok(())
             } else {
-                Err(format!("remembered for {ikey:?}: interpreter {m:?}, engine {t:?}"))
+                Err(format!(
+                    "remembered for {ikey:?}: interpreter {m:?}, engine {t:?}"
+                ))
             }
         }
-        (m, t) => Err(format!("remembered for {ikey:?}: interpreter {m:?}, engine {t:?}")),
+        (m, t) => Err(format!(
+            "remembered for {ikey:?}: interpreter {m:?}, engine {t:?}"
+        )),
     }
 }
 
@@ -263,7 +272,11 @@ fn tally(observed: &Observed) {
             if g.consent_asked { " asked" } else { "" },
             if g.replayed { " replayed" } else { "" },
             if g.context.is_some() { " context" } else { "" },
-            if g.max_tokens.is_some() { " max_tokens" } else { "" },
+            if g.max_tokens.is_some() {
+                " max_tokens"
+            } else {
+                ""
+            },
             if g.model.is_some() { " model" } else { "" },
         ),
     };
@@ -310,7 +323,11 @@ impl Engines {
         let stores: Vec<(&'static str, Path, Arc<dyn DecisionStore>)> = vec![
             ("memory", Path::Request, Arc::new(MemoryStore::new())),
             ("sqlite", Path::Request, Arc::new(sqlite)),
-            ("memory inputRequests", Path::InputRequest, Arc::new(MemoryStore::new())),
+            (
+                "memory inputRequests",
+                Path::InputRequest,
+                Arc::new(MemoryStore::new()),
+            ),
         ];
         let mut engines = Engines {
             clock: Arc::new(ManualClock::new(start)),
@@ -349,11 +366,17 @@ fn differential(
     let mut next = None;
     if let Some((text, at)) = edited {
         let Some((table, file)) = compile(text) else {
-            return Err(TestCaseError::reject("the checker found an error in the edit"));
+            return Err(TestCaseError::reject(
+                "the checker found an error in the edit",
+            ));
         };
         next = Some((at, table, Policy::read(&file)));
     }
-    let shared = |p: &Policy| run.servers.iter().any(|s| p.block_for(s).1.tools_reason_shared());
+    let shared = |p: &Policy| {
+        run.servers
+            .iter()
+            .any(|s| p.block_for(s).1.tools_reason_shared())
+    };
     if shared(&policy) || next.as_ref().is_some_and(|(_, _, p)| shared(p)) {
         // A known disagreement, kept in `shared_tools_reason_*` below.
         return Err(TestCaseError::reject("`tools off` shares its reason"));
@@ -429,7 +452,9 @@ fn differential(
                 engine.settle(&grant.ticket, *usage).expect("settle");
             }
             if *missed {
-                let denial = engine.report_deadline_miss(&grant.ticket).expect("deadline miss");
+                let denial = engine
+                    .report_deadline_miss(&grant.ticket)
+                    .expect("deadline miss");
                 let ikey = mine.key.clone().expect("a decided request has a key");
                 let expected = deadline
                     .get_or_insert_with(|| state.deadline_missed(&policy, &ikey, now))
@@ -467,7 +492,7 @@ fn config() -> Config {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|n| n.parse().ok())
-            .unwrap_or(256),
+            .unwrap_or(64),
         max_global_rejects: 1_000_000,
         ..Config::default()
     }
@@ -500,11 +525,14 @@ proptest! {
 /// to see the counts). Also fails if a kind never occurs.
 #[test]
 fn outcome_coverage() {
-    let mut runner = proptest::test_runner::TestRunner::new(Config {
-        cases: 300,
+    let config = Config {
+        cases: 150,
         max_global_rejects: 1_000_000,
         ..Config::default()
-    });
+    };
+    // A fixed seed: the generator's reach is checked, not a lucky draw.
+    let rng = proptest::test_runner::TestRng::deterministic_rng(config.rng_algorithm);
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(config, rng);
     let strategy = (strategies::edited_policy(), strategies::run(24), 0usize..24);
     runner
         .run(&strategy, |((before, after), run, at)| {
@@ -536,7 +564,11 @@ fn outcome_coverage() {
     }
     assert!(has("edit dropped decisions") && has("edit kept decisions"));
     for trim in [" context", " max_tokens", " model"] {
-        assert!(seen.keys().any(|k| k.starts_with("grant") && k.contains(trim)), "no{trim} trim");
+        assert!(
+            seen.keys()
+                .any(|k| k.starts_with("grant") && k.contains(trim)),
+            "no{trim} trim"
+        );
     }
 }
 
@@ -552,7 +584,11 @@ fn decide(engine: &Engine, server: &str, params: Value) -> Decision {
     let request = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
     });
-    match engine.decide_bytes(server, request.to_string().as_bytes(), &ClientContext::default()) {
+    match engine.decide_bytes(
+        server,
+        request.to_string().as_bytes(),
+        &ClientContext::default(),
+    ) {
         EngineAnswer::Decided { decision, .. } => decision,
         other => panic!("not decided: {other:?}"),
     }
@@ -575,9 +611,15 @@ fn redeclaring_policy_deadline_invalidates_servers_without_a_deadline() {
     let Decision::Allow(grant) = decide(&engine, "notes", params.clone()) else {
         panic!("allowed at first");
     };
-    let denial = engine.report_deadline_miss(&grant.ticket).expect("a miss is recorded");
+    let denial = engine
+        .report_deadline_miss(&grant.ticket)
+        .expect("a miss is recorded");
     assert_eq!(&*denial.reason, "policy.deadline");
-    assert!(decide(&engine, "notes", params.clone()).deny_reason().is_some());
+    assert!(
+        decide(&engine, "notes", params.clone())
+            .deny_reason()
+            .is_some()
+    );
     // The edit: `policy.deadline` is now retryable after 30 s. The denial
     // stored under the old meaning must not answer any more.
     let engine = engine_for(after, store, clock);
@@ -596,7 +638,8 @@ fn redeclaring_policy_deadline_invalidates_servers_without_a_deadline() {
 #[test]
 #[ignore = "finding: the engine tells a stored tools denial by its reason name"]
 fn shared_tools_reason_input_denial_is_replayed() {
-    let text = "mcpolicy 1\ndefaults {\n  tools off as policy.input_too_large\n  max_messages 1\n}\n";
+    let text =
+        "mcpolicy 1\ndefaults {\n  tools off as policy.input_too_large\n  max_messages 1\n}\n";
     let store = Arc::new(MemoryStore::new());
     let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
     let engine = engine_for(text, store, clock);
@@ -619,7 +662,10 @@ fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
     let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
     let engine = engine_for(text, store, clock);
     let with_tools = serde_json::json!({"messages": [], "maxTokens": 10, "tools": [{"name": "t", "inputSchema": {"type": "object"}}]});
-    assert_eq!(decide(&engine, "x", with_tools).deny_reason(), Some("acme.no"));
+    assert_eq!(
+        decide(&engine, "x", with_tools).deny_reason(),
+        Some("acme.no")
+    );
     let without = serde_json::json!({"messages": [], "maxTokens": 10});
     assert!(
         matches!(decide(&engine, "x", without), Decision::Allow(_)),
@@ -651,7 +697,11 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         let request = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
         });
-        let answer = engine.decide_bytes("x", request.to_string().as_bytes(), &ClientContext::default());
+        let answer = engine.decide_bytes(
+            "x",
+            request.to_string().as_bytes(),
+            &ClientContext::default(),
+        );
         assert!(
             matches!(answer, EngineAnswer::Invalid { code: -32602, .. }),
             "`{field}: {value}` was not refused as invalid params: {answer:?}"
@@ -671,9 +721,18 @@ fn interpreter_glob() {
 #[test]
 fn interpreter_calendar() {
     use interp::{rfc3339, timestamp};
-    assert_eq!(rfc3339(timestamp(2026, 3, 10, 15, 30, 0)), "2026-03-10T15:30:00Z");
-    assert_eq!(rfc3339(timestamp(2028, 2, 29, 0, 0, 0) + 1), "2028-02-29T00:00:00.001Z");
-    assert_eq!(rfc3339(timestamp(1969, 12, 31, 23, 0, 0)), "1969-12-31T23:00:00Z");
+    assert_eq!(
+        rfc3339(timestamp(2026, 3, 10, 15, 30, 0)),
+        "2026-03-10T15:30:00Z"
+    );
+    assert_eq!(
+        rfc3339(timestamp(2028, 2, 29, 0, 0, 0) + 1),
+        "2028-02-29T00:00:00.001Z"
+    );
+    assert_eq!(
+        rfc3339(timestamp(1969, 12, 31, 23, 0, 0)),
+        "1969-12-31T23:00:00Z"
+    );
 }
 
 /// How often the policy generator trips the checker, by code (a tuning aid:
@@ -686,7 +745,10 @@ fn generator_rejections() {
     let mut codes: BTreeMap<String, usize> = BTreeMap::new();
     let mut clean = 0;
     for _ in 0..2000 {
-        let text = strategies::policy().new_tree(&mut runner).unwrap().current();
+        let text = strategies::policy()
+            .new_tree(&mut runner)
+            .expect("a policy is generated")
+            .current();
         let db = Database::default();
         let source = SourceText::new(&db, "random.mcpolicy".into(), text.clone());
         let errors: Vec<_> = db::diagnostics(&db, source)

@@ -156,7 +156,10 @@ impl Block {
                 || self.max_messages.as_ref().is_some_and(|l| l.1 == *r)
                 || self.rate.as_ref().is_some_and(|l| l.2 == *r)
                 || self.budgets.iter().any(|b| b.reason == *r)
-                || self.deadline.as_ref().map_or(r == "policy.deadline", |d| d.1 == *r))
+                || self
+                    .deadline
+                    .as_ref()
+                    .map_or(r == "policy.deadline", |d| d.1 == *r))
     }
 }
 
@@ -194,7 +197,16 @@ fn count(q: &Quantity) -> u64 {
 }
 
 fn bytes(q: &Quantity) -> u64 {
-    number(q) * factor(q, &[("B", 1), ("KiB", 1024), ("MiB", 1024 * 1024), ("GiB", 1 << 30)])
+    number(q)
+        * factor(
+            q,
+            &[
+                ("B", 1),
+                ("KiB", 1024),
+                ("MiB", 1024 * 1024),
+                ("GiB", 1 << 30),
+            ],
+        )
 }
 
 fn millis(q: &Quantity) -> u64 {
@@ -224,7 +236,9 @@ fn apply(block: &mut Block, stmt: &Stmt, budgets: &mut Vec<BudgetRule>) {
             block.sampling = (on.value, reason_or(r, "policy.sampling_disabled"))
         }
         StmtKind::Tools(on, r) => block.tools = (on.value, reason_or(r, "policy.tools_disabled")),
-        StmtKind::MaxContext(s) => block.max_context = Scope::parse(&s.value).unwrap_or(Scope::None),
+        StmtKind::MaxContext(s) => {
+            block.max_context = Scope::parse(&s.value).unwrap_or(Scope::None)
+        }
         StmtKind::MaxInput(q, r) => {
             block.max_input = Some((bytes(q), reason_or(r, "policy.input_too_large")))
         }
@@ -237,7 +251,11 @@ fn apply(block: &mut Block, stmt: &Stmt, budgets: &mut Vec<BudgetRule>) {
             window,
             reason,
         } => {
-            block.rate = Some((count(c), millis(window), reason_or(reason, "policy.rate_limit")))
+            block.rate = Some((
+                count(c),
+                millis(window),
+                reason_or(reason, "policy.rate_limit"),
+            ))
         }
         StmtKind::Budget {
             limit,
@@ -258,7 +276,9 @@ fn apply(block: &mut Block, stmt: &Stmt, budgets: &mut Vec<BudgetRule>) {
             },
             reason: reason_or(reason, "policy.budget_exhausted"),
         }),
-        StmtKind::Deadline(q, r) => block.deadline = Some((millis(q), reason_or(r, "policy.deadline"))),
+        StmtKind::Deadline(q, r) => {
+            block.deadline = Some((millis(q), reason_or(r, "policy.deadline")))
+        }
         StmtKind::Consent(mode) => {
             block.consent = match mode.value.as_str() {
                 "always" => ConsentMode::Always,
@@ -306,9 +326,14 @@ impl Policy {
     pub fn read(file: &SourceFile) -> Policy {
         let mut protocol_2026 = false;
         let mut error_code = -32010;
-        let mut identity: Vec<String> = ["systemPrompt", "messages", "includeContext", "modelPreferences"]
-            .map(str::to_owned)
-            .to_vec();
+        let mut identity: Vec<String> = [
+            "systemPrompt",
+            "messages",
+            "includeContext",
+            "modelPreferences",
+        ]
+        .map(str::to_owned)
+        .to_vec();
         let mut decls = Vec::new();
         let mut defaults = Vec::new();
         let mut servers = Vec::new();
@@ -343,18 +368,18 @@ impl Policy {
             .collect();
         for decl in decls {
             // A custom reason: not retryable, stored until the block changes.
-            let reason = reasons
-                .entry(decl.name.value.clone())
-                .or_insert(Reason {
-                    retryable: false,
-                    ttl: Ttl::Forever,
-                    code: error_code,
-                    message: None,
-                });
+            let reason = reasons.entry(decl.name.value.clone()).or_insert(Reason {
+                retryable: false,
+                ttl: Ttl::Forever,
+                code: error_code,
+                message: None,
+            });
             for stmt in &decl.body.stmts {
                 match &stmt.kind {
                     ReasonStmtKind::Retryable(b) => reason.retryable = b.value,
-                    ReasonStmtKind::Ttl(TtlSyntax::Duration(q)) => reason.ttl = Ttl::After(millis(q)),
+                    ReasonStmtKind::Ttl(TtlSyntax::Duration(q)) => {
+                        reason.ttl = Ttl::After(millis(q))
+                    }
                     ReasonStmtKind::Ttl(TtlSyntax::Keyword(k)) => {
                         reason.ttl = match k.value.as_str() {
                             "until_reset" => Ttl::UntilReset,
@@ -396,7 +421,10 @@ impl Policy {
                 apply(&mut block, stmt, &mut own);
             }
         }
-        inherited.retain(|b| !own.iter().any(|o| o.tokens == b.tokens && o.window == b.window));
+        inherited.retain(|b| {
+            !own.iter()
+                .any(|o| o.tokens == b.tokens && o.window == b.window)
+        });
         inherited.extend(own);
         block.budgets = inherited;
         (found, block)
@@ -574,6 +602,9 @@ pub struct DenyView {
     pub represented: u64,
 }
 
+/// Model hints trimmed: (requested names, kept names, allowed globs).
+pub type ModelView = (Vec<Option<String>>, Vec<String>, Vec<String>);
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GrantView {
     pub consent_asked: bool,
@@ -585,7 +616,7 @@ pub struct GrantView {
     /// (requested, applied) of `maxTokens`.
     pub max_tokens: Option<(u64, u64)>,
     /// (requested names, kept names, allowed globs) of the model hints.
-    pub model: Option<(Vec<Option<String>>, Vec<String>, Vec<String>)>,
+    pub model: Option<ModelView>,
     /// The params the completion runs with.
     pub params: Value,
 }
@@ -618,6 +649,17 @@ pub struct Memory {
 enum CounterKey {
     Rate,
     Budget(bool, Win),
+}
+
+/// One limit an admission must fit: the rate or a budget.
+struct Check {
+    counter: CounterKey,
+    amount: u64,
+    limit: u64,
+    /// A calendar window `[start, end)`; `None`: rolling over `ms`.
+    fixed: Option<(Millis, Millis)>,
+    ms: u64,
+    reason: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -684,9 +726,8 @@ pub fn validate(request: &Value) -> Result<Map<String, Value>, i64> {
     // DESIGN step 1: each field of the schema's type (MCP's
     // `CreateMessageRequest`; only the types the generator varies).
     let typed = |field: &str, ok: fn(&Value) -> bool| params.get(field).is_none_or(ok);
-    let hints_ok = |prefs: &Value| {
-        prefs.is_object() && prefs.get("hints").is_none_or(Value::is_array)
-    };
+    let hints_ok =
+        |prefs: &Value| prefs.is_object() && prefs.get("hints").is_none_or(Value::is_array);
     if !(typed("systemPrompt", Value::is_string)
         && typed("tools", Value::is_array)
         && typed("toolChoice", Value::is_object)
@@ -742,7 +783,10 @@ fn canonical_text(value: &Value, out: &mut String) {
 fn identity_of(policy: &Policy, params: &Map<String, Value>) -> String {
     let mut payload = Map::new();
     for field in &policy.identity {
-        payload.insert(field.clone(), params.get(field).cloned().unwrap_or(Value::Null));
+        payload.insert(
+            field.clone(),
+            params.get(field).cloned().unwrap_or(Value::Null),
+        );
     }
     let mut out = String::new();
     canonical_text(&Value::Object(payload), &mut out);
@@ -924,29 +968,42 @@ impl State {
 
         // 7–8. Rate, then budgets: all fit and are spent, or the first that
         // does not fit refuses and nothing is spent.
-        let mut checks: Vec<(CounterKey, u64, u64, Option<(Millis, Millis)>, u64, String)> =
-            Vec::new();
+        let mut checks: Vec<Check> = Vec::new();
         if let Some((n, window, r)) = &block.rate {
-            checks.push((CounterKey::Rate, 1, *n, None, *window, r.clone()));
+            checks.push(Check {
+                counter: CounterKey::Rate,
+                amount: 1,
+                limit: *n,
+                fixed: None,
+                ms: *window,
+                reason: r.clone(),
+            });
         }
         for b in &block.budgets {
-            let amount = if b.tokens { reserve } else { 1 };
             let (fixed, ms) = match b.window {
                 Win::Cal(unit) => (Some(calendar_window(unit, now)), 0),
                 Win::Rolling(ms) => (None, ms),
             };
-            checks.push((
-                CounterKey::Budget(b.tokens, b.window),
-                amount,
-                b.limit,
+            checks.push(Check {
+                counter: CounterKey::Budget(b.tokens, b.window),
+                amount: if b.tokens { reserve } else { 1 },
+                limit: b.limit,
                 fixed,
                 ms,
-                b.reason.clone(),
-            ));
+                reason: b.reason.clone(),
+            });
         }
         let mut admitted = None;
         if !checks.is_empty() {
-            for (counter, amount, limit, fixed, ms, reason) in &checks {
+            for Check {
+                counter,
+                amount,
+                limit,
+                fixed,
+                ms,
+                reason,
+            } in &checks
+            {
                 let rows: Vec<Row> = self
                     .spend
                     .get(&(server.to_owned(), *counter))
@@ -1012,7 +1069,10 @@ impl State {
                 return done(observed);
             }
             self.admissions += 1;
-            for (counter, amount, ..) in &checks {
+            for Check {
+                counter, amount, ..
+            } in &checks
+            {
                 self.spend
                     .entry((server.to_owned(), *counter))
                     .or_default()
@@ -1123,13 +1183,21 @@ impl State {
         })
     }
 
-    fn settle_budgets(&mut self, admitted: &Admitted, which: impl Fn(&BudgetRule) -> bool, to: u64) {
+    fn settle_budgets(
+        &mut self,
+        admitted: &Admitted,
+        which: impl Fn(&BudgetRule) -> bool,
+        to: u64,
+    ) {
         for b in admitted.block.budgets.iter().filter(|b| which(b)) {
-            if let Some(rows) = self
-                .spend
-                .get_mut(&(admitted.server.clone(), CounterKey::Budget(b.tokens, b.window)))
-            {
-                for row in rows.iter_mut().filter(|r| r.admission == admitted.admission) {
+            if let Some(rows) = self.spend.get_mut(&(
+                admitted.server.clone(),
+                CounterKey::Budget(b.tokens, b.window),
+            )) {
+                for row in rows
+                    .iter_mut()
+                    .filter(|r| r.admission == admitted.admission)
+                {
                     row.amount = to;
                 }
             }
@@ -1155,7 +1223,9 @@ impl State {
             .map_or_else(|| "policy.deadline".to_owned(), |d| d.1.clone());
         let spec = policy.reason(&reason);
         let timing = match spec.ttl {
-            Ttl::After(ms) if spec.retryable => Some(("retryAfter", Value::from(ms.div_ceil(1000)))),
+            Ttl::After(ms) if spec.retryable => {
+                Some(("retryAfter", Value::from(ms.div_ceil(1000))))
+            }
             _ => None,
         };
         self.deny(policy, key, &reason, timing, None, now, false)
@@ -1175,4 +1245,3 @@ impl State {
             .filter(|m| m.expires_at.is_none_or(|at| now < at))
     }
 }
-

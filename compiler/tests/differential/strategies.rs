@@ -76,9 +76,8 @@ fn with_as(text: String, reason: Option<String>) -> String {
 /// One block's statements, each kind at most once, budgets over distinct
 /// (metric, window) pairs; `p` is the chance (in percent) of each kind.
 fn block(p: u32) -> impl Strategy<Value = Vec<String>> {
-    let maybe = move |s: BoxedStrategy<String>| {
-        prop::option::weighted(f64::from(p) / 100.0, s).boxed()
-    };
+    let maybe =
+        move |s: BoxedStrategy<String>| prop::option::weighted(f64::from(p) / 100.0, s).boxed();
     let sampling = (prop::bool::weighted(0.8), as_clause())
         .prop_map(|(on, r)| with_as(format!("sampling {}", if on { "on" } else { "off" }), r))
         .boxed();
@@ -369,7 +368,9 @@ pub fn edited_policy() -> impl Strategy<Value = (String, String)> {
                     }
                     3 if reasons > 0 => {
                         let at = index.index(reasons);
-                        reason_decl(keep.reasons[at].0).prop_map(move |d| Some((at, d))).boxed()
+                        reason_decl(keep.reasons[at].0)
+                            .prop_map(move |d| Some((at, d)))
+                            .boxed()
                     }
                     4 => {
                         after.error_code = Some(code);
@@ -410,9 +411,8 @@ fn request() -> impl Strategy<Value = Value> {
         ])
         .prop_map(Some),
     ];
-    let message = select(&[0usize, 3, 40, 120, 400][..]).prop_map(|len| {
-        json!({"role": "user", "content": {"type": "text", "text": text(len)}})
-    });
+    let message = select(&[0usize, 3, 40, 120, 400][..])
+        .prop_map(|len| json!({"role": "user", "content": {"type": "text", "text": text(len)}}));
     let include = prop_oneof![
         4 => Just(None),
         2 => Just(Some(json!("none"))),
@@ -462,7 +462,18 @@ fn request() -> impl Strategy<Value = Value> {
         0u32..1000,
     )
         .prop_map(
-            |(messages, system, include, max_tokens, hints, tools, choice, temperature, (envelope, wrong), id)| {
+            |(
+                messages,
+                system,
+                include,
+                max_tokens,
+                hints,
+                tools,
+                choice,
+                temperature,
+                (envelope, wrong),
+                id,
+            )| {
                 let mut params = serde_json::Map::new();
                 params.insert("messages".into(), Value::Array(messages));
                 if let Some(len) = system {
