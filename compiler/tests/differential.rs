@@ -36,8 +36,9 @@
 //! each disagreement found is also kept below as an explicit test.
 //! `MCPOLICY_DIFF_SKIP_PENDING=1` leaves out of the requests what today's
 //! validation lets through and DESIGN step 1 refuses (-32602): unknown
-//! `includeContext` values (issue 11 item 5) and fields of the wrong type
-//! (`"hints": "gpt-4o"` passes the `models` trim untouched), while those
+//! `includeContext` values (issue 11 item 5), fields of the wrong type
+//! (`"hints": "gpt-4o"` passes the `models` trim untouched) and a
+//! `maxTokens` of `9000.0` (to be handed on as `9000`, item 17), while those
 //! fixes are pending.
 //!
 //! Not covered here: clock steps back (the store's pruning after a step back

@@ -714,9 +714,9 @@ pub fn validate(request: &Value) -> Result<Map<String, Value>, i64> {
     if !matches!(params.get("messages"), Some(Value::Array(_))) {
         return Err(-32602);
     }
-    if whole(params.get("maxTokens")).is_none() {
+    let Some(max_tokens) = whole(params.get("maxTokens")) else {
         return Err(-32602);
-    }
+    };
     match params.get("includeContext") {
         None => {}
         Some(Value::String(s)) if Scope::parse(s).is_some() => {}
@@ -736,7 +736,11 @@ pub fn validate(request: &Value) -> Result<Map<String, Value>, i64> {
     {
         return Err(-32602);
     }
-    Ok(params.clone())
+    // Issue 11 item 17: an integral `maxTokens` written `9000.0` is handed
+    // on as the integer it is, which an integer-typed client accepts.
+    let mut params = params.clone();
+    params.insert("maxTokens".into(), max_tokens.into());
+    Ok(params)
 }
 
 /// A non-negative whole number however it is written (`500`, `500.0`).

@@ -394,9 +394,10 @@ fn text(len: usize) -> String {
 
 /// One request (the whole JSON-RPC envelope), mostly valid.
 fn request() -> impl Strategy<Value = Value> {
-    // Unknown `includeContext` values (issue 11 item 5) and fields of the
-    // wrong type, which DESIGN step 1 refuses with -32602 and today's
-    // validation lets through, can be left out while those fixes are
+    // Unknown `includeContext` values (issue 11 item 5), fields of the
+    // wrong type (which DESIGN step 1 refuses with -32602 and today's
+    // validation lets through) and `maxTokens` written as `9000.0` (handed
+    // on as an integer, item 17) can be left out while those fixes are
     // pending: MCPOLICY_DIFF_SKIP_PENDING=1.
     let unknown = u32::from(std::env::var_os("MCPOLICY_DIFF_SKIP_PENDING").is_none());
     let wrong_type = prop_oneof![
@@ -423,7 +424,7 @@ fn request() -> impl Strategy<Value = Value> {
     ];
     let max_tokens = prop_oneof![
         16 => select(&[1u64, 50, 400, 1000, 3000, 9000][..]).prop_map(|n| Some(json!(n))),
-        2 => select(&[400.0f64, 9000.0][..]).prop_map(|n| Some(json!(n))),
+        2 * unknown => select(&[400.0f64, 9000.0][..]).prop_map(|n| Some(json!(n))),
         1 => select(vec![json!(-1), json!("10"), json!(2.5)]).prop_map(Some),
         1 => Just(None),
     ];
