@@ -34,12 +34,12 @@
 //! two disagree; proptest stores its seed in
 //! `compiler/tests/differential.proptest-regressions` (keep that file), and
 //! each disagreement found is also kept below as an explicit test.
-//! `MCPOLICY_DIFF_SKIP_PENDING=1` leaves out of the requests what today's
-//! validation lets through and DESIGN step 1 refuses (-32602): unknown
-//! `includeContext` values (issue 11 item 5), fields of the wrong type
-//! (`"hints": "gpt-4o"` passes the `models` trim untouched) and a
-//! `maxTokens` of `9000.0` (to be handed on as `9000`, item 17), while those
-//! fixes are pending.
+//! `MCPOLICY_DIFF_SKIP_PENDING=1` leaves out of the requests unknown
+//! `includeContext` values (issue 11 item 5) and a `maxTokens` of `9000.0`
+//! (handed on as `9000`, item 17) until those fixes are merged;
+//! `MCPOLICY_DIFF_FIELD_TYPES=1` adds fields of the wrong type, which DESIGN
+//! step 1 refuses and today's validation lets through
+//! (`fields_of_the_wrong_type_are_invalid_params`).
 //!
 //! Not covered here: clock steps back (the store's pruning after a step back
 //! is issue 11 item 9, and whether an expired decision counts again after a
@@ -630,20 +630,28 @@ fn redeclaring_policy_deadline_invalidates_servers_without_a_deadline() {
     );
 }
 
-/// Found by `table_agrees_with_interpreter` (known, not fixed here): when
-/// `tools off` shares its reason with another statement via `as`, the
-/// engine tells a stored tools denial by its reason name and so cannot
-/// apply "a tools denial answers only a request that offers tools". Here a
-/// stored `max_messages` denial is not replayed (it is decided afresh,
-/// its `represented` count lost, its expiry renewed).
+/// The checker's verdict on `text`: `None` when it has an error.
+fn checks_clean(text: &str) -> Option<Engine> {
+    compile(text)?;
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
+    Some(engine_for(text, store, clock))
+}
+
+/// Found by `table_agrees_with_interpreter`: when `tools off` shares its
+/// reason with another statement via `as`, the engine tells a stored tools
+/// denial by its reason name and so cannot apply "a tools denial answers
+/// only a request that offers tools". Here a stored `max_messages` denial
+/// was not replayed (decided afresh, its `represented` count lost, its
+/// expiry renewed). Resolved when the checker refuses such a policy (E0413)
+/// or the engine replays the denial.
 #[test]
-#[ignore = "finding: the engine tells a stored tools denial by its reason name"]
 fn shared_tools_reason_input_denial_is_replayed() {
     let text =
         "mcpolicy 1\ndefaults {\n  tools off as policy.input_too_large\n  max_messages 1\n}\n";
-    let store = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
-    let engine = engine_for(text, store, clock);
+    let Some(engine) = checks_clean(text) else {
+        return;
+    };
     let params = serde_json::json!({"messages": [{"role": "user", "content": {"type": "text", "text": "a"}}, {"role": "user", "content": {"type": "text", "text": "b"}}], "maxTokens": 10});
     assert!(decide(&engine, "x", params.clone()).deny_reason().is_some());
     let Decision::Deny(again) = decide(&engine, "x", params) else {
@@ -652,16 +660,15 @@ fn shared_tools_reason_input_denial_is_replayed() {
     assert!(again.replayed, "the stored denial was not replayed");
 }
 
-/// The same finding the other way round: `sampling on as R` and
-/// `tools off as R` make a stored tools denial answer the same request
-/// sent without tools, which asks for something `tools off` allows.
+/// The same finding the other way round: with `sampling on as R` and
+/// `tools off as R`, a stored tools denial answered the same request sent
+/// without tools, which asks for something `tools off` allows.
 #[test]
-#[ignore = "finding: the engine tells a stored tools denial by its reason name"]
 fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
     let text = "mcpolicy 1\nreason acme.no { retryable false }\ndefaults {\n  sampling on as acme.no\n  tools off as acme.no\n  consent never\n}\n";
-    let store = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new(interp::timestamp(2026, 3, 10, 15, 30, 0)));
-    let engine = engine_for(text, store, clock);
+    let Some(engine) = checks_clean(text) else {
+        return;
+    };
     let with_tools = serde_json::json!({"messages": [], "maxTokens": 10, "tools": [{"name": "t", "inputSchema": {"type": "object"}}]});
     assert_eq!(
         decide(&engine, "x", with_tools).deny_reason(),
