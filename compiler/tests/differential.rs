@@ -778,3 +778,44 @@ fn generator_rejections() {
         println!("{n:6} {code}");
     }
 }
+
+/// Found while modelling edits (the interpreter keeps every admission; the
+/// stores pruned spend older than the window in force): a rate window
+/// lengthened by an edit must still count what was admitted inside the new
+/// window before the edit, or the edit lets a server past its rate. On both
+/// stores.
+#[test]
+fn lengthened_rate_window_counts_earlier_requests() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let sqlite = SqliteStore::open(dir.path().join("decisions.db")).expect("a fresh store");
+    let stores: [(&str, Arc<dyn DecisionStore>); 2] = [
+        ("memory", Arc::new(MemoryStore::new())),
+        ("sqlite", Arc::new(sqlite)),
+    ];
+    for (name, store) in stores {
+        let t0 = interp::timestamp(2026, 3, 10, 15, 30, 0);
+        let clock = Arc::new(ManualClock::new(t0));
+        let load = |text: &str| {
+            let (table, _) = compile(text).expect("the policy checks clean");
+            Engine::new(table, store.clone(), clock.clone())
+        };
+        let params = serde_json::json!({"messages": [], "maxTokens": 10});
+        let engine = load("mcpolicy 1\ndefaults {\n  rate 2 per 1s\n  consent never\n}\n");
+        assert!(matches!(
+            decide(&engine, "x", params.clone()),
+            Decision::Allow(_)
+        ));
+        clock.set(t0 + 1_500);
+        assert!(matches!(
+            decide(&engine, "x", params.clone()),
+            Decision::Allow(_)
+        ));
+        let engine = load("mcpolicy 1\ndefaults {\n  rate 2 per 1h\n  consent never\n}\n");
+        clock.set(t0 + 2_000);
+        assert_eq!(
+            decide(&engine, "x", params).deny_reason(),
+            Some("policy.rate_limit"),
+            "{name} store: two requests in the last hour, a third is over `rate 2 per 1h`"
+        );
+    }
+}

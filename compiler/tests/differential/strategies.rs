@@ -44,6 +44,9 @@ const IDENTITY_FIELDS: &[&str] = &[
     "toolChoice",
 ];
 
+/// Windows of `rate`.
+const RATE_WINDOWS: &[&str] = &["1s", "2s", "10s", "1m", "1h"];
+
 /// `ttl` values a reason may declare.
 const TTLS: &[&str] = &[
     "1s",
@@ -99,11 +102,7 @@ fn block(p: u32) -> impl Strategy<Value = Vec<String>> {
     let tokens = select(&["50", "400", "1000", "1k", "4096"][..])
         .prop_map(|s| format!("max_tokens {s}"))
         .boxed();
-    let rate = (
-        1u32..4,
-        select(&["1s", "2s", "10s", "1m", "1h"][..]),
-        as_clause(),
-    )
+    let rate = (1u32..4, select(RATE_WINDOWS), as_clause())
         .prop_map(|(n, w, r)| with_as(format!("rate {n} per {w}"), r))
         .boxed();
     let deadline = (select(&["250ms", "5s", "60s", "2m"][..]), as_clause())
@@ -340,8 +339,8 @@ pub fn policy() -> impl Strategy<Value = String> {
 }
 
 /// A policy and an edit of it: nothing changed (only re-compiled), the
-/// `defaults` or one server block rewritten, one reason redeclared, or the
-/// `error_code` changed.
+/// `defaults` or one server block rewritten, one reason redeclared, the
+/// `error_code` changed, or every `rate` given another window.
 pub fn edited_policy() -> impl Strategy<Value = (String, String)> {
     parts().prop_flat_map(|before| {
         let servers = before.servers.len();
@@ -349,42 +348,62 @@ pub fn edited_policy() -> impl Strategy<Value = (String, String)> {
         let keep = before.clone();
         (
             Just(before),
-            0u8..5,
+            0u8..6,
             any::<prop::sample::Index>(),
             block(45),
             block(30),
             select(ERROR_CODES),
+            select(RATE_WINDOWS),
         )
-            .prop_flat_map(move |(before, what, index, defaults, server, code)| {
-                let mut after = before.clone();
-                let redeclare: BoxedStrategy<Option<(usize, String)>> = match what {
-                    1 => {
-                        after.defaults = Some(defaults);
-                        Just(None).boxed()
-                    }
-                    2 if servers > 0 => {
-                        after.servers[index.index(servers)].1 = server;
-                        Just(None).boxed()
-                    }
-                    3 if reasons > 0 => {
-                        let at = index.index(reasons);
-                        reason_decl(keep.reasons[at].0)
-                            .prop_map(move |d| Some((at, d)))
-                            .boxed()
-                    }
-                    4 => {
-                        after.error_code = Some(code);
-                        Just(None).boxed()
-                    }
-                    _ => Just(None).boxed(),
-                };
-                (Just(before), Just(after), redeclare).prop_map(|(before, mut after, r)| {
-                    if let Some((at, decl)) = r {
-                        after.reasons[at].1 = decl;
-                    }
-                    (before.render(), after.render())
-                })
-            })
+            .prop_flat_map(
+                move |(before, what, index, defaults, server, code, window)| {
+                    let mut after = before.clone();
+                    let redeclare: BoxedStrategy<Option<(usize, String)>> = match what {
+                        1 => {
+                            after.defaults = Some(defaults);
+                            Just(None).boxed()
+                        }
+                        2 if servers > 0 => {
+                            after.servers[index.index(servers)].1 = server;
+                            Just(None).boxed()
+                        }
+                        3 if reasons > 0 => {
+                            let at = index.index(reasons);
+                            reason_decl(keep.reasons[at].0)
+                                .prop_map(move |d| Some((at, d)))
+                                .boxed()
+                        }
+                        4 => {
+                            after.error_code = Some(code);
+                            Just(None).boxed()
+                        }
+                        5 => {
+                            // Every `rate` keeps its count and gets another window.
+                            let blocks = after
+                                .defaults
+                                .iter_mut()
+                                .chain(after.servers.iter_mut().map(|(_, b)| b));
+                            for stmt in blocks.flatten() {
+                                if let Some(rest) = stmt.strip_prefix("rate ") {
+                                    let mut words: Vec<&str> = rest.split(' ').collect();
+                                    if words.len() >= 3 {
+                                        words[2] = window;
+                                        *stmt = format!("rate {}", words.join(" "));
+                                    }
+                                }
+                            }
+                            Just(None).boxed()
+                        }
+                        _ => Just(None).boxed(),
+                    };
+                    (Just(before), Just(after), redeclare).prop_map(|(before, mut after, r)| {
+                        if let Some((at, decl)) = r {
+                            after.reasons[at].1 = decl;
+                        }
+                        (before.render(), after.render())
+                    })
+                },
+            )
     })
 }
 
