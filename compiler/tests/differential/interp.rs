@@ -9,20 +9,28 @@
 //! (a recursive glob, a list of spend rows, a map of decisions) so that they
 //! are easy to read against the specification.
 //!
-//! Two things are borrowed from the runtime on purpose, because they are
-//! tested on their own elsewhere: the byte count of RFC 8785 canonical JSON
+//! One thing is borrowed from the runtime on purpose, because it is tested
+//! on its own elsewhere: the byte count of RFC 8785 canonical JSON
 //! (`identity::canonical_len`, for `max_input`; `tests/cases/identity` and
-//! `runtime/tests/identity.rs` hold it) and nothing else. Request identity is
-//! modelled as an equivalence (a sorted-key JSON text of the identity
-//! payload, integral numbers written as integers), which is what the
-//! decision memory needs; the identity hash itself is tested against frozen
-//! vectors elsewhere.
+//! `runtime/tests/identity.rs` hold it). Request identity is modelled as an
+//! equivalence (a sorted-key JSON text of the identity payload, integral
+//! numbers written as integers), which is what the decision memory needs;
+//! the identity hash itself is tested against frozen vectors elsewhere.
+//! (The harness, not the interpreter, uses the runtime's identity and
+//! `Table::entry_for` to find the engine's stored rows.)
 //!
 //! Where DESIGN leaves an order open, the interpreter states the choice it
 //! shares with the engine: `max_messages` is checked before `max_input`;
 //! an effective block's budgets are the inherited ones (not overridden) in
 //! `defaults` order, then the server's own in source order, and the first
-//! that does not fit refuses (after the rate).
+//! that does not fit refuses (after the rate). Rules DESIGN implies and the
+//! interpreter spells out: a token budget reserves `maxTokens` as trimmed;
+//! a refusal of consent returns the budgets' reservation but not the rate's
+//! (the server did ask); a fixed ttl never outlives the window that produced
+//! a rate or budget denial; a stored `tools off` denial answers only a
+//! request that offers tools (tools are not part of the identity); a
+//! reported deadline miss under a block without `deadline` is
+//! `policy.deadline`; a hint without a string name is dropped by `models`.
 
 use std::collections::BTreeMap;
 
