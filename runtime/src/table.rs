@@ -368,7 +368,14 @@ impl EffectiveBlock {
         names.extend(self.max_messages.iter().map(|l| l.reason.as_str()));
         names.extend(self.rate.iter().map(|r| r.reason.as_str()));
         names.extend(self.budgets.iter().map(|b| b.reason.as_str()));
-        names.extend(self.deadline.iter().map(|d| d.reason.as_str()));
+        // A client may report a deadline miss under any grant; without a
+        // `deadline` statement it is denied as `policy.deadline`, so that
+        // reason's declaration is part of what the block means.
+        names.push(
+            self.deadline
+                .as_ref()
+                .map_or(builtin::DEADLINE, |d| d.reason.as_str()),
+        );
         names.sort_unstable();
         names.dedup();
         names
