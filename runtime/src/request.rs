@@ -537,6 +537,7 @@ fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<(), Request
             found: describe_option(params.get("maxTokens")),
         });
     };
+    check_field_types(params, at)?;
     // An unknown scope must not be read as some scope (the widest, or any
     // other): a client would refuse it, and a refusal re-sent under another
     // unknown spelling would get a new identity for the same forwarded bytes.
@@ -553,6 +554,93 @@ fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<(), Request
     }
     if !matches!(params.get("maxTokens"), Some(Value::Number(n)) if n.is_u64()) {
         params.insert("maxTokens".to_owned(), Value::from(max_tokens));
+    }
+    Ok(())
+}
+
+fn array_of(value: &Value, item: fn(&Value) -> bool) -> bool {
+    value.as_array().is_some_and(|items| items.iter().all(item))
+}
+
+fn priority(value: &Value) -> bool {
+    value.as_f64().is_some_and(|p| (0.0..=1.0).contains(&p))
+}
+
+/// The other fields of MCP's `CreateMessageRequest` params, each of the
+/// schema's type (DESIGN step 1). A field of another type is -32602, never
+/// read past: a `hints` that is a string rather than a list is a list the
+/// `models` trim cannot narrow, so the request would go on naming a model
+/// the policy does not allow; and the client would refuse what the policy
+/// let through. `null` is not absent: the schema's optional fields are
+/// omitted, never null.
+fn check_field_types(params: &Map<String, Value>, at: &str) -> Result<(), RequestError> {
+    let wrong = |path: String, expected: &'static str, found: &Value| {
+        Err(RequestError::InvalidParams {
+            path,
+            expected,
+            found: Some(describe(found)),
+        })
+    };
+    if let Some(Value::Array(messages)) = params.get("messages")
+        && let Some((at_index, message)) = messages.iter().enumerate().find(|(_, m)| !m.is_object())
+    {
+        return wrong(format!("{at}.messages[{at_index}]"), "an object", message);
+    }
+    let fields: [(&str, &'static str, fn(&Value) -> bool); 7] = [
+        ("systemPrompt", "a string", Value::is_string),
+        ("temperature", "a number", Value::is_number),
+        ("stopSequences", "an array of strings", |v| {
+            array_of(v, Value::is_string)
+        }),
+        ("metadata", "an object", Value::is_object),
+        ("tools", "an array of objects", |v| {
+            array_of(v, Value::is_object)
+        }),
+        ("toolChoice", "an object", Value::is_object),
+        ("_meta", "an object", Value::is_object),
+    ];
+    for (field, expected, ok) in fields {
+        if let Some(value) = params.get(field)
+            && !ok(value)
+        {
+            return wrong(format!("{at}.{field}"), expected, value);
+        }
+    }
+    let Some(preferences) = params.get("modelPreferences") else {
+        return Ok(());
+    };
+    let Value::Object(preferences) = preferences else {
+        return wrong(format!("{at}.modelPreferences"), "an object", preferences);
+    };
+    if let Some(hints) = preferences.get("hints") {
+        let Value::Array(items) = hints else {
+            return wrong(
+                format!("{at}.modelPreferences.hints"),
+                "an array of objects",
+                hints,
+            );
+        };
+        for (index, hint) in items.iter().enumerate() {
+            let path = format!("{at}.modelPreferences.hints[{index}]");
+            match hint {
+                Value::Object(hint) => match hint.get("name") {
+                    None | Some(Value::String(_)) => {}
+                    Some(name) => return wrong(format!("{path}.name"), "a string", name),
+                },
+                other => return wrong(path, "an object", other),
+            }
+        }
+    }
+    for field in ["costPriority", "speedPriority", "intelligencePriority"] {
+        if let Some(value) = preferences.get(field)
+            && !priority(value)
+        {
+            return wrong(
+                format!("{at}.modelPreferences.{field}"),
+                "a number from 0 to 1",
+                value,
+            );
+        }
     }
     Ok(())
 }

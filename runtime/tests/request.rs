@@ -791,3 +791,74 @@ proptest! {
         );
     }
 }
+
+// ---------------------------------------------------------------- field types
+
+/// DESIGN step 1: each field of the schema's type. Found by the differential
+/// test: `"hints": "gpt-4o"` is no list the `models` trim could narrow, so
+/// the request went on naming a model the policy does not allow.
+#[test]
+fn fields_of_the_wrong_type_are_invalid_params() {
+    let base = json!({"messages": [], "maxTokens": 10});
+    for (field, value, path) in [
+        ("systemPrompt", json!(5), "$.params.systemPrompt"),
+        ("systemPrompt", json!(null), "$.params.systemPrompt"),
+        ("temperature", json!("hot"), "$.params.temperature"),
+        ("stopSequences", json!(["a", 1]), "$.params.stopSequences"),
+        ("metadata", json!([]), "$.params.metadata"),
+        ("tools", json!({}), "$.params.tools"),
+        ("tools", json!(["search"]), "$.params.tools"),
+        ("toolChoice", json!("auto"), "$.params.toolChoice"),
+        ("_meta", json!(1), "$.params._meta"),
+        (
+            "modelPreferences",
+            json!("gpt-4o"),
+            "$.params.modelPreferences",
+        ),
+        (
+            "modelPreferences",
+            json!({"hints": "gpt-4o"}),
+            "$.params.modelPreferences.hints",
+        ),
+        (
+            "modelPreferences",
+            json!({"hints": ["gpt-4o"]}),
+            "$.params.modelPreferences.hints[0]",
+        ),
+        (
+            "modelPreferences",
+            json!({"hints": [{"name": "claude"}, {"name": 4}]}),
+            "$.params.modelPreferences.hints[1].name",
+        ),
+        (
+            "modelPreferences",
+            json!({"costPriority": 1.5}),
+            "$.params.modelPreferences.costPriority",
+        ),
+        (
+            "messages",
+            json!([{"role": "user"}, "hi"]),
+            "$.params.messages[1]",
+        ),
+    ] {
+        let mut params = base.clone();
+        params[field] = value.clone();
+        let error = refuse(&request_with(&params.to_string()));
+        assert_eq!(error.code(), INVALID_PARAMS, "{field}: {value}");
+        assert!(
+            error.to_string().starts_with(&format!("{path} must be")),
+            "{field}: {value}: {error}"
+        );
+    }
+    let mut typed = base.clone();
+    typed["systemPrompt"] = json!("be brief");
+    typed["temperature"] = json!(0.2);
+    typed["stopSequences"] = json!(["\n"]);
+    typed["metadata"] = json!({});
+    typed["tools"] = json!([{"name": "search", "inputSchema": {"type": "object"}}]);
+    typed["toolChoice"] = json!({"mode": "auto"});
+    typed["modelPreferences"] =
+        json!({"hints": [{"name": "claude"}, {}], "costPriority": 0, "speedPriority": 1});
+    validate_sampling(parse_strict(request_with(&typed.to_string()).as_bytes()).expect("parses"))
+        .expect("every field of its type");
+}
