@@ -558,6 +558,9 @@ fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<(), Request
     Ok(())
 }
 
+/// A params field, the type its schema gives in words, and the test of it.
+type FieldType = (&'static str, &'static str, fn(&Value) -> bool);
+
 fn array_of(value: &Value, item: fn(&Value) -> bool) -> bool {
     value.as_array().is_some_and(|items| items.iter().all(item))
 }
@@ -586,7 +589,7 @@ fn check_field_types(params: &Map<String, Value>, at: &str) -> Result<(), Reques
     {
         return wrong(format!("{at}.messages[{at_index}]"), "an object", message);
     }
-    let fields: [(&str, &'static str, fn(&Value) -> bool); 7] = [
+    let fields: [FieldType; 7] = [
         ("systemPrompt", "a string", Value::is_string),
         ("temperature", "a number", Value::is_number),
         ("stopSequences", "an array of strings", |v| {
