@@ -8,6 +8,11 @@
 //! - `lower`: `db::lower_file` on a fresh `Database` (parse + check + model +
 //!   lowering to the decision table).
 //!
+//! - `findings_one_line`: 4k, 16k and 50k duplicate statements on one line
+//!   (issue 11, item 15): `db::diagnostics` alone, then with each renderer
+//!   (`json`, `sarif`, `github`, `human`). Every finding has a column on the
+//!   same long line; the time must grow linearly with the number of findings.
+//!
 //! Run: `CARGO_TARGET_DIR=target-perf cargo bench -p mcpolicy-compiler --bench check`
 //! (figures in `compiler/PERF.md`). Criterion measures wall time, which on a
 //! shared machine counts other processes' turns too; with `MCPC_BENCH_CPU=1`
@@ -22,6 +27,7 @@ use criterion::{BatchSize, BenchmarkId, Criterion};
 use mcpolicy_compiler::check;
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::parse;
+use mcpolicy_compiler::render::{self, FileReport};
 
 #[path = "../examples/gen_policy.rs"]
 #[allow(dead_code)]
@@ -96,6 +102,62 @@ fn front_end<M: Measurement>(c: &mut Criterion<M>, name: &str) {
     group.finish();
 }
 
+/// One output format of `mcpc check`.
+type Renderer = fn(&[FileReport]) -> String;
+
+/// `defaults { sampling on; sampling on; … }`, all on one line: `n - 1`
+/// duplicate-statement findings.
+fn duplicates_on_one_line(n: usize) -> String {
+    format!(
+        "mcpolicy 1\ndefaults {{ {} }}\n",
+        vec!["sampling on"; n].join("; ")
+    )
+}
+
+fn findings_one_line<M: Measurement>(c: &mut Criterion<M>, name: &str) {
+    let mut group = c.benchmark_group(name);
+    group.warm_up_time(Duration::from_secs(1));
+    group.sample_size(10);
+    for &n in &[4_000usize, 16_000, 50_000] {
+        let text = duplicates_on_one_line(n);
+        let diagnostics = {
+            let db = Database::default();
+            let source = SourceText::new(&db, "bench.mcpolicy".into(), text.clone());
+            db::diagnostics(&db, source).to_vec()
+        };
+        assert_eq!(diagnostics.len(), n - 1, "one finding per duplicate");
+        group.throughput(criterion::Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::new("diagnostics", n), &text, |b, text| {
+            b.iter_batched(
+                || text.clone(),
+                |text| {
+                    let db = Database::default();
+                    let source = SourceText::new(&db, "bench.mcpolicy".into(), text);
+                    black_box(db::diagnostics(&db, source).len())
+                },
+                BatchSize::LargeInput,
+            );
+        });
+        let reports = [FileReport {
+            path: "bench.mcpolicy".into(),
+            text: text.clone(),
+            diagnostics,
+        }];
+        let renderers: [(&str, Renderer); 4] = [
+            ("json", render::json),
+            ("sarif", render::sarif),
+            ("github", render::github),
+            ("human", |r| render::human(r, render::Style::Plain)),
+        ];
+        for (format, renderer) in renderers {
+            group.bench_with_input(BenchmarkId::new(format, n), &reports, |b, reports| {
+                b.iter(|| black_box(renderer(reports).len()));
+            });
+        }
+    }
+    group.finish();
+}
+
 /// On-CPU time of the measuring thread, in nanoseconds (Linux schedstat).
 /// Falls back to zero where the file is missing, which criterion reports
 /// as an obviously wrong figure rather than a plausible one.
@@ -145,10 +207,12 @@ fn main() {
             .with_measurement(ThreadCpu)
             .configure_from_args();
         front_end(&mut c, "front_end_cpu");
+        findings_one_line(&mut c, "findings_one_line_cpu");
         c.final_summary();
     } else {
         let mut c = Criterion::default().configure_from_args();
         front_end(&mut c, "front_end");
+        findings_one_line(&mut c, "findings_one_line");
         c.final_summary();
     }
 }

@@ -172,6 +172,12 @@ earlier glob already matches every id this block's pattern matches, so this bloc
 can never apply. Move the more specific block above the glob.",
     E0303 Error "empty server pattern" =>
 "A server pattern must name an id or a glob (`*` any run, `?` one character).",
+    W0304 Warning "server pattern not in Unicode NFC" =>
+"Server ids and patterns are compared in Unicode Normalization Form C (NFC), so
+`cafe\u{301}` (an `e` followed by a combining accent, as macOS file names spell
+it) and `caf\u{e9}` are the same server. The pattern is written in another form;
+it is read as its NFC spelling, which the help line shows. Write that spelling,
+so that what you read is what is matched.",
 
     // ---- reasons: E04xx / W04xx
     E0401 Error "undeclared reason" =>
@@ -216,6 +222,18 @@ are never stored, so `retryable`, `ttl` and `code` mean nothing for them; only
 `_`, then letters, digits or `_` (`acme.too_big`, `policy.rate_limit`). Servers
 branch on `data.reason`, so the name stays plain ASCII: no accents, hyphens or
 spaces. The help line gives the nearest valid name.",
+    E0413 Error "reason belongs to something else" =>
+"`as NAME` may name the statement's own built-in reason or a reason of your own
+namespace, never another built-in one. `user.denied` and `user.approved` are the
+user's answers to a consent prompt, and each `policy.` reason is produced by one
+statement (`policy.rate_limit` by `rate`, `policy.budget_exhausted` by `budget`,
+…). The runtime relies on those meanings: a stored `user.denied` is replayed as the
+user's refusal, a stored `tools` denial is skipped for a request without tools,
+and servers branch on `data.reason` (a `policy.budget_exhausted` frame carries
+`resetsAt`). Borrowing one makes stored decisions replay wrongly. Declare your own:
+
+    reason acme.tools_off { retryable false; ttl forever }
+    server \"x\" { tools off as acme.tools_off }",
 
     // ---- error codes: E05xx / W05xx
     E0501 Error "error code reserved by JSON-RPC" =>

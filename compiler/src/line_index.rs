@@ -1,11 +1,22 @@
 //! Byte offsets to line/column positions, in characters or UTF-16 units.
 
-/// Line starts of one text, for repeated position look-ups in O(log n).
+/// Line starts of one text, for repeated position look-ups.
+///
+/// A look-up costs O(log n) plus at most [`CHECKPOINT`] bytes of counting,
+/// whatever the line's length: columns are counted from a checkpoint of
+/// running character and UTF-16 totals, never from the line's start, so
+/// that many findings on one long line cost linear time, not quadratic.
 #[derive(Debug, Clone)]
 pub struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<usize>,
+    /// `(byte offset, characters before it, UTF-16 units before it)` at
+    /// character boundaries about every [`CHECKPOINT`] bytes, from offset 0.
+    checkpoints: Vec<(usize, usize, usize)>,
 }
+
+/// The most bytes a position look-up counts after its checkpoint.
+const CHECKPOINT: usize = 256;
 
 /// A 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +43,37 @@ impl<'a> LineIndex<'a> {
             }
             i += 1;
         }
-        LineIndex { text, starts }
+        let mut checkpoints = vec![(0, 0, 0)];
+        let (mut at, mut chars, mut units) = (0, 0, 0);
+        while text.len() - at > CHECKPOINT {
+            let mut next = at + CHECKPOINT;
+            while !text.is_char_boundary(next) {
+                next -= 1;
+            }
+            let piece = &text[at..next];
+            chars += piece.chars().count();
+            units += utf16_len(piece);
+            at = next;
+            checkpoints.push((at, chars, units));
+        }
+        LineIndex {
+            text,
+            starts,
+            checkpoints,
+        }
+    }
+
+    /// Characters and UTF-16 units before `offset` (a char boundary).
+    fn counts(&self, offset: usize) -> (usize, usize) {
+        let at = self
+            .checkpoints
+            .partition_point(|&(byte, _, _)| byte <= offset)
+            .saturating_sub(1);
+        let (byte, chars, units) = self.checkpoints[at];
+        let rest = &self.text[byte..offset];
+        #[cfg(test)]
+        tests::COUNTED.with(|c| c.set(c.get() + rest.len()));
+        (chars + rest.chars().count(), units + utf16_len(rest))
     }
 
     /// The position of a byte offset (clamped to the text, snapped to a char boundary).
@@ -45,15 +86,18 @@ impl<'a> LineIndex<'a> {
             .starts
             .partition_point(|&s| s <= offset)
             .saturating_sub(1);
-        let mut prefix = &self.text[self.starts[line]..offset];
+        let (start_chars, start_units) = self.counts(self.starts[line]);
+        let (chars, units) = self.counts(offset);
+        let (mut column, mut column_utf16) = (chars - start_chars, units - start_units);
         // A byte-order mark is not a character anyone sees: column 1 follows it.
-        if line == 0 {
-            prefix = prefix.strip_prefix('\u{feff}').unwrap_or(prefix);
+        if line == 0 && offset >= 3 && self.text.starts_with('\u{feff}') {
+            column -= 1;
+            column_utf16 -= 1;
         }
         Position {
             line: line + 1,
-            column: prefix.chars().count() + 1,
-            column_utf16: prefix.encode_utf16().count() + 1,
+            column: column + 1,
+            column_utf16: column_utf16 + 1,
         }
     }
 
@@ -63,9 +107,47 @@ impl<'a> LineIndex<'a> {
     }
 }
 
+/// UTF-16 code units of `text`, from its bytes: one per character (counted
+/// at its lead byte), two for an astral one (a 4-byte sequence, lead 0xF0..).
+fn utf16_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            0x80..=0xBF => 0,
+            0xF0..=0xFF => 2,
+            _ => 1,
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Bytes the look-ups of this thread counted character by character.
+        pub(super) static COUNTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Issue 11, item 15: 50,000 findings on one 1 MB line. Each look-up
+    /// counts a bounded number of bytes, so the work is linear in the number
+    /// of findings; counting from the line's start (as before) would count
+    /// 25 GB here.
+    #[test]
+    fn positions_on_one_long_line_cost_bounded_work_each() {
+        let text = format!("mcpolicy 1\n{}\n", "défaults é ".repeat(80_000));
+        let index = LineIndex::new(&text);
+        COUNTED.with(|c| c.set(0));
+        let findings = 50_000;
+        for i in 0..findings {
+            let offset = 11 + i * (text.len() - 12) / findings;
+            let _ = index.position(offset);
+        }
+        let counted = COUNTED.with(std::cell::Cell::get);
+        assert!(
+            counted <= findings * 2 * CHECKPOINT,
+            "{counted} bytes counted for {findings} look-ups"
+        );
+    }
 
     #[test]
     fn positions() {
@@ -95,5 +177,46 @@ mod tests {
             }
         );
         assert_eq!(index.position(999).line, 3);
+    }
+
+    /// The columns a look-up from the line's start gives: what the
+    /// checkpoints must agree with.
+    fn naive(text: &str, offset: usize) -> Position {
+        let mut offset = offset.min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let starts = LineIndex::new(text).starts;
+        let line = starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let mut prefix = &text[starts[line]..offset];
+        if line == 0 {
+            prefix = prefix.strip_prefix('\u{feff}').unwrap_or(prefix);
+        }
+        Position {
+            line: line + 1,
+            column: prefix.chars().count() + 1,
+            column_utf16: prefix.encode_utf16().count() + 1,
+        }
+    }
+
+    proptest::proptest! {
+        /// Checkpointed columns equal columns counted from the line start,
+        /// for text of long lines mixing 1- to 4-byte characters, BOMs and
+        /// every line break. Long mode: `PROPTEST_CASES=20000 cargo test -p
+        /// mcpolicy-compiler --lib line_index`.
+        #[test]
+        fn checkpoints_agree_with_counting_from_the_line_start(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec!["a", "é", "€", "😀", "\n", "\r\n", "\r", "\u{feff}", "xyz", "\u{301}"]),
+                0..1500,
+            ),
+            offsets in proptest::collection::vec(0usize..8000, 1..40),
+        ) {
+            let text: String = pieces.concat();
+            let index = LineIndex::new(&text);
+            for offset in offsets.into_iter().chain([0, text.len()]) {
+                proptest::prop_assert_eq!(index.position(offset), naive(&text, offset));
+            }
+        }
     }
 }

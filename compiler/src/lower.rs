@@ -80,7 +80,8 @@ pub fn effective_server(model: &PolicyModel, block: &PartialBlock) -> EffectiveB
 pub fn lower(model: &PolicyModel) -> Table {
     let defaults = effective_defaults(model);
     let entry = |pattern: &str, block: EffectiveBlock| ServerEntry {
-        pattern: pattern.to_owned(),
+        // NFC: the table's patterns are in the form server ids are matched in.
+        pattern: mcpolicy_runtime::glob::nfc(pattern).into_owned(),
         digest: table::block_digest(&block, &model.reasons),
         block,
     };
@@ -96,5 +97,21 @@ pub fn lower(model: &PolicyModel) -> Table {
             .map(|(pattern, block)| entry(pattern, merge(&defaults, block)))
             .collect(),
         fallback: entry("*", defaults.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{check, parse};
+
+    /// Issue 11, item 7: the table holds server patterns in NFC, so the
+    /// runtime's exact-id index finds `café` however the client spells it.
+    #[test]
+    fn patterns_are_written_in_nfc() {
+        let text = "mcpolicy 1\nserver \"cafe\\u{301}\" { sampling off }\nserver \"\u{212b}-*\" { sampling off }\n";
+        let table = super::lower(&check::check(&parse::parse(text).file).model);
+        let patterns: Vec<&str> = table.servers.iter().map(|e| e.pattern.as_str()).collect();
+        assert_eq!(patterns, ["caf\u{e9}", "\u{c5}-*"]);
+        assert_eq!(table.entry_for("cafe\u{301}").pattern, "caf\u{e9}");
     }
 }

@@ -966,7 +966,8 @@ fn malformed_frames_through_the_binary() {
         [
             (Value::Null, json!(-32700)),
             (Value::Null, json!(-32600)),
-            (Value::Null, json!(-32600)),
+            // Two `method` members: refused, with its readable id (item 16).
+            (json!(2), json!(-32600)),
             (json!(3), json!(-32010)),
         ]
     );

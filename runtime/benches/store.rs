@@ -75,6 +75,7 @@ fn decision(now: Millis) -> StoredDecision {
         data: Some(DATA.into()),
         represented: 0,
         decided_at: now,
+        recomputable: false,
     }
 }
 

@@ -58,19 +58,27 @@ pub fn timestamp(year: i64, month: u32, day: u32, hour: u32, minute: u32, second
 pub fn window(unit: CalendarUnit, now: Millis) -> (Millis, Millis) {
     let days = now.div_euclid(MS_PER_DAY);
     match unit {
+        // Each end is computed from its own period count, never as the
+        // start plus a length: near `Millis::MIN` the start saturates, and
+        // the saturated start plus a length would be an end too early.
         CalendarUnit::Hour => {
-            let start = now.div_euclid(MS_PER_HOUR).saturating_mul(MS_PER_HOUR);
-            (start, start.saturating_add(MS_PER_HOUR))
+            let hours = now.div_euclid(MS_PER_HOUR);
+            (
+                hours.saturating_mul(MS_PER_HOUR),
+                (hours + 1).saturating_mul(MS_PER_HOUR),
+            )
         }
-        CalendarUnit::Day => {
-            let start = days.saturating_mul(MS_PER_DAY);
-            (start, start.saturating_add(MS_PER_DAY))
-        }
+        CalendarUnit::Day => (
+            days.saturating_mul(MS_PER_DAY),
+            (days + 1).saturating_mul(MS_PER_DAY),
+        ),
         CalendarUnit::Week => {
             // 1970-01-01 was a Thursday: Monday is 3 days after it in this count.
-            let weekday_from_monday = (days + 3).rem_euclid(7);
-            let start = (days - weekday_from_monday).saturating_mul(MS_PER_DAY);
-            (start, start.saturating_add(7 * MS_PER_DAY))
+            let monday = days - (days + 3).rem_euclid(7);
+            (
+                monday.saturating_mul(MS_PER_DAY),
+                (monday + 7).saturating_mul(MS_PER_DAY),
+            )
         }
         CalendarUnit::Month => {
             let (year, month, _) = civil_from_days(days);
@@ -100,12 +108,15 @@ pub fn ceil_to_second(ms: Millis) -> Millis {
 }
 
 /// The RFC 3339 UTC form of `ms`: `2026-03-11T00:00:00Z`, with `.sss` only
-/// when the instant is not a whole second. Years outside 0000–9999 (which
-/// RFC 3339 cannot write) are clamped to the nearest representable instant.
+/// when the instant is not a whole second.
+///
+/// Every [`Millis`] is written exactly, never clamped: an instant outside
+/// the years 0000–9999, which RFC 3339 cannot write, takes ISO 8601's
+/// expanded year, a sign and at least six digits (`+010000-01-01T00:00:00Z`,
+/// the form ECMAScript's `Date` also reads). A `resetsAt` must never name an
+/// instant earlier than the real reset, and the month after
+/// `9999-12-31T23:59:59.999Z` starts in the year 10000.
 pub fn format_rfc3339(ms: Millis) -> String {
-    const MIN: Millis = -62_167_219_200_000; // 0000-01-01T00:00:00Z
-    const MAX: Millis = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
-    let ms = ms.clamp(MIN, MAX);
     let days = ms.div_euclid(MS_PER_DAY);
     let in_day = ms.rem_euclid(MS_PER_DAY);
     let (year, month, day) = civil_from_days(days);
@@ -113,18 +124,43 @@ pub fn format_rfc3339(ms: Millis) -> String {
     let minute = in_day % MS_PER_HOUR / 60_000;
     let second = in_day % 60_000 / MS_PER_SECOND;
     let milli = in_day % MS_PER_SECOND;
-    if milli == 0 {
-        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    let year = if (0..=9999).contains(&year) {
+        format!("{year:04}")
+    } else if year < 0 {
+        format!("-{:06}", year.unsigned_abs())
     } else {
-        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
+        format!("+{year:06}")
+    };
+    if milli == 0 {
+        format!("{year}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    } else {
+        format!("{year}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
     }
 }
 
 /// Parses an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`,
-/// `t`/`z`/space accepted as RFC 3339 allows) to epoch milliseconds.
-/// Fractions beyond milliseconds are truncated; leap second 60 is refused.
+/// `t`/`z`/space accepted as RFC 3339 allows) to epoch milliseconds, and the
+/// expanded years [`format_rfc3339`] writes outside 0000–9999 (`±YYYYYY…`,
+/// six to twelve digits). Fractions beyond milliseconds are truncated; leap
+/// second 60 is refused, and so is an instant beyond [`Millis`]' range.
 pub fn parse_rfc3339(text: &str) -> Option<Millis> {
-    let b = text.as_bytes();
+    let full = text.as_bytes();
+    // The year: four digits, or a sign and six to twelve (ISO 8601
+    // expanded); the rest then reads as if the year had four digits.
+    let (expanded, b): (Option<i64>, &[u8]) = match full.first()? {
+        sign @ (b'+' | b'-') => {
+            let digits = full[1..].iter().take_while(|d| d.is_ascii_digit()).count();
+            if !(6..=12).contains(&digits) {
+                return None;
+            }
+            let magnitude = full[1..=digits]
+                .iter()
+                .fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
+            let year = if *sign == b'-' { -magnitude } else { magnitude };
+            (Some(year), &full[digits - 3..])
+        }
+        _ => (None, full),
+    };
     let num = |range: std::ops::Range<usize>| -> Option<u32> {
         let digits = b.get(range)?;
         digits.iter().try_fold(0u32, |acc, &d| {
@@ -137,12 +173,20 @@ pub fn parse_rfc3339(text: &str) -> Option<Millis> {
     if !matches!(b[10], b'T' | b't' | b' ') {
         return None;
     }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let year = match expanded {
+        Some(year) => year,
+        None => i64::from(num(0..4)?),
+    };
+    let (month, day) = (num(5..7)?, num(8..10)?);
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
     let month_days = match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 if year.rem_euclid(4) == 0
+            && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0) =>
+        {
+            29
+        }
         2 => 28,
         _ => return None,
     };
@@ -180,7 +224,14 @@ pub fn parse_rfc3339(text: &str) -> Option<Millis> {
         }
         _ => return None,
     };
-    Some(timestamp(i64::from(year), month, day, hour, minute, second) + millis - offset_ms)
+    // In i128: a twelve-digit year lies far beyond `Millis`' range.
+    let at = i128::from(days_from_civil(year, month, day)) * i128::from(MS_PER_DAY)
+        + i128::from(hour) * i128::from(MS_PER_HOUR)
+        + i128::from(minute) * 60_000
+        + i128::from(second) * i128::from(MS_PER_SECOND)
+        + i128::from(millis)
+        - i128::from(offset_ms);
+    Millis::try_from(at).ok()
 }
 
 #[cfg(test)]
@@ -277,10 +328,137 @@ mod tests {
         assert_eq!(parse_rfc3339("2024-02-29T08:05:09.Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29T08:05:09Zjunk"), None);
         assert_eq!(parse_rfc3339("２024-02-29T08:05:09Z"), None);
-        assert_eq!(format_rfc3339(Millis::MAX), "9999-12-31T23:59:59.999Z");
-        assert_eq!(format_rfc3339(Millis::MIN), "0000-01-01T00:00:00Z");
+        assert_eq!(
+            format_rfc3339(Millis::MAX),
+            "+292278994-08-17T07:12:55.807Z"
+        );
+        assert_eq!(
+            format_rfc3339(Millis::MIN),
+            "-292275055-05-16T16:47:04.192Z"
+        );
+        assert_eq!(
+            parse_rfc3339("+292278994-08-17T07:12:55.807Z"),
+            Some(Millis::MAX)
+        );
+        assert_eq!(parse_rfc3339("+292278994-08-17T07:12:55.808Z"), None);
+        assert_eq!(parse_rfc3339("+10000-01-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("+002024-02-29T08:05:09Z"), Some(t));
         assert_eq!(ceil_to_second(1_001), 2_000);
         assert_eq!(ceil_to_second(-1), 0);
         assert_eq!(ceil_to_second(3_000), 3_000);
+    }
+
+    /// Issue 11, item 11: a month budget asked at the last representable
+    /// RFC 3339 instant resets at the start of the year 10000, which used to
+    /// be written clamped to `now` itself.
+    #[test]
+    fn a_reset_near_the_first_instant_is_not_early() {
+        // Found by `resets_are_the_next_period_start`: the day's start
+        // saturates at `Millis::MIN`, and start + 1 day came 60,424,192 ms too early.
+        let now: Millis = -9_223_372_036_828_800_001;
+        assert_eq!(window(CalendarUnit::Day, now).1, -9_223_372_036_828_800_000);
+        for unit in UNITS {
+            assert!(window(unit, now).1 > now, "{unit:?}");
+        }
+    }
+
+    #[test]
+    fn a_reset_after_the_year_9999_is_not_clamped_to_now() {
+        let now = parse_rfc3339("9999-12-31T23:59:59.999Z").expect("parses");
+        let (_, end) = window(CalendarUnit::Month, now);
+        let text = format_rfc3339(ceil_to_second(end));
+        assert_eq!(text, "+010000-01-01T00:00:00Z");
+        for unit in UNITS {
+            let (_, end) = window(unit, now);
+            let text = format_rfc3339(ceil_to_second(end));
+            assert_eq!(parse_rfc3339(&text), Some(end), "{unit:?}: {text}");
+            assert!(end > now, "{unit:?}: {text}");
+        }
+    }
+
+    const UNITS: [CalendarUnit; 4] = [
+        CalendarUnit::Hour,
+        CalendarUnit::Day,
+        CalendarUnit::Week,
+        CalendarUnit::Month,
+    ];
+
+    /// The reset of `unit`'s window around `now`, computed another way: the
+    /// first instant after `now` that starts a period, found from the civil
+    /// date (in `i128`, so a reset beyond `Millis::MAX` is seen as such).
+    fn true_reset(unit: CalendarUnit, now: Millis) -> i128 {
+        let now = i128::from(now);
+        let day = i128::from(MS_PER_DAY);
+        let days = now.div_euclid(day);
+        match unit {
+            CalendarUnit::Hour => {
+                let hour = i128::from(MS_PER_HOUR);
+                (now.div_euclid(hour) + 1) * hour
+            }
+            CalendarUnit::Day => (days + 1) * day,
+            CalendarUnit::Week => {
+                // Days until the next Monday (1970-01-01 was a Thursday): 1 to 7.
+                let weekday = (days + 3).rem_euclid(7);
+                (days + 7 - weekday) * day
+            }
+            CalendarUnit::Month => {
+                // Walk day by day to the next 1st: at most 31 steps.
+                let mut next = days + 1;
+                loop {
+                    let (_, _, d) = civil_from_days(i64::try_from(next).expect("days fit"));
+                    if d == 1 {
+                        return next * day;
+                    }
+                    next += 1;
+                }
+            }
+        }
+    }
+
+    fn instant() -> impl proptest::strategy::Strategy<Value = Millis> {
+        use proptest::prelude::*;
+        const LAST_RFC3339: Millis = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+        const FIRST_RFC3339: Millis = -62_167_219_200_000; // 0000-01-01T00:00:00Z
+        let year = 366 * MS_PER_DAY;
+        prop_oneof![
+            any::<Millis>(),
+            FIRST_RFC3339..=LAST_RFC3339,
+            (LAST_RFC3339 - year)..=(LAST_RFC3339 + year),
+            (FIRST_RFC3339 - year)..=(FIRST_RFC3339 + year),
+            (Millis::MAX - 40 * MS_PER_DAY)..=Millis::MAX,
+            Millis::MIN..=(Millis::MIN + 40 * MS_PER_DAY),
+            Just(LAST_RFC3339),
+            Just(Millis::MAX),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Every instant and every calendar unit: the window's end is the
+        /// true next period start, strictly after `now`, or, when that lies
+        /// beyond `Millis::MAX`, the documented saturation `Millis::MAX`
+        /// ("never"), which no representable reset comes after. The start
+        /// is at or before `now`. The text written for the reset (rounded
+        /// up to a second, as `resetsAt` is) parses back to the same instant,
+        /// never an earlier one. `PROPTEST_CASES` sets the number of cases.
+        #[test]
+        fn resets_are_the_next_period_start(now in instant()) {
+            for unit in UNITS {
+                let (start, end) = window(unit, now);
+                let truth = true_reset(unit, now);
+                match Millis::try_from(truth) {
+                    Ok(truth) => {
+                        proptest::prop_assert_eq!(end, truth, "{:?} at {}", unit, now);
+                        proptest::prop_assert!(end > now);
+                    }
+                    Err(_) => proptest::prop_assert_eq!(end, Millis::MAX),
+                }
+                proptest::prop_assert!(start <= now, "{:?} at {}: start {}", unit, now, start);
+                let resets_at = ceil_to_second(end);
+                proptest::prop_assert!(resets_at >= end);
+                let text = format_rfc3339(resets_at);
+                proptest::prop_assert_eq!(parse_rfc3339(&text), Some(resets_at), "{}", text);
+            }
+            proptest::prop_assert_eq!(parse_rfc3339(&format_rfc3339(now)), Some(now));
+        }
     }
 }

@@ -478,7 +478,15 @@ fn unknown_reason(error_code: i64) -> ReasonRt {
 impl Engine {
     /// An engine over `table` (verify it first, e.g. with [`Table::from_json`]),
     /// remembering decisions in `store`, reading time from `clock`.
-    pub fn new(table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
+    ///
+    /// Server patterns are NFC-normalised here, as every server id is at
+    /// each decision: canonically equivalent spellings are one server.
+    pub fn new(mut table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
+        for entry in table.servers.iter_mut() {
+            if let std::borrow::Cow::Owned(normalized) = glob::nfc(&entry.pattern) {
+                entry.pattern = normalized;
+            }
+        }
         let mut exact = FastMap::default();
         let mut globs = Vec::new();
         for (i, entry) in table.servers.iter().enumerate() {
@@ -562,22 +570,12 @@ impl Engine {
     /// Parses, validates and decides raw request bytes: every input yields
     /// something to send, never a panic.
     pub fn decide_bytes(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
-        let value = match request::parse_strict(bytes) {
-            Ok(value) => value,
-            Err(err) => {
-                return Answer::Invalid {
-                    frame: frame::request_error_response(None, err.code(), &err.to_string()),
-                    code: err.code(),
-                };
-            }
-        };
-        let id = request::envelope_id(&value).cloned();
-        let request = match request::validate_sampling(value) {
+        let request = match request::parse_sampling(bytes) {
             Ok(request) => request,
-            Err(err) => {
+            Err(rejection) => {
                 return Answer::Invalid {
-                    frame: frame::request_error_response(id.as_ref(), err.code(), &err.to_string()),
-                    code: err.code(),
+                    frame: rejection.frame(),
+                    code: rejection.code(),
                 };
             }
         };
@@ -597,8 +595,11 @@ impl Engine {
         request: &SamplingRequest,
         ctx: &ClientContext,
     ) -> Result<Decision, EngineError> {
-        let identity = identity::request_identity(server_id, &request.params, &self.table.identity);
-        self.decide_with_identity(server_id, identity.into_string(), &request.params, ctx)
+        // NFC once, here: the id matches, keys the store and is reported in this form.
+        let server_id = glob::nfc(server_id);
+        let identity =
+            identity::request_identity(&server_id, &request.params, &self.table.identity);
+        self.decide_with_identity(&server_id, identity.into_string(), &request.params, ctx)
     }
 
     /// Steps 3–10 for a request whose identity is already known. Exposed for
@@ -612,6 +613,7 @@ impl Engine {
         params: &Map<String, Value>,
         ctx: &ClientContext,
     ) -> Result<Decision, EngineError> {
+        let server_id = &*glob::nfc(server_id);
         let now = self.clock.now();
         let entry = self.entry_index(server_id);
         let plan = &self.plans[entry];
@@ -800,10 +802,10 @@ impl Engine {
     ) -> Option<(&'b str, Produced)> {
         // 4. Switches.
         if !block.sampling.enabled {
-            return Some((&block.sampling.reason, Produced::plain()));
+            return Some((&block.sampling.reason, Produced::recomputable()));
         }
         if !block.tools.enabled && carries_tools(params) {
-            return Some((&block.tools.reason, Produced::plain()));
+            return Some((&block.tools.reason, Produced::recomputable()));
         }
         // 5. Input limits.
         if let Some(limit) = &block.max_messages {
@@ -814,7 +816,7 @@ impl Engine {
             if count > limit.max {
                 let produced = Produced {
                     limit: Some(format!("{} messages", limit.max)),
-                    ..Produced::plain()
+                    ..Produced::recomputable()
                 };
                 return Some((&limit.reason, produced));
             }
@@ -824,7 +826,7 @@ impl Engine {
         {
             let produced = Produced {
                 limit: Some(frame::format_size(limit.max)),
-                ..Produced::plain()
+                ..Produced::recomputable()
             };
             return Some((&limit.reason, produced));
         }
@@ -840,7 +842,9 @@ impl Engine {
         let mut lowered = Lowered::default();
         let mut annotations = Annotations::default();
 
-        // includeContext. Absent means `none`; an unknown value reads as the widest.
+        // includeContext. Absent means `none`. Validation refuses any other
+        // value (-32602); a caller that built params without it still never
+        // gets an unknown value widened past the block's maximum.
         let (requested, recognised) = match params.get("includeContext") {
             None | Some(Value::Null) => (ContextScope::None, true),
             Some(Value::String(s)) => match ContextScope::parse(s) {
@@ -1058,6 +1062,7 @@ impl Engine {
                     data: Some(data.clone()),
                     represented: 0,
                     decided_at: now,
+                    recomputable: produced.recomputable,
                 },
             )?;
         }
@@ -1165,6 +1170,7 @@ impl Engine {
                         data: None,
                         represented: 0,
                         decided_at: now,
+                        recomputable: false,
                     },
                 )?;
             }
@@ -1177,6 +1183,14 @@ impl Engine {
         self.release_budgets(ticket)?;
         let plan = ticket.plan.clone();
         self.deny(key, &plan, builtin::USER_DENIED, Produced::plain(), now)
+    }
+
+    /// The user's answer to a [`Decision::NeedsConsent`] never came: the
+    /// client failed (an error other than the user's rejection), or the task
+    /// it ran ended without a result. Nothing is stored, and the reserved
+    /// budget is returned (the rate spend stays: the server did ask).
+    pub fn abandon_consent(&self, pending: PendingConsent) -> Result<(), EngineError> {
+        self.release_budgets(&pending.grant.ticket)
     }
 
     /// Returns a reservation's budget spend (not its rate spend).
@@ -1324,11 +1338,22 @@ struct Produced {
     limit: Option<String>,
     window: Option<String>,
     deadline: Option<String>,
+    /// The policy alone gives this denial again (a switch or an input
+    /// limit): the store evicts such decisions first.
+    recomputable: bool,
 }
 
 impl Produced {
     fn plain() -> Self {
         Produced::default()
+    }
+
+    /// A switch's or an input limit's denial.
+    fn recomputable() -> Self {
+        Produced {
+            recomputable: true,
+            ..Produced::default()
+        }
     }
 }
 

@@ -263,7 +263,8 @@ pub fn format_size(bytes: u64) -> String {
 /// `includeContext` was lowered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextTrim {
-    /// What the request asked for (an unrecognised value reads as `allServers`).
+    /// What the request asked for. Validation refuses an unknown value; one
+    /// in params that skipped validation reads as `allServers` here.
     pub requested: ContextScope,
     /// What the completion runs with.
     pub applied: ContextScope,

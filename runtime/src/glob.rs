@@ -1,5 +1,28 @@
 //! Server-id and model-name globs: `*` matches any run of characters
 //! (including none), `?` exactly one; everything else matches itself.
+//!
+//! Server ids and server patterns are compared in NFC ([`nfc`]): `café`
+//! typed on one keyboard and `cafe\u{301}` from a macOS file name are the
+//! same server. The table and the engine normalise both before matching.
+
+use std::borrow::Cow;
+
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
+
+/// `text` in Unicode Normalization Form C; borrowed when it already is
+/// (always for ASCII, the common case, decided without a table look-up).
+pub fn nfc(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
+        Cow::Borrowed(text)
+    } else {
+        let normalized: String = text.nfc().collect();
+        if normalized == text {
+            Cow::Borrowed(text)
+        } else {
+            Cow::Owned(normalized)
+        }
+    }
+}
 
 /// Whether `text` matches `pattern`, compared by Unicode scalar values.
 ///
@@ -103,6 +126,16 @@ mod tests {
         // The byte path and the character path agree.
         assert!(matches("é?", "éa") && !matches("é?", "é"));
         assert!(matches("?-notes", "ü-notes"));
+    }
+
+    #[test]
+    fn nfc_forms() {
+        assert!(matches!(nfc("release-notes"), Cow::Borrowed(_)));
+        assert!(matches!(nfc("caf\u{e9}"), Cow::Borrowed(_)));
+        assert_eq!(nfc("cafe\u{301}"), "caf\u{e9}");
+        assert_eq!(nfc("\u{212b}"), "\u{c5}");
+        // `is_nfc_quick` answers `Maybe` for some NFC text: still borrowed.
+        assert!(matches!(nfc("\u{1100}"), Cow::Borrowed(_)));
     }
 
     #[test]

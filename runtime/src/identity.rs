@@ -161,6 +161,8 @@ pub fn request_identity(
     params: &Map<String, Value>,
     fields: &[String],
 ) -> RequestIdentity {
+    // Server ids key stored decisions in NFC, like every string of the payload.
+    let server_id = &*crate::glob::nfc(server_id);
     let mut hasher = Sha256::new();
     write_identity_payload(params, fields, &mut hasher);
     let digest = hasher.finalize();
@@ -1101,8 +1103,14 @@ fn nfc_from(text: &str, from: usize) -> Cow<'_, str> {
         }
         at = end;
     }
-    if maybe && !text.chars().eq(text.nfc()) {
-        return Cow::Owned(text.nfc().collect());
+    if maybe {
+        // One normalisation, kept if it differs (comparing first and
+        // normalising again would do the work twice for every key written
+        // decomposed).
+        let normal: String = text.nfc().collect();
+        if normal != text {
+            return Cow::Owned(normal);
+        }
     }
     Cow::Borrowed(text)
 }

@@ -8,13 +8,21 @@
 //! anywhere in the document. Nesting and size are bounded so that no input
 //! can exhaust the stack or memory, and no input makes this module panic.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+use crate::frame;
 use crate::identity::nfc;
+
+mod literal;
+mod recover;
+
+pub use recover::IdScan;
 
 /// JSON-RPC 2.0 "Parse error".
 pub const PARSE_ERROR: i64 = -32700;
@@ -54,7 +62,10 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
-    /// The input is larger than [`Limits::max_bytes`].
+    /// The input is larger than [`Limits::max_bytes`]. Its code is -32600,
+    /// not -32700: the bytes were never read, so nothing is known to be
+    /// wrong with their JSON; the request is refused for its size alone
+    /// (as the proxy refuses an over-long line).
     #[error("request is {size} bytes, larger than the limit of {limit} bytes")]
     TooLarge {
         /// Size of the input in bytes.
@@ -107,14 +118,14 @@ pub enum RequestError {
         found: String,
     },
     /// An envelope member (`jsonrpc`, `method`, `id`) is missing or ill-typed.
-    #[error("{path} must be {expected}, got {found}")]
+    #[error("{}", invalid_message(path, expected, found.as_deref()))]
     InvalidEnvelope {
         /// JSON path of the member.
         path: String,
         /// What it must be.
         expected: &'static str,
-        /// What was found (`nothing` if absent).
-        found: String,
+        /// What was found, as a short description; `None` when the member is missing.
+        found: Option<String>,
     },
     /// A well-formed JSON-RPC request for some other method.
     #[error("not a sampling request: method is {found}, expected \"sampling/createMessage\"")]
@@ -122,35 +133,43 @@ pub enum RequestError {
         /// The method, as JSON text.
         found: String,
     },
-    /// A parameter is missing or has the wrong type or range.
-    #[error("{path} must be {expected}, got {found}")]
+    /// A parameter is missing or has the wrong type, range or value.
+    #[error("{}", invalid_message(path, expected, found.as_deref()))]
     InvalidParams {
         /// JSON path of the parameter.
         path: String,
         /// What it must be.
         expected: &'static str,
-        /// What was found (`nothing` if absent).
-        found: String,
+        /// What was found, as a short description; `None` when the parameter is missing.
+        found: Option<String>,
     },
 }
 
 impl RequestError {
     /// The JSON-RPC error code for this refusal: -32700 (the bytes are not
     /// acceptable JSON), -32600 (not a valid sampling request, including
-    /// duplicate keys) or -32602 (invalid params).
+    /// duplicate keys and a request over the size limit) or -32602 (invalid
+    /// params).
     pub fn code(&self) -> i64 {
         match self {
-            RequestError::TooLarge { .. }
-            | RequestError::InvalidUtf8 { .. }
+            RequestError::InvalidUtf8 { .. }
             | RequestError::LoneSurrogate { .. }
             | RequestError::TooDeep { .. }
             | RequestError::Syntax { .. } => PARSE_ERROR,
-            RequestError::DuplicateKey { .. }
+            RequestError::TooLarge { .. }
+            | RequestError::DuplicateKey { .. }
             | RequestError::NotAnObject { .. }
             | RequestError::InvalidEnvelope { .. }
             | RequestError::WrongMethod { .. } => INVALID_REQUEST,
             RequestError::InvalidParams { .. } => INVALID_PARAMS,
         }
+    }
+}
+
+fn invalid_message(path: &str, expected: &str, found: Option<&str>) -> String {
+    match found {
+        Some(found) => format!("{path} must be {expected}, got {found}"),
+        None => format!("{path} is missing: it must be {expected}"),
     }
 }
 
@@ -192,6 +211,160 @@ impl SamplingRequest {
             _ => &[],
         }
     }
+}
+
+/// A request refused before it reached the policy: why, and the envelope's
+/// id whenever it could be read, so the error frame can carry it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The request's id (a string or a number), or `None` when it could not
+    /// be read or is not unique (the frame then says `null`).
+    pub id: Option<Value>,
+    /// What was wrong.
+    pub error: RequestError,
+}
+
+impl Rejection {
+    /// The JSON-RPC error code ([`RequestError::code`]).
+    pub fn code(&self) -> i64 {
+        self.error.code()
+    }
+
+    /// The JSON-RPC error response for this refusal.
+    pub fn frame(&self) -> String {
+        frame::request_error_response(self.id.as_ref(), self.code(), &self.error.to_string())
+    }
+}
+
+/// Parses and validates raw request bytes under the default [`Limits`]:
+/// [`parse_strict`], then [`validate_sampling`]. A refusal carries the
+/// envelope's id when it can be read, also when strict parsing failed
+/// (see [`recover_id`]).
+pub fn parse_sampling(bytes: &[u8]) -> Result<SamplingRequest, Rejection> {
+    parse_sampling_with(bytes, &Limits::default())
+}
+
+/// [`parse_sampling`] under explicit limits.
+pub fn parse_sampling_with(bytes: &[u8], limits: &Limits) -> Result<SamplingRequest, Rejection> {
+    let value = parse_strict_with(bytes, limits).map_err(|error| Rejection {
+        id: recover_id_with(bytes, limits),
+        error,
+    })?;
+    let id = envelope_id(&value).cloned();
+    validate_sampling(value).map_err(|error| Rejection {
+        id,
+        error: with_literal(error, bytes),
+    })
+}
+
+/// Longest number literal a message quotes whole.
+const LITERAL_SHOWN: usize = 64;
+
+/// `error` with a number it describes replaced by the number's literal as
+/// written: serde_json reads `18446744073709551617` as the double 2^64, and
+/// a message must show what the request said, not what it was read as.
+/// Needs the bytes, so only [`parse_sampling`] can do it; `bytes` parsed
+/// strictly, so they are valid JSON.
+fn with_literal(error: RequestError, bytes: &[u8]) -> RequestError {
+    let literal = |path: &str| -> Option<String> {
+        let keys: Vec<&str> = path.strip_prefix('$')?.split('.').skip(1).collect();
+        let (start, end) = literal::locate(bytes, &keys)?;
+        let raw = bytes.get(start..end)?;
+        if !matches!(raw.first(), Some(b'-' | b'0'..=b'9')) {
+            return None;
+        }
+        let text = std::str::from_utf8(raw).ok()?;
+        Some(if text.len() > LITERAL_SHOWN {
+            format!("{}…", &text[..LITERAL_SHOWN])
+        } else {
+            text.to_owned()
+        })
+    };
+    match error {
+        RequestError::InvalidParams {
+            path,
+            expected,
+            found: Some(found),
+        } => {
+            let found = literal(&path).unwrap_or(found);
+            RequestError::InvalidParams {
+                path,
+                expected,
+                found: Some(found),
+            }
+        }
+        RequestError::InvalidEnvelope {
+            path,
+            expected,
+            found: Some(found),
+        } => {
+            let found = literal(&path).unwrap_or(found);
+            RequestError::InvalidEnvelope {
+                path,
+                expected,
+                found: Some(found),
+            }
+        }
+        RequestError::NotAnObject { found } => RequestError::NotAnObject {
+            found: literal("$").unwrap_or(found),
+        },
+        other => other,
+    }
+}
+
+/// The top-level `id` of a request that strict parsing refused, when it can
+/// still be read: the input must be JSON text whose top level is one object
+/// (tolerating duplicate keys, lone surrogates, deep nesting, any size and
+/// invalid UTF-8 inside strings), with exactly one member `id` (counting
+/// escaped spellings), a string or a number. Otherwise `None`: an id that is
+/// repeated or unreadable is not trusted. Linear in the input.
+pub fn recover_id(bytes: &[u8]) -> Option<Value> {
+    recover_id_with(bytes, &Limits::default())
+}
+
+fn recover_id_with(bytes: &[u8], limits: &Limits) -> Option<Value> {
+    recover::recover_id(bytes, limits.max_bytes)
+}
+
+/// Reads a request from `reader`, holding at most `limits.max_bytes + 1`
+/// bytes. Within the limit: the bytes. Over it: a [`RequestError::TooLarge`]
+/// refusal with the input's true size, the rest having been streamed
+/// through [`IdScan`] so the refusal still carries a readable id.
+pub fn read_bounded(
+    reader: &mut impl std::io::Read,
+    limits: &Limits,
+) -> std::io::Result<Result<Vec<u8>, Rejection>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    reader
+        .by_ref()
+        .take(limits.max_bytes as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() <= limits.max_bytes {
+        return Ok(Ok(bytes));
+    }
+    let mut scan = IdScan::new(limits.max_bytes);
+    scan.feed(&bytes);
+    let mut size = bytes.len();
+    drop(bytes);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let read = match reader.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        scan.feed(&chunk[..read]);
+        size = size.saturating_add(read);
+    }
+    Ok(Err(Rejection {
+        id: scan.finish(),
+        error: RequestError::TooLarge {
+            size,
+            limit: limits.max_bytes,
+        },
+    }))
 }
 
 /// Parses `bytes` as JSON under the default [`Limits`], refusing invalid
@@ -255,6 +428,10 @@ fn from_serde(error: &serde_json::Error, max_depth: usize) -> RequestError {
 /// Validates a parsed request: a whole JSON-RPC `sampling/createMessage`
 /// request, or a bare params object (one with none of `jsonrpc`, `method`,
 /// `params`, `id`).
+///
+/// An integral `maxTokens` written `9e3`, `9000.0` or `-0` is rewritten as
+/// the integer it is (`9000`, `0`), so params handed on for forwarding
+/// carry an integer that an integer-typed client accepts.
 pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> {
     let Value::Object(mut object) = value else {
         return Err(RequestError::NotAnObject {
@@ -265,7 +442,7 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
         .iter()
         .any(|member| object.contains_key(*member));
     if !is_envelope {
-        check_params(&object, "$")?;
+        check_params(&mut object, "$")?;
         return Ok(SamplingRequest {
             id: None,
             params: object,
@@ -307,7 +484,7 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
             });
         }
     };
-    let params = match object.remove("params") {
+    let mut params = match object.remove("params") {
         Some(Value::Object(params)) => params,
         other => {
             return Err(RequestError::InvalidParams {
@@ -317,7 +494,7 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
             });
         }
     };
-    check_params(&params, "$.params")?;
+    check_params(&mut params, "$.params")?;
     Ok(SamplingRequest {
         id: Some(id),
         params,
@@ -335,7 +512,10 @@ pub fn envelope_id(value: &Value) -> Option<&Value> {
     }
 }
 
-fn check_params(params: &Map<String, Value>, at: &str) -> Result<(), RequestError> {
+/// The values MCP's schema allows for `includeContext`.
+const INCLUDE_CONTEXT: [&str; 3] = ["none", "thisServer", "allServers"];
+
+fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<(), RequestError> {
     match params.get("messages") {
         Some(Value::Array(_)) => {}
         other => {
@@ -346,14 +526,126 @@ fn check_params(params: &Map<String, Value>, at: &str) -> Result<(), RequestErro
             });
         }
     }
-    match params.get("maxTokens") {
-        Some(value) if as_non_negative_integer(value).is_some() => Ok(()),
-        other => Err(RequestError::InvalidParams {
+    let max_tokens = match params.get("maxTokens") {
+        Some(value) => as_non_negative_integer(value),
+        None => None,
+    };
+    let Some(max_tokens) = max_tokens else {
+        return Err(RequestError::InvalidParams {
             path: format!("{at}.maxTokens"),
             expected: "a non-negative integer",
-            found: describe_option(other),
-        }),
+            found: describe_option(params.get("maxTokens")),
+        });
+    };
+    check_field_types(params, at)?;
+    // An unknown scope must not be read as some scope (the widest, or any
+    // other): a client would refuse it, and a refusal re-sent under another
+    // unknown spelling would get a new identity for the same forwarded bytes.
+    match params.get("includeContext") {
+        None => {}
+        Some(Value::String(scope)) if INCLUDE_CONTEXT.contains(&scope.as_str()) => {}
+        Some(other) => {
+            return Err(RequestError::InvalidParams {
+                path: format!("{at}.includeContext"),
+                expected: "one of \"none\", \"thisServer\", \"allServers\"",
+                found: Some(describe(other)),
+            });
+        }
     }
+    if !matches!(params.get("maxTokens"), Some(Value::Number(n)) if n.is_u64()) {
+        params.insert("maxTokens".to_owned(), Value::from(max_tokens));
+    }
+    Ok(())
+}
+
+/// A params field, the type its schema gives in words, and the test of it.
+type FieldType = (&'static str, &'static str, fn(&Value) -> bool);
+
+fn array_of(value: &Value, item: fn(&Value) -> bool) -> bool {
+    value.as_array().is_some_and(|items| items.iter().all(item))
+}
+
+fn priority(value: &Value) -> bool {
+    value.as_f64().is_some_and(|p| (0.0..=1.0).contains(&p))
+}
+
+/// The other fields of MCP's `CreateMessageRequest` params, each of the
+/// schema's type (DESIGN step 1). A field of another type is -32602, never
+/// read past: a `hints` that is a string rather than a list is a list the
+/// `models` trim cannot narrow, so the request would go on naming a model
+/// the policy does not allow; and the client would refuse what the policy
+/// let through. `null` is not absent: the schema's optional fields are
+/// omitted, never null.
+fn check_field_types(params: &Map<String, Value>, at: &str) -> Result<(), RequestError> {
+    let wrong = |path: String, expected: &'static str, found: &Value| {
+        Err(RequestError::InvalidParams {
+            path,
+            expected,
+            found: Some(describe(found)),
+        })
+    };
+    if let Some(Value::Array(messages)) = params.get("messages")
+        && let Some((at_index, message)) = messages.iter().enumerate().find(|(_, m)| !m.is_object())
+    {
+        return wrong(format!("{at}.messages[{at_index}]"), "an object", message);
+    }
+    let fields: [FieldType; 7] = [
+        ("systemPrompt", "a string", Value::is_string),
+        ("temperature", "a number", Value::is_number),
+        ("stopSequences", "an array of strings", |v| {
+            array_of(v, Value::is_string)
+        }),
+        ("metadata", "an object", Value::is_object),
+        ("tools", "an array of objects", |v| {
+            array_of(v, Value::is_object)
+        }),
+        ("toolChoice", "an object", Value::is_object),
+        ("_meta", "an object", Value::is_object),
+    ];
+    for (field, expected, ok) in fields {
+        if let Some(value) = params.get(field)
+            && !ok(value)
+        {
+            return wrong(format!("{at}.{field}"), expected, value);
+        }
+    }
+    let Some(preferences) = params.get("modelPreferences") else {
+        return Ok(());
+    };
+    let Value::Object(preferences) = preferences else {
+        return wrong(format!("{at}.modelPreferences"), "an object", preferences);
+    };
+    if let Some(hints) = preferences.get("hints") {
+        let Value::Array(items) = hints else {
+            return wrong(
+                format!("{at}.modelPreferences.hints"),
+                "an array of objects",
+                hints,
+            );
+        };
+        for (index, hint) in items.iter().enumerate() {
+            let path = format!("{at}.modelPreferences.hints[{index}]");
+            match hint {
+                Value::Object(hint) => match hint.get("name") {
+                    None | Some(Value::String(_)) => {}
+                    Some(name) => return wrong(format!("{path}.name"), "a string", name),
+                },
+                other => return wrong(path, "an object", other),
+            }
+        }
+    }
+    for field in ["costPriority", "speedPriority", "intelligencePriority"] {
+        if let Some(value) = preferences.get(field)
+            && !priority(value)
+        {
+            return wrong(
+                format!("{at}.modelPreferences.{field}"),
+                "a number from 0 to 1",
+                value,
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A non-negative integer, written as `5`, `5.0` or `5e0` (JSON does not tell
@@ -370,7 +662,9 @@ fn as_non_negative_integer(value: &Value) -> Option<u64> {
     (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0).then_some(f as u64)
 }
 
-/// A short description of a JSON value for messages.
+/// A short description of a JSON value for messages. Numbers are written
+/// exactly: an integral double (such as 2^64, which serde_json reads as a
+/// double) in full decimal, never in exponent form.
 fn describe(value: &Value) -> String {
     match value {
         Value::Array(_) => "an array".into(),
@@ -382,12 +676,24 @@ fn describe(value: &Value) -> String {
             }
             quote(&shown)
         }
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if !n.is_u64() && !n.is_i64() && f.is_finite() && f.fract() == 0.0 => {
+                // `{:.0}` prints a double's exact value; `-0` keeps its sign.
+                let digits = format!("{f:.0}");
+                if f == 0.0 && f.is_sign_negative() && !digits.starts_with('-') {
+                    format!("-{digits}")
+                } else {
+                    digits
+                }
+            }
+            _ => n.to_string(),
+        },
         scalar => scalar.to_string(),
     }
 }
 
-fn describe_option(value: Option<&Value>) -> String {
-    value.map_or_else(|| "nothing".into(), describe)
+fn describe_option(value: Option<&Value>) -> Option<String> {
+    value.map(describe)
 }
 
 /// JSON string text, with non-ASCII written as `\u` escapes so that keys
@@ -541,19 +847,21 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
         let depth = self.enter()?;
         let mut map = Map::new();
-        // NFC forms of keys that were not NFC as written, with that original.
-        let mut renormalised: Vec<(String, String)> = Vec::new();
+        // NFC forms of the keys that were not NFC as written: hashed, so
+        // that many such keys cost linear time, not quadratic (SipHash with
+        // a random key, so colliding keys cannot be chosen).
+        let mut renormalised: HashSet<String> = HashSet::new();
         while let Some(key) = access.next_key::<String>()? {
             let normal = nfc(&key);
             // A key already present as written is NFC (as `normal` is), so
-            // it clashes; so does one whose NFC form we recorded.
+            // it clashes; so does one whose NFC form we recorded (the key it
+            // repeats is looked for only then, once, for the message).
             let earlier = if map.contains_key(normal.as_ref()) {
                 Some(normal.to_string())
+            } else if renormalised.contains(normal.as_ref()) {
+                map.keys().find(|k| nfc(k) == normal).cloned()
             } else {
-                renormalised
-                    .iter()
-                    .find(|(form, _)| *form == normal)
-                    .map(|(_, original)| original.clone())
+                None
             };
             if let Some(earlier) = earlier {
                 return Err(self.context.fail(RequestError::DuplicateKey {
@@ -562,8 +870,8 @@ impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
                     path: self.path.to_string(),
                 }));
             }
-            if normal != key.as_str() {
-                renormalised.push((normal.into_owned(), key.clone()));
+            if let Cow::Owned(normal) = normal {
+                renormalised.insert(normal);
             }
             let value = access.next_value_seed(ValueSeed {
                 context: self.context,

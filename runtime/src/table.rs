@@ -43,6 +43,38 @@ pub enum TableError {
         /// The digest of the entry's contents.
         actual: String,
     },
+    /// A statement denies with a reason whose meaning belongs to something
+    /// else: a `user.*` reason (the user's answer to a consent prompt) or a
+    /// `policy.*` reason of another statement. The engine relies on those
+    /// meanings (a stored `user.denied` is the user's refusal; a stored
+    /// tools denial is skipped for a request without tools), so such a table
+    /// could replay the wrong decisions.
+    #[error(
+        "server pattern `{pattern}`: `{statement}` denies as `{reason}`, a reserved reason that `{statement}` does not produce; a statement may deny only as its own built-in reason or a reason outside `policy.` and `user.`"
+    )]
+    ReservedReason {
+        /// The pattern of the offending entry.
+        pattern: String,
+        /// The statement (`tools`, `rate`, …).
+        statement: &'static str,
+        /// The reason it names.
+        reason: String,
+    },
+    /// The `tools` statement shares its reason with another statement of the
+    /// same block. The engine tells a stored tools denial (skipped for a
+    /// request without tools) from every other denial by its reason, so the
+    /// reason of `tools` must be its own.
+    #[error(
+        "server pattern `{pattern}`: `tools` and `{statement}` both deny as `{reason}`; the reason of `tools` must be its own, or a stored denial of one would be replayed as the other"
+    )]
+    SharedToolsReason {
+        /// The pattern of the offending entry.
+        pattern: String,
+        /// The other statement.
+        statement: &'static str,
+        /// The shared reason.
+        reason: String,
+    },
     /// A block references a reason the table does not define.
     #[error("server pattern `{pattern}` references undefined reason `{reason}`")]
     UndefinedReason {
@@ -284,6 +316,43 @@ pub struct EffectiveBlock {
 }
 
 impl EffectiveBlock {
+    /// Whether `statement`, naming `reason`, shares the reason of `tools` in
+    /// a way the engine cannot tell apart: any statement but `tools` itself,
+    /// except `sampling off` (it denies every request before `tools` is
+    /// reached, so no tools denial is ever stored under this block).
+    pub fn shares_tools_reason(&self, statement: &str, reason: &str) -> bool {
+        statement != "tools"
+            && reason == self.tools.reason
+            && (statement != "sampling" || self.sampling.enabled)
+    }
+
+    /// Each statement that names a reason, with that reason: `sampling`,
+    /// `tools`, `max_input`, `max_messages`, `rate`, each `budget`, `deadline`.
+    pub fn statement_reasons(&self) -> Vec<(&'static str, &str)> {
+        let mut out: Vec<(&'static str, &str)> = vec![
+            ("sampling", self.sampling.reason.as_str()),
+            ("tools", self.tools.reason.as_str()),
+        ];
+        out.extend(
+            self.max_input
+                .iter()
+                .map(|l| ("max_input", l.reason.as_str())),
+        );
+        out.extend(
+            self.max_messages
+                .iter()
+                .map(|l| ("max_messages", l.reason.as_str())),
+        );
+        out.extend(self.rate.iter().map(|r| ("rate", r.reason.as_str())));
+        out.extend(self.budgets.iter().map(|b| ("budget", b.reason.as_str())));
+        out.extend(
+            self.deadline
+                .iter()
+                .map(|d| ("deadline", d.reason.as_str())),
+        );
+        out
+    }
+
     /// Every reason name this block can produce, without duplicates, sorted.
     pub fn reason_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = vec![
@@ -299,7 +368,14 @@ impl EffectiveBlock {
         names.extend(self.max_messages.iter().map(|l| l.reason.as_str()));
         names.extend(self.rate.iter().map(|r| r.reason.as_str()));
         names.extend(self.budgets.iter().map(|b| b.reason.as_str()));
-        names.extend(self.deadline.iter().map(|d| d.reason.as_str()));
+        // A client may report a deadline miss under any grant; without a
+        // `deadline` statement it is denied as `policy.deadline`, so that
+        // reason's declaration is part of what the block means.
+        names.push(
+            self.deadline
+                .as_ref()
+                .map_or(builtin::DEADLINE, |d| d.reason.as_str()),
+        );
         names.sort_unstable();
         names.dedup();
         names
@@ -341,21 +417,63 @@ pub struct Table {
 impl Table {
     /// Parses and verifies a table: format version, every digest, every
     /// reason reference. Fails closed on anything unexpected.
+    ///
+    /// Server patterns are NFC-normalised on load (a hand-written table may
+    /// spell them otherwise); the digests do not cover patterns, so this
+    /// changes no digest.
     pub fn from_json(bytes: &[u8]) -> Result<Table, TableError> {
-        let table: Table = serde_json::from_slice(bytes)?;
+        let mut table: Table = serde_json::from_slice(bytes)?;
         if table.format != TABLE_FORMAT {
             return Err(TableError::UnknownFormat {
                 found: table.format,
             });
         }
         table.verify()?;
+        for entry in table
+            .servers
+            .iter_mut()
+            .chain(std::iter::once(&mut table.fallback))
+        {
+            if let std::borrow::Cow::Owned(normalized) = glob::nfc(&entry.pattern) {
+                entry.pattern = normalized;
+            }
+        }
         Ok(table)
     }
 
-    /// Checks that every entry's digest matches its contents and that every
-    /// reason it names is defined.
+    /// Checks that every entry's digest matches its contents, that every
+    /// reason it names is defined, that no statement denies as a reserved
+    /// reason it does not produce ([`builtin::may_deny_as`]), and that the
+    /// reason of `tools` is its own within each block.
     pub fn verify(&self) -> Result<(), TableError> {
         for entry in self.servers.iter().chain(std::iter::once(&self.fallback)) {
+            if let Some((statement, reason)) =
+                entry
+                    .block
+                    .statement_reasons()
+                    .into_iter()
+                    .find(|(statement, reason)| {
+                        !builtin::may_deny_as(builtin::own_reason(statement), reason)
+                    })
+            {
+                return Err(TableError::ReservedReason {
+                    pattern: entry.pattern.clone(),
+                    statement,
+                    reason: reason.to_owned(),
+                });
+            }
+            if let Some((statement, reason)) = entry
+                .block
+                .statement_reasons()
+                .into_iter()
+                .find(|(statement, reason)| entry.block.shares_tools_reason(statement, reason))
+            {
+                return Err(TableError::SharedToolsReason {
+                    pattern: entry.pattern.clone(),
+                    statement,
+                    reason: reason.to_owned(),
+                });
+            }
             if let Some(reason) = entry
                 .block
                 .reason_names()
@@ -388,11 +506,13 @@ impl Table {
         text
     }
 
-    /// The entry that governs `server_id`: the first matching block, or the fallback.
+    /// The entry that governs `server_id`: the first matching block, or the
+    /// fallback. Id and patterns are compared in NFC.
     pub fn entry_for(&self, server_id: &str) -> &ServerEntry {
+        let server_id = glob::nfc(server_id);
         self.servers
             .iter()
-            .find(|entry| glob::matches(&entry.pattern, server_id))
+            .find(|entry| glob::matches(&glob::nfc(&entry.pattern), &server_id))
             .unwrap_or(&self.fallback)
     }
 }
@@ -587,6 +707,34 @@ pub mod builtin {
     /// The built-in reason of that name.
     pub fn get(name: &str) -> Option<&'static Builtin> {
         ALL.iter().find(|b| b.name == name)
+    }
+
+    /// The built-in reason a statement denies with when it names none
+    /// (`""` for a word that is not a denying statement).
+    pub fn own_reason(statement: &str) -> &'static str {
+        match statement {
+            "sampling" => SAMPLING_DISABLED,
+            "tools" => TOOLS_DISABLED,
+            "max_input" | "max_messages" => INPUT_TOO_LARGE,
+            "rate" => RATE_LIMIT,
+            "budget" => BUDGET_EXHAUSTED,
+            "deadline" => DEADLINE,
+            _ => "",
+        }
+    }
+
+    /// Whether a statement whose own built-in reason is `own` may deny as
+    /// `reason`: its own reason, or any reason outside the reserved
+    /// `policy.` and `user.` namespaces.
+    ///
+    /// The reserved reasons mean something the engine and servers rely on:
+    /// a stored `user.denied` is the user's refusal, never recomputed; a
+    /// stored `policy.tools_disabled` (the tools statement's reason) is
+    /// skipped for a request without tools; `policy.budget_exhausted`
+    /// carries `resetsAt` and `policy.rate_limit` `retryAfter`. Naming one on
+    /// another statement would replay or describe the wrong decision.
+    pub fn may_deny_as(own: &str, reason: &str) -> bool {
+        reason == own || !(reason.starts_with("policy.") || reason.starts_with("user."))
     }
 
     /// The built-in reason's defaults as a spec, given the table's `error_code`.

@@ -378,16 +378,26 @@ fn trims_lower_the_request_and_annotate_the_result() {
 }
 
 #[test]
-fn unknown_include_context_is_lowered_to_the_maximum() {
+fn unknown_include_context_is_refused_not_widened() {
+    // Issue 11 item 5: an unknown scope is a schema violation (-32602) with
+    // the request's id, never read as some scope and forwarded.
     let mut block = open_block();
-    block.max_context = ContextScope::ThisServer;
+    block.max_context = ContextScope::AllServers;
     let h = Harness::new(table(vec![("s", block)]));
-    let request = params(json!({"messages": [], "maxTokens": 1, "includeContext": "everything"}));
-    let grant = trimmed(h.decide("s", &request));
-    assert_eq!(
-        grant.params(&request.params)["includeContext"],
-        "thisServer"
-    );
+    for scope in [json!("everything"), json!("ThisServer"), json!(7)] {
+        let bytes = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": 47, "method": "sampling/createMessage",
+            "params": {"messages": [], "maxTokens": 1, "includeContext": scope},
+        }))
+        .expect("serialise");
+        match h.engine.decide_bytes("s", &bytes, &Default::default()) {
+            mcpolicy_runtime::engine::Answer::Invalid { frame, code } => {
+                assert_eq!(code, -32602, "{scope}");
+                assert_eq!(parse(&frame)["id"], 47);
+            }
+            other => panic!("{scope}: {other:?}"),
+        }
+    }
 }
 
 #[test]

@@ -1,13 +1,20 @@
-//! Model-based property test: random sequences of store operations run
+//! Model-based property tests: random sequences of store operations run
 //! against both stores and a naive reference model that keeps every spend row
-//! forever and sums windows from scratch. The stores prune rows and keep
-//! running totals; any drift between them and the model is a bug.
+//! forever and sums windows from scratch, and keeps every server's decisions
+//! within the same bound, evicting in the documented order. The stores prune
+//! rows and keep running totals; any drift between them and the model is a
+//! bug. A second property steps the clock back and forth arbitrarily: the
+//! stores must never admit what the unpruned model would refuse, and must
+//! agree with each other exactly.
+//!
+//! Fast by default; long mode: `PROPTEST_CASES=5000 cargo test -p
+//! mcpolicy-runtime --release --test store_model`.
 
 use std::collections::HashMap;
 
 use mcpolicy_runtime::store::{
     Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
-    Reservation, StoredDecision, Verdict,
+    Reservation, ServerStats, StoredDecision, Verdict,
 };
 use proptest::prelude::*;
 
@@ -32,6 +39,11 @@ enum Op {
         digest: u8,
         ttl: Option<u16>,
         deny: bool,
+        recomputable: bool,
+    },
+    /// Compare a server's stored/evicted counts.
+    Stats {
+        server: u8,
     },
     Replay {
         server: u8,
@@ -62,12 +74,13 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u16..700).prop_map(Op::Wait),
         6 => (0u8..2, 1u8..8, 0u16..60).prop_map(|(server, mask, tokens)| Op::Admit { server, mask, tokens }),
         2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| Op::Settle { nth, actual }),
-        2 => (0u8..2, 0u8..4, 0u8..2, proptest::option::of(0u16..2_000), any::<bool>())
-            .prop_map(|(server, id, digest, ttl, deny)| Op::Record { server, id, digest, ttl, deny }),
-        2 => (0u8..2, 0u8..4, 0u8..2).prop_map(|(server, id, digest)| Op::Replay { server, id, digest }),
-        1 => (0u8..2, 0u8..4).prop_map(|(server, id)| Op::Get { server, id }),
+        3 => (0u8..2, 0u8..6, 0u8..2, proptest::option::of(0u16..2_000), any::<bool>(), any::<bool>())
+            .prop_map(|(server, id, digest, ttl, deny, recomputable)| Op::Record { server, id, digest, ttl, deny, recomputable }),
+        1 => (0u8..2).prop_map(|server| Op::Stats { server }),
+        2 => (0u8..2, 0u8..6, 0u8..2).prop_map(|(server, id, digest)| Op::Replay { server, id, digest }),
+        1 => (0u8..2, 0u8..6).prop_map(|(server, id)| Op::Get { server, id }),
         1 => (0u8..2, 0u8..2).prop_map(|(server, digest)| Op::Purge { server, digest }),
-        4 => (0u8..2, 0u8..4, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
+        4 => (0u8..2, 0u8..6, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
             Op::ReplayThenAdmit { server, id, digest, mask, tokens }
         }),
     ]
@@ -109,14 +122,51 @@ fn checks(mask: u8, tokens: u16, now: Millis) -> Vec<LimitCheck> {
         .collect()
 }
 
-/// The reference: every spend row ever recorded, and a plain map of decisions.
+/// The bound of decisions per server the stores and the model keep: six
+/// identities per server, so evictions happen.
+const BOUND: u64 = 4;
+
+/// The reference: every spend row ever recorded, a plain map of decisions,
+/// and each server's counts.
 #[derive(Default)]
 struct Model {
     rows: Vec<(String, String, Millis, u64, usize)>, // server, counter, at, amount, admission
     decisions: HashMap<DecisionKey, StoredDecision>,
+    stats: HashMap<String, ServerStats>,
 }
 
 impl Model {
+    /// Stores a decision and evicts past [`BOUND`]: recomputable first, then
+    /// soonest expiry (none last), then oldest, then identity (STORE.md).
+    fn record(&mut self, key: DecisionKey, decision: StoredDecision) {
+        let server = key.server_id.clone();
+        let new = self.decisions.insert(key, decision).is_none();
+        let stats = self.stats.entry(server.clone()).or_default();
+        if new {
+            stats.stored += 1;
+        }
+        while stats.stored > BOUND {
+            let victim = self
+                .decisions
+                .iter()
+                .filter(|(k, _)| k.server_id == server)
+                .min_by_key(|(k, d)| {
+                    (
+                        !d.recomputable,
+                        d.expires_at.unwrap_or(Millis::MAX),
+                        d.decided_at,
+                        k.identity.clone(),
+                    )
+                })
+                .map(|(k, _)| k.clone())
+                .expect("a server over its bound has decisions");
+            let gone = self.decisions.remove(&victim).expect("present");
+            stats.stored -= 1;
+            stats.evicted += 1;
+            stats.evicted_represented += gone.represented;
+        }
+    }
+
     fn spent(&self, server: &str, check: &LimitCheck, now: Millis) -> u64 {
         self.rows
             .iter()
@@ -192,20 +242,35 @@ impl Model {
     }
 }
 
-fn run(ops: Vec<Op>) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let stores: Vec<(&str, Box<dyn DecisionStore>)> = vec![
-        ("memory", Box::new(MemoryStore::new())),
+/// Both stores, with the model's bound.
+fn stores(dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn DecisionStore>)> {
+    #[cfg(not(feature = "sqlite"))]
+    let _ = dir;
+    vec![
+        (
+            "memory",
+            Box::new(MemoryStore::with_max_decisions_per_server(BOUND)),
+        ),
         #[cfg(feature = "sqlite")]
         (
             "sqlite",
             Box::new(
-                mcpolicy_runtime::store::SqliteStore::open(dir.path().join("m.db")).expect("open"),
+                mcpolicy_runtime::store::SqliteStore::open_with(
+                    dir.path().join("m.db"),
+                    &mcpolicy_runtime::store::SqliteOptions {
+                        max_decisions_per_server: BOUND,
+                        ..Default::default()
+                    },
+                )
+                .expect("open"),
             ),
         ),
-    ];
-    #[cfg(not(feature = "sqlite"))]
-    drop(dir);
+    ]
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stores = stores(&dir);
     let mut model = Model::default();
     // Admitted reservations, per store, in admission order, with the model's admission number.
     let mut admitted: Vec<(usize, &str, Vec<Reservation>)> = Vec::new();
@@ -258,6 +323,7 @@ fn run(ops: Vec<Op>) {
                 digest,
                 ttl,
                 deny,
+                recomputable,
             } => {
                 let key = DecisionKey::new(SERVERS[usize::from(server)], format!("i{id}"));
                 let decision = StoredDecision {
@@ -268,10 +334,20 @@ fn run(ops: Vec<Op>) {
                     data: deny.then(|| format!("{{\"step\":{step}}}").into()),
                     represented: 0,
                     decided_at: now,
+                    recomputable: deny && recomputable,
                 };
-                model.decisions.insert(key.clone(), decision.clone());
+                model.record(key.clone(), decision.clone());
                 for (_, store) in &stores {
                     store.record(&key, &decision).expect("record");
+                }
+            }
+            Op::Stats { server } => {
+                let server = SERVERS[usize::from(server)];
+                let expected = model.stats.get(server).copied().unwrap_or_default();
+                assert!(expected.stored <= BOUND);
+                for (name, store) in &stores {
+                    let got = store.server_stats(server).expect("stats");
+                    assert_eq!(got, expected, "{name} stats at step {step}");
                 }
             }
             Op::Replay { server, id, digest } => {
@@ -372,6 +448,9 @@ fn run(ops: Vec<Op>) {
                         || (*d.digest == *digest && d.expires_at.is_none_or(|at| now < at))
                 });
                 let removed = (before - model.decisions.len()) as u64;
+                if let Some(stats) = model.stats.get_mut(server) {
+                    stats.stored -= removed;
+                }
                 for (name, store) in &stores {
                     let got = store.purge_stale(server, &digest, now).expect("purge");
                     assert_eq!(got, removed, "{name} purge at step {step}");
@@ -381,10 +460,220 @@ fn run(ops: Vec<Op>) {
     }
 }
 
+/// `cases` unless `PROPTEST_CASES` says otherwise (the long mode).
+fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(cases);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(config(64))]
     #[test]
     fn stores_agree_with_the_model(ops in proptest::collection::vec(op(), 1..120)) {
         run(ops);
+    }
+
+    /// Issue 11, item 13: floods of decisions of every kind stay within the
+    /// bound and are evicted in the documented order.
+    #[test]
+    fn eviction_keeps_the_bound_and_its_order(
+        flood in proptest::collection::vec((0u8..24, any::<bool>(), proptest::option::of(0u16..100)), 1..80)
+    ) {
+        run_flood(flood);
+    }
+
+    /// Issue 11, item 9: arbitrary clock steps, forward and back, small and
+    /// large, between admissions and settlements.
+    #[test]
+    fn clock_steps_never_admit_more_than_an_unpruned_store(
+        ops in proptest::collection::vec(step_op(), 1..150)
+    ) {
+        run_steps(ops);
+    }
+}
+
+/// A record in the eviction property: identity, recomputable, ttl.
+type Flood = Vec<(u8, bool, Option<u16>)>;
+
+/// Records `flood` into both stores (bound [`BOUND`] per server) and checks
+/// after each: the server holds at most the bound; what disappeared is what
+/// `server_stats` counts as evicted; a decision the policy cannot recompute
+/// is evicted only when no recomputable one is left; among those, one
+/// without expiry only when none with an expiry is left.
+fn run_flood(flood: Flood) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, store) in stores(&dir) {
+        let mut present: HashMap<u8, StoredDecision> = HashMap::new();
+        for (step, (id, recomputable, ttl)) in flood.iter().copied().enumerate() {
+            let now = 1_000 + step as Millis;
+            let key = |id: u8| DecisionKey::new("alpha", format!("i{id:03}"));
+            let decision = StoredDecision {
+                verdict: Verdict::Deny,
+                reason: "r".into(),
+                digest: "d".into(),
+                expires_at: ttl.map(|t| now + 10_000 + Millis::from(t)),
+                data: None,
+                represented: 0,
+                decided_at: now,
+                recomputable,
+            };
+            let before = store.server_stats("alpha").expect("stats");
+            store.record(&key(id), &decision).expect("record");
+            present.insert(id, decision);
+            let mut gone = Vec::new();
+            present.retain(|id, d| {
+                let kept = store.get(&key(*id)).expect("get").is_some();
+                if !kept {
+                    gone.push(d.clone());
+                }
+                kept
+            });
+            let after = store.server_stats("alpha").expect("stats");
+            assert!(after.stored <= BOUND, "{name} step {step}: {after:?}");
+            assert_eq!(after.stored, present.len() as u64, "{name} step {step}");
+            assert_eq!(
+                after.evicted - before.evicted,
+                gone.len() as u64,
+                "{name} step {step}"
+            );
+            for evicted in &gone {
+                if !evicted.recomputable {
+                    assert!(
+                        present.values().all(|d| !d.recomputable),
+                        "{name} step {step}: evicted a remembered decision before a recomputable one"
+                    );
+                    if evicted.expires_at.is_none() {
+                        assert!(
+                            present.values().all(|d| d.expires_at.is_none()),
+                            "{name} step {step}: evicted a decision without expiry before one with"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum StepOp {
+    /// Move the clock by this many ms (negative: a step back).
+    Step(i64),
+    Admit {
+        server: u8,
+        mask: u8,
+        tokens: u16,
+    },
+    Settle {
+        nth: u8,
+        actual: u16,
+    },
+}
+
+fn step_op() -> impl Strategy<Value = StepOp> {
+    const DAY: i64 = 86_400_000;
+    prop_oneof![
+        3 => (-3_000i64..3_000).prop_map(StepOp::Step),
+        2 => (-200_000i64..200_000).prop_map(StepOp::Step),
+        1 => (-3 * DAY..3 * DAY).prop_map(StepOp::Step),
+        8 => (0u8..2, 1u8..16, 0u16..60).prop_map(|(server, mask, tokens)| StepOp::Admit { server, mask, tokens }),
+        2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| StepOp::Settle { nth, actual }),
+    ]
+}
+
+/// [`checks`], and a fourth: `budget 4 requests per day` (bit 3).
+fn step_checks(mask: u8, tokens: u16, now: Millis) -> Vec<LimitCheck> {
+    let mut all = checks(mask & 7, tokens, now);
+    if mask & 8 != 0 {
+        let day: Millis = 86_400_000;
+        let start = now - now.rem_euclid(day);
+        all.push(LimitCheck {
+            counter: "budget:requests:day".into(),
+            amount: 1,
+            limit: 4,
+            window: LimitWindow::Fixed {
+                start,
+                end: start + day,
+            },
+        });
+    }
+    all
+}
+
+fn run_steps(ops: Vec<StepOp>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stores = stores(&dir);
+    // The model records exactly what the stores admitted, and never prunes.
+    let mut model = Model::default();
+    let mut admitted: Vec<(usize, &str, Vec<Reservation>)> = Vec::new();
+    let mut now: Millis = 1_773_144_000_000; // 2026-03-10T12:00:00Z
+    for (step, op) in ops.into_iter().enumerate() {
+        match op {
+            StepOp::Step(ms) => now += ms,
+            StepOp::Admit {
+                server,
+                mask,
+                tokens,
+            } => {
+                let server = SERVERS[usize::from(server)];
+                let checks = step_checks(mask, tokens, now);
+                let answers: Vec<Admission> = stores
+                    .iter()
+                    .map(|(_, store)| store.admit(server, &checks, now).expect("admit"))
+                    .collect();
+                // Memory and SQLite answer alike (reservation ids aside).
+                let strip = |a: &Admission| match a {
+                    Admission::Admitted { .. } => None,
+                    refused => Some(refused.clone()),
+                };
+                for (answer, (name, _)) in answers.iter().zip(&stores) {
+                    assert_eq!(strip(answer), strip(&answers[0]), "{name} at step {step}");
+                }
+                let would = model.admit(server, &checks, now, step);
+                match &answers[0] {
+                    Admission::Admitted { .. } => {
+                        assert!(
+                            matches!(would, Admission::Admitted { .. }),
+                            "admitted at step {step} ({now}) what an unpruned store refuses: {would:?}"
+                        );
+                        let handles = answers
+                            .iter()
+                            .map(|a| match a {
+                                Admission::Admitted { reservation } => *reservation,
+                                Admission::Refused { .. } => unreachable!(),
+                            })
+                            .collect();
+                        admitted.push((step, server, handles));
+                    }
+                    Admission::Refused { .. } => {
+                        // Refusing what the model admits is allowed (fail
+                        // closed); undo the model's recording.
+                        model.rows.retain(|row| row.4 != step);
+                    }
+                }
+            }
+            StepOp::Settle { nth, actual } => {
+                if admitted.is_empty() {
+                    continue;
+                }
+                let (admission, server, handles) = &admitted[usize::from(nth) % admitted.len()];
+                let counter = "budget:tokens:rolling:3000";
+                for row in model.rows.iter_mut() {
+                    if row.4 == *admission && row.1 == counter {
+                        row.3 = u64::from(actual);
+                    }
+                }
+                for ((name, store), handle) in stores.iter().zip(handles) {
+                    store
+                        .settle(server, *handle, counter, u64::from(actual))
+                        .unwrap_or_else(|e| panic!("{name} settle at step {step}: {e}"));
+                }
+            }
+        }
     }
 }

@@ -112,6 +112,10 @@ struct Checker {
     /// The `}` items that close such a block after the inner one: consequences
     /// of the nesting, not findings of their own.
     nested_closers: HashSet<Span>,
+    /// The block being checked: 0 for `defaults`, 1 + i for server block i.
+    current_block: usize,
+    /// Every accepted `as NAME`: (block, statement, name, span of NAME).
+    clauses: Vec<(usize, &'static str, String, Span)>,
 }
 
 /// A block item's keyword, its `{` and its `}` (if found).
@@ -339,17 +343,82 @@ impl Checker {
             }
         }
         if let Some(block) = defaults {
+            self.current_block = 0;
             self.model.defaults = self.block(block, false);
         }
         servers::check_patterns(self, &servers);
-        for server in &servers {
+        for (i, server) in servers.iter().enumerate() {
+            self.current_block = 1 + i;
             let block = self.block(&server.body, true);
-            self.model
-                .servers
-                .push((server.pattern.value.clone(), block));
+            // The model holds the pattern in NFC, the form the runtime matches.
+            self.model.servers.push((
+                mcpolicy_runtime::glob::nfc(&server.pattern.value).into_owned(),
+                block,
+            ));
         }
         for (decl, props) in reason_props {
             self.reason_rules(decl, props);
+        }
+        self.shared_tools_reasons();
+    }
+
+    /// E0413 when, in some effective block, `tools` denies as a reason that
+    /// another statement also names. The runtime skips a stored tools denial
+    /// for a request without tools and knows it by its reason, so a shared
+    /// reason would skip (or replay) the other statement's stored denials.
+    fn shared_tools_reasons(&mut self) {
+        if !self.clauses.iter().any(|c| c.1 == "tools") {
+            return;
+        }
+        let mut blocks = vec![(0, crate::lower::effective_defaults(&self.model))];
+        blocks.extend(
+            self.model
+                .servers
+                .iter()
+                .enumerate()
+                .map(|(i, (_, b))| (1 + i, crate::lower::effective_server(&self.model, b))),
+        );
+        // The clause naming `reason` on `statement` that block `id` inherits:
+        // its own, else the defaults' one.
+        let clause = |id: usize, statement: &str, reason: &str| {
+            let find = |block: usize| {
+                self.clauses
+                    .iter()
+                    .find(|c| c.0 == block && c.1 == statement && c.2 == reason)
+                    .map(|c| c.3)
+            };
+            find(id).or_else(|| find(0))
+        };
+        let mut seen: HashSet<(Span, Span)> = HashSet::new();
+        let mut found = Vec::new();
+        for (id, block) in &blocks {
+            let tools = block.tools.reason.as_str();
+            for (statement, reason) in block.statement_reasons() {
+                if !block.shares_tools_reason(statement, reason) {
+                    continue;
+                }
+                if let (Some(at), Some(other)) =
+                    (clause(*id, "tools", tools), clause(*id, statement, reason))
+                    && seen.insert((at, other))
+                {
+                    found.push((at, other, statement, reason.to_owned()));
+                }
+            }
+        }
+        for (at, other, statement, reason) in found {
+            self.push(
+                Diagnostic::new(
+                    Code::E0413,
+                    at,
+                    format!("`tools` and `{statement}` both deny as `{reason}`; the reason of `tools` must be its own"),
+                    "shared with another statement",
+                )
+                .related(other, format!("`{statement}` names it here"))
+                .help(format!(
+                    "declare a separate reason for `tools`, like `reason {reason}_tools {{ retryable false; ttl forever }}`, and write `as {reason}_tools` here"
+                ))
+                .note("the runtime skips a stored `tools` denial for a request without tools, and tells it apart by its reason"),
+            );
         }
     }
 
@@ -973,6 +1042,10 @@ impl Checker {
                 );
                 return default.to_owned();
             }
+            Some(b) if !builtin::may_deny_as(default, name) => {
+                self.push(borrowed_reason(clause.span, b, default, statement));
+                return default.to_owned();
+            }
             Some(_) => {}
             None if !self.declared.contains_key(name) => {
                 let candidates: Vec<String> = self
@@ -1007,6 +1080,8 @@ impl Checker {
             }
             None => {}
         }
+        self.clauses
+            .push((self.current_block, statement, name.to_owned(), clause.span));
         let entry = self.producers.entry(name.to_owned()).or_default();
         entry.uses.push(clause.span);
         if statement == "budget" {
@@ -1023,6 +1098,54 @@ struct ReasonProps {
     retryable: Option<Span>,
     ttl: Option<Span>,
     code: bool,
+}
+
+/// E0413: `as` names a built-in deny reason that belongs to something else
+/// (the user's refusal, or another statement's reason).
+fn borrowed_reason(
+    span: Span,
+    borrowed: &builtin::Builtin,
+    own: &str,
+    statement: &str,
+) -> Diagnostic {
+    let name = borrowed.name;
+    let (message, label) = if name.starts_with("user.") {
+        (
+            format!(
+                "`{name}` is the user's answer to a consent prompt, not a reason `{statement}` can deny with"
+            ),
+            "reserved for the user",
+        )
+    } else {
+        let owner = [
+            "sampling",
+            "tools",
+            "max_input",
+            "rate",
+            "budget",
+            "deadline",
+        ]
+        .into_iter()
+        .find(|s| builtin::own_reason(s) == name)
+        .unwrap_or("another statement");
+        (
+            format!("`{name}` is the reason of `{owner}`, not of `{statement}`"),
+            "another statement's reason",
+        )
+    };
+    let ttl = match borrowed.ttl {
+        Ttl::AfterMs(ms) => format!("{}s", ms.div_ceil(1000)),
+        Ttl::UntilReset if statement == "budget" => "until_reset".to_owned(),
+        Ttl::UntilReset | Ttl::Forever => "forever".to_owned(),
+        Ttl::None => "none".to_owned(),
+    };
+    let custom = format!("acme.{statement}_denied");
+    Diagnostic::new(Code::E0413, span, message, label)
+        .help(format!(
+            "declare a reason of your own, `reason {custom} {{ retryable {}; ttl {ttl} }}`, and write `as {custom}`; or remove `as {name}` to deny as `{own}`",
+            borrowed.retryable
+        ))
+        .note("the runtime relies on what built-in reasons mean: a stored `user.denied` is replayed as the user's refusal, and a stored `tools` denial is skipped for requests without tools")
 }
 
 fn duplicate(keyword: &str, span: Span, first: Span) -> Diagnostic {

@@ -1,6 +1,7 @@
 //! Server patterns: empty, duplicate, and unreachable (shadowed by an earlier
 //! glob; the first matching block wins).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use mcpolicy_runtime::glob;
@@ -13,14 +14,24 @@ use crate::syntax::{ServerDecl, Span};
 /// Checks every pattern against those before it. Exact ids are looked up in
 /// a map; globs are bucketed by their first literal character so that a
 /// policy of 10,000 exact ids and a few hundred globs stays near-linear.
+///
+/// Patterns are compared in NFC, as the runtime matches them; a pattern
+/// written in another form gets W0304 with its NFC spelling.
 pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl]) {
+    let normalized: Vec<Cow<'_, str>> = servers
+        .iter()
+        .map(|server| glob::nfc(&server.pattern.value))
+        .collect();
     let mut exact: HashMap<&str, Span> = HashMap::new();
     let mut globs_by_first: HashMap<char, Vec<(&str, Span)>> = HashMap::new();
     let mut globs_wild: Vec<(&str, Span)> = Vec::new();
     let mut all_globs: HashMap<&str, Span> = HashMap::new();
-    for server in servers {
-        let pattern = server.pattern.value.as_str();
+    for (server, pattern) in servers.iter().zip(&normalized) {
+        let pattern: &str = pattern;
         let span = server.pattern.span;
+        if pattern != server.pattern.value {
+            checker.push(not_nfc(span, pattern));
+        }
         if pattern.is_empty() {
             checker.push(
                 Diagnostic::new(
@@ -85,6 +96,32 @@ pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl]) {
             exact.insert(pattern, span);
         }
     }
+}
+
+/// W0304: the pattern is not in NFC; the help and the fix give its NFC
+/// spelling as a string literal.
+fn not_nfc(span: Span, nfc: &str) -> Diagnostic {
+    let mut literal = String::with_capacity(nfc.len() + 2);
+    literal.push('"');
+    for c in nfc.chars() {
+        match c {
+            '"' => literal.push_str("\\\""),
+            '\\' => literal.push_str("\\\\"),
+            '\n' => literal.push_str("\\n"),
+            '\t' => literal.push_str("\\t"),
+            c if c.is_control() => literal.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => literal.push(c),
+        }
+    }
+    literal.push('"');
+    Diagnostic::new(
+        Code::W0304,
+        span,
+        "the server pattern is not in Unicode NFC; it is matched as its NFC spelling",
+        "not in NFC",
+    )
+    .help(format!("write it in NFC: `server {literal}`"))
+    .fix("write the pattern in NFC", span, literal)
 }
 
 /// The text before a glob's first wildcard. `covers(outer, inner)` matches

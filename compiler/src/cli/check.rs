@@ -8,7 +8,7 @@ use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::input;
 use mcpolicy_compiler::render::{self, FileReport};
 
-use super::{ColorChoice, emit, fail, human_style};
+use super::{ColorChoice, emit, emit_err, fail, human_style};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,7 +73,7 @@ pub fn run(args: Args) -> ExitCode {
             if errors + warnings == 0 {
                 emit(&text);
             } else {
-                eprint!("{text}");
+                emit_err(&text);
             }
         }
         Format::Json => emit(&render::json(&reports)),

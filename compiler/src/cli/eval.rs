@@ -2,7 +2,8 @@
 //!
 //! Decides one request the way an embedding client would and prints what
 //! would be sent: the error frame for a denial, the (possibly narrowed)
-//! request for an allow or a trim. A summary goes to stderr.
+//! request for an allow or a trim, the JSON-RPC error frame for a request
+//! the runtime refuses (as `mcpc identity` does). A summary goes to stderr.
 //! Exit codes: 0 allow, trim or consent pending; 1 deny or invalid request;
 //! 2 usage, I/O or store failure.
 
@@ -16,7 +17,7 @@ use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Engine};
 use mcpolicy_runtime::store::{DecisionStore, MemoryStore, SqliteStore};
 use serde_json::{Value, json};
 
-use super::identity::read_request;
+use super::identity::{read_request, refuse};
 use super::policy::{LoadFailure, load_table};
 use super::{ColorChoice, emit, fail};
 
@@ -40,6 +41,7 @@ pub struct Args {
     #[arg(long, value_name = "ID")]
     server: String,
     /// A JSON-RPC `sampling/createMessage` request or its params object; `-` reads standard input.
+    /// A refused request prints its JSON-RPC error frame on stdout (as `mcpc identity` does) and exits 1.
     #[arg(long, value_name = "FILE")]
     request: String,
     /// A SQLite decision store to read and update (default: a fresh in-memory store).
@@ -79,24 +81,22 @@ pub fn run(args: Args) -> ExitCode {
     let store: Arc<dyn DecisionStore> = match &args.store {
         Some(path) => match SqliteStore::open(path) {
             Ok(store) => Arc::new(store),
-            Err(error) => return fail(format!("cannot open store {path}: {error}")),
+            // The store's error names the path already.
+            Err(error) => return fail(error),
         },
         None => Arc::new(MemoryStore::new()),
     };
     let bytes = match read_request(&args.request) {
-        Ok(bytes) => bytes,
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(rejection)) => return refuse(&rejection.frame(), rejection.code()),
         Err(error) => return fail(format!("cannot read {}: {error}", args.request)),
     };
     let engine = Engine::new(table, store, clock);
     let ctx = ClientContext::with_sampling_context(args.sampling_context);
     let (request, mut decision) = match engine.decide_bytes(&args.server, &bytes, &ctx) {
-        Answer::Invalid { frame, code } => {
-            eprintln!("invalid request ({code})");
-            emit(&format!("{frame}\n"));
-            return ExitCode::from(1);
-        }
+        Answer::Invalid { frame, code } => return refuse(&frame, code),
         Answer::Failed { frame, error } => {
-            eprintln!("mcpc: error: {error}");
+            sayln!("mcpc: error: {error}");
             emit(&format!("{frame}\n"));
             return ExitCode::from(2);
         }
@@ -106,7 +106,7 @@ pub fn run(args: Args) -> ExitCode {
         let identity = pending.identity().to_owned();
         match args.consent {
             ConsentAnswer::Pending => {
-                eprintln!("consent required for {identity} (answer with --consent approve|deny)");
+                sayln!("consent required for {identity} (answer with --consent approve|deny)");
                 emit(&format!(
                     "{}\n",
                     json!({ "consent": "required", "server": args.server, "identity": identity })
@@ -121,7 +121,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     match decision {
         Decision::Deny(denial) => {
-            eprintln!(
+            sayln!(
                 "deny {} ({}{})",
                 denial.reason,
                 if denial.replayed { "replayed, " } else { "" },
@@ -151,7 +151,7 @@ pub fn run(args: Args) -> ExitCode {
             let deadline = grant
                 .deadline_ms
                 .map_or(String::new(), |ms| format!(", deadline {ms} ms"));
-            eprintln!(
+            sayln!(
                 "{outcome}{deadline}{}",
                 if annotations.is_empty() {
                     String::new()

@@ -4,6 +4,11 @@
 //! output). Refuses a file with syntax errors, and refuses to write any
 //! output whose compiled table differs from the input's: formatting never
 //! changes meaning.
+//!
+//! A file is replaced atomically through a fresh temporary file beside the
+//! real file: a symlinked policy stays a symlink and its target is
+//! formatted, the permissions are kept, and a policy with several hard links
+//! is refused (exit 2) rather than split into diverging copies.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,7 +22,9 @@ use super::{ColorChoice, emit, fail, human_style};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Policy files; `-` formats standard input to standard output.
+    /// Policy files; `-` formats standard input to standard output. A
+    /// symlink is followed (its target is formatted); a file with several
+    /// hard links is refused.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<String>,
     /// Change nothing; exit 1 if any file is not formatted.
@@ -35,24 +42,56 @@ fn table_of(text: &str) -> Option<String> {
     lower_file(&db, source).as_ref().map(|t| t.to_json())
 }
 
-/// Writes through a temporary file in the same directory, then renames, so
-/// a crash never leaves a half-written policy.
-fn write_atomically(path: &str, text: &str) -> std::io::Result<()> {
-    let target = Path::new(path);
-    let dir = target
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = target
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("policy");
-    let temp = dir.join(format!(".{name}.mcpc-fmt.tmp"));
-    std::fs::write(&temp, text)?;
-    if let Ok(meta) = std::fs::metadata(target) {
-        std::fs::set_permissions(&temp, meta.permissions())?;
+/// Replaces the file `path` names with `text`, atomically: the text goes to
+/// a fresh temporary file (created exclusively, under a random name, so a
+/// file or symlink planted beside the policy is never written) in the same
+/// directory as the real file, which is then renamed over it. A symlink is
+/// followed to the file it names (the link stays a link, its target is
+/// formatted), and the file's permissions are kept.
+///
+/// A file with more than one hard link is refused: a rename would give this
+/// name the new text and leave the other names with the old one, and
+/// writing in place is not atomic (a crash half way would leave a truncated
+/// and possibly weaker policy).
+fn write_atomically(path: &str, text: &str) -> Result<(), String> {
+    use std::io::Write;
+
+    let target = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve {path}: {e}"))?;
+    let meta =
+        std::fs::metadata(&target).map_err(|e| format!("cannot read {}: {e}", target.display()))?;
+    if let Some(links) = hard_links(&meta).filter(|n| *n > 1) {
+        return Err(format!(
+            "{path} has {links} hard links; replacing it would leave the other names with the old text, so it is not written \
+             (format a copy with `mcpc fmt - < {path}`, or replace the hard links with one file and symlinks)"
+        ));
     }
-    std::fs::rename(&temp, target)
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    let cannot = |e: std::io::Error| format!("cannot write {}: {e}", target.display());
+    let mut temp = tempfile::Builder::new()
+        .prefix(".mcpc-fmt-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(cannot)?;
+    // The mode first, so the text is never readable more widely than the
+    // original (the temporary file starts at 0600).
+    temp.as_file()
+        .set_permissions(meta.permissions())
+        .map_err(cannot)?;
+    temp.write_all(text.as_bytes()).map_err(cannot)?;
+    temp.as_file().sync_all().map_err(cannot)?;
+    temp.persist(&target).map_err(|e| cannot(e.error))?;
+    Ok(())
+}
+
+#[cfg(unix)]
+fn hard_links(meta: &std::fs::Metadata) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.nlink())
+}
+
+#[cfg(not(unix))]
+fn hard_links(_meta: &std::fs::Metadata) -> Option<u64> {
+    None
 }
 
 fn first_difference(a: &str, b: &str) -> usize {
@@ -76,20 +115,20 @@ pub fn run(args: Args) -> ExitCode {
                 text: loaded.text,
                 diagnostics: vec![problem],
             };
-            eprint!("{}", render::human(&[report], human_style(args.color)));
+            say!("{}", render::human(&[report], human_style(args.color)));
             failed = true;
             continue;
         }
         let formatted = match format::format(&loaded.text) {
             Ok(formatted) => formatted,
             Err(error) => {
-                eprintln!("mcpc: {}: not formatted: {error}", loaded.path);
+                sayln!("mcpc: {}: not formatted: {error}", loaded.path);
                 let report = FileReport {
                     path: loaded.path,
                     text: loaded.text,
                     diagnostics: error.diagnostics,
                 };
-                eprint!("{}", render::human(&[report], human_style(args.color)));
+                say!("{}", render::human(&[report], human_style(args.color)));
                 failed = true;
                 continue;
             }
@@ -102,7 +141,7 @@ pub fn run(args: Args) -> ExitCode {
         }
         if path == "-" {
             if args.check && formatted != loaded.text {
-                eprintln!(
+                sayln!(
                     "<stdin>: not formatted (first difference at line {})",
                     first_difference(&loaded.text, &formatted)
                 );
@@ -116,15 +155,15 @@ pub fn run(args: Args) -> ExitCode {
             continue;
         }
         if args.check {
-            eprintln!(
+            sayln!(
                 "{path}: not formatted (first difference at line {})",
                 first_difference(&loaded.text, &formatted)
             );
             failed = true;
         } else if let Err(error) = write_atomically(path, &formatted) {
-            return fail(format!("cannot write {path}: {error}"));
+            return fail(error);
         } else {
-            eprintln!("formatted {path}");
+            sayln!("formatted {path}");
         }
     }
     if failed {

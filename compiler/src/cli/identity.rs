@@ -1,10 +1,13 @@
 //! `mcpc identity --server ID [--policy POLICY] FILE|-`
+//!
+//! Prints a request's identity on stdout. A request the runtime refuses is
+//! answered as `mcpc eval` answers it: the JSON-RPC error frame on stdout
+//! (what would be sent back), a one-line summary on stderr, exit code 1.
 
-use std::io::Read;
 use std::process::ExitCode;
 
 use mcpolicy_compiler::check::DEFAULT_IDENTITY;
-use mcpolicy_runtime::{frame, identity, request};
+use mcpolicy_runtime::{identity, request};
 
 use super::policy::{LoadFailure, load_table};
 use super::{ColorChoice, emit, fail};
@@ -18,6 +21,7 @@ pub struct Args {
     #[arg(long, value_name = "POLICY")]
     policy: Option<String>,
     /// A JSON-RPC `sampling/createMessage` request or its params object; `-` reads standard input.
+    /// A refused request prints its JSON-RPC error frame on stdout (as `mcpc eval` does) and exits 1.
     #[arg(value_name = "FILE")]
     request: String,
     /// Colour for policy diagnostics.
@@ -25,21 +29,24 @@ pub struct Args {
     color: ColorChoice,
 }
 
-/// Reads a request file (or stdin) as bytes, bounded like the runtime's parser.
-pub(crate) fn read_request(path: &str) -> std::io::Result<Vec<u8>> {
-    let limit = request::Limits::default().max_bytes as u64 + 1;
-    let mut bytes = Vec::new();
+/// Reads a request file (or stdin), holding no more than the runtime's size
+/// limit: an oversize input is refused with its true size and, when it can
+/// be read, its id (the rest is streamed, not kept).
+pub(crate) fn read_request(path: &str) -> std::io::Result<Result<Vec<u8>, request::Rejection>> {
+    let limits = request::Limits::default();
     if path == "-" {
-        std::io::stdin()
-            .lock()
-            .take(limit)
-            .read_to_end(&mut bytes)?;
+        request::read_bounded(&mut std::io::stdin().lock(), &limits)
     } else {
-        std::fs::File::open(path)?
-            .take(limit)
-            .read_to_end(&mut bytes)?;
+        request::read_bounded(&mut std::fs::File::open(path)?, &limits)
     }
-    Ok(bytes)
+}
+
+/// Answers a refused request: the error frame on stdout, a summary on
+/// stderr, exit code 1 (the same for `mcpc identity` and `mcpc eval`).
+pub(crate) fn refuse(frame: &str, code: i64) -> ExitCode {
+    sayln!("invalid request ({code})");
+    emit(&format!("{frame}\n"));
+    ExitCode::from(1)
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -52,12 +59,11 @@ pub fn run(args: Args) -> ExitCode {
         None => DEFAULT_IDENTITY.iter().map(|s| (*s).to_owned()).collect(),
     };
     let bytes = match read_request(&args.request) {
-        Ok(bytes) => bytes,
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(rejection)) => return refuse(&rejection.frame(), rejection.code()),
         Err(error) => return fail(format!("cannot read {}: {error}", args.request)),
     };
-    let parsed = request::parse_strict(&bytes);
-    let id = parsed.as_ref().ok().and_then(request::envelope_id).cloned();
-    match parsed.and_then(request::validate_sampling) {
+    match request::parse_sampling(&bytes) {
         Ok(sampling) => {
             emit(&format!(
                 "{}\n",
@@ -65,12 +71,6 @@ pub fn run(args: Args) -> ExitCode {
             ));
             ExitCode::SUCCESS
         }
-        Err(error) => {
-            eprintln!(
-                "{}",
-                frame::request_error_response(id.as_ref(), error.code(), &error.to_string())
-            );
-            ExitCode::from(1)
-        }
+        Err(rejection) => refuse(&rejection.frame(), rejection.code()),
     }
 }

@@ -1,5 +1,20 @@
 //! The command line. Exit codes: 0 clean, 1 findings, 2 usage or I/O error.
 
+/// `eprint!` that never panics: standard error closed by its reader
+/// (`mcpc … 2>&1 | head`) is never fatal to a command.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::emit_err(&format!($($arg)*))
+    };
+}
+
+/// `eprintln!` that never panics (see [`say!`]).
+macro_rules! sayln {
+    ($($arg:tt)*) => {
+        $crate::cli::emit_err(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod check;
 mod compile;
 mod eval;
@@ -84,9 +99,17 @@ pub(crate) fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Writes to stderr, treating a closed pipe as success: `eprint!` panics
+/// when the reader of a log pipe has gone (`mcpc proxy … 2>&1 | head`), and a
+/// closed log is never fatal.
+pub(crate) fn emit_err(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
 /// Prints a usage or I/O error and returns exit code 2.
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("mcpc: error: {message}");
+    emit_err(&format!("mcpc: error: {message}\n"));
     ExitCode::from(2)
 }
 

@@ -8,7 +8,7 @@ use mcpolicy_compiler::render::{self, FileReport};
 use mcpolicy_compiler::syntax::SourceFile;
 use mcpolicy_runtime::table::Table;
 
-use super::{ColorChoice, human_style};
+use super::{ColorChoice, emit_err, human_style};
 
 /// Why no table could be had: `Usage` exits 2, `Findings` exits 1.
 pub(crate) enum LoadFailure {
@@ -114,10 +114,10 @@ fn compile_with<T>(
     };
     let (errors, warnings) = report.counts();
     if errors + warnings > 0 {
-        eprint!(
-            "{}",
-            render::human(std::slice::from_ref(&report), human_style(color))
-        );
+        emit_err(&render::human(
+            std::slice::from_ref(&report),
+            human_style(color),
+        ));
     }
     if errors > 0 {
         return Err(LoadFailure::Findings);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use mcpolicy_compiler::proxy::log::{Audit, Log};
 use mcpolicy_compiler::proxy::session::Session;
-use mcpolicy_compiler::proxy::{self, default_server_id, default_store_path};
+use mcpolicy_compiler::proxy::{self, default_store_path, server_id};
 use mcpolicy_runtime::clock::SystemClock;
 use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::store::SqliteStore;
@@ -30,8 +30,10 @@ pub struct Args {
     /// %LOCALAPPDATA%\mcpolicy\… on Windows].
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,
-    /// The id the policy knows this server by [default: derived from the command,
-    /// e.g. `npx -y @acme/notes` → `notes`].
+    /// The id the policy knows this server by [default: derived from a registry
+    /// name in the command, e.g. `npx -y @acme/notes` → `npm:@acme/notes`,
+    /// `uvx mcp-server-fetch` → `pypi:mcp-server-fetch`; a script or program
+    /// given by path is refused and needs this option].
     #[arg(long, value_name = "ID")]
     server_id: Option<String>,
     /// Append one JSON line per decision to FILE.
@@ -59,10 +61,13 @@ pub fn run(args: Args) -> ExitCode {
             ));
         }
     };
-    let server_id = args
-        .server_id
-        .clone()
-        .unwrap_or_else(|| default_server_id(&args.command));
+    let server_id = match args.server_id.clone() {
+        Some(id) => id,
+        None => match server_id::derive(&args.command) {
+            Ok(id) => id,
+            Err(underivable) => return fail(underivable),
+        },
+    };
     let Some(store_path) = args.store.clone().or_else(default_store_path) else {
         return fail("no home directory to put the decision store in; pass --store PATH");
     };
@@ -74,12 +79,8 @@ pub fn run(args: Args) -> ExitCode {
     }
     let store = match SqliteStore::open(&store_path) {
         Ok(store) => Arc::new(store),
-        Err(error) => {
-            return fail(format!(
-                "cannot open store {}: {error}",
-                store_path.display()
-            ));
-        }
+        // The store's error names its path.
+        Err(error) => return fail(error),
     };
     let log = match &args.log {
         Some(path) => match Log::file(path, &server_id) {

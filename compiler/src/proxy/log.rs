@@ -87,7 +87,9 @@ pub struct Entry<'a> {
     /// deadline), `invalid` (the request was malformed), `error` (the store failed).
     pub event: &'a str,
     /// How the request arrived: `request` (a server-to-client
-    /// `sampling/createMessage`) or `inputRequests` (MCP 2026-07-28).
+    /// `sampling/createMessage`), `inputRequests` (MCP 2026-07-28), or
+    /// `task` (the terminal decision of a task-augmented sampling request;
+    /// `id` is the sampling request's id).
     pub via: &'a str,
     /// The JSON-RPC id of the request (or the `inputRequests` key).
     pub id: Option<&'a Value>,

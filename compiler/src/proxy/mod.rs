@@ -8,10 +8,12 @@
 //! is taken on the server-reading thread, so the server's frames reach the
 //! client in the order it wrote them.
 
+pub mod inflight;
 pub mod log;
+pub mod server_id;
 pub mod session;
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -44,74 +46,6 @@ pub enum ProxyError {
     /// Waiting for the server failed.
     #[error("waiting for the server failed: {0}")]
     Wait(io::Error),
-}
-
-/// The server id used when `--server-id` is not given: the name of the
-/// program, or for a launcher (`npx`, `uvx`, `python`, `node`, `docker run`…)
-/// the first argument that is not an option, as a bare name: the file or
-/// package name without directories, extension, npm scope or version.
-/// `npx -y @modelcontextprotocol/server-github` → `server-github`;
-/// `python3 -m weather.server` → `weather.server`; `./bin/notes --stdio` → `notes`.
-pub fn default_server_id(command: &[OsString]) -> String {
-    const LAUNCHERS: &[&str] = &[
-        "npx", "npm", "pnpm", "yarn", "bunx", "bun", "node", "deno", "uvx", "uv", "pipx", "python",
-        "python3", "py", "ruby", "java", "dotnet", "go", "cargo", "sh", "bash", "env", "docker",
-        "podman",
-    ];
-    // Options of launchers that take a value: their value is not the server.
-    const VALUE_OPTIONS: &[&str] = &["--from", "--with", "-p", "--package", "-c", "--name", "-e"];
-    // Words that are subcommands, not servers (`uv run x`, `docker run img`, `npm exec x`).
-    const SUBCOMMANDS: &[&str] = &["run", "exec", "x", "tool", "dlx"];
-    let Some(program) = command.first() else {
-        return "server".to_owned();
-    };
-    let program_name = bare_name(program);
-    let launcher =
-        LAUNCHERS.contains(&program_name.as_str()) || program_name.starts_with("python3.");
-    if !launcher {
-        return program_name;
-    }
-    let mut args = command[1..].iter().map(|a| a.to_string_lossy());
-    while let Some(arg) = args.next() {
-        if arg == "-m" {
-            if let Some(module) = args.next() {
-                return module.into_owned();
-            }
-        } else if VALUE_OPTIONS.contains(&arg.as_ref()) {
-            args.next();
-        } else if arg.starts_with('-') || SUBCOMMANDS.contains(&arg.as_ref()) || arg.contains('=') {
-            continue;
-        } else {
-            let name = bare_name(OsStr::new(arg.as_ref()));
-            if !name.is_empty() {
-                return name;
-            }
-        }
-    }
-    program_name
-}
-
-/// `@scope/pkg@1.2` → `pkg`; `/usr/bin/server.py` → `server`; `img:tag` → `img`.
-fn bare_name(text: &OsStr) -> String {
-    let text = text.to_string_lossy();
-    let last = text.rsplit(['/', '\\']).next().unwrap_or(&text);
-    let last = match last.find('@') {
-        Some(0) | None => last,
-        Some(at) => &last[..at],
-    };
-    let last = last.split(':').next().unwrap_or(last);
-    let stem = match last.rfind('.') {
-        Some(dot) if dot > 0 && is_script_extension(&last[dot + 1..]) => &last[..dot],
-        _ => last,
-    };
-    stem.to_owned()
-}
-
-fn is_script_extension(ext: &str) -> bool {
-    matches!(
-        ext,
-        "py" | "js" | "mjs" | "cjs" | "ts" | "rb" | "sh" | "exe" | "jar" | "dll"
-    )
 }
 
 /// Where decisions are stored when `--store` is not given: the platform's
@@ -333,34 +267,6 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
-
-    fn ids(command: &[&str]) -> String {
-        let command: Vec<OsString> = command.iter().map(OsString::from).collect();
-        default_server_id(&command)
-    }
-
-    #[test]
-    fn server_ids_from_commands() {
-        assert_eq!(
-            ids(&["npx", "-y", "@modelcontextprotocol/server-github"]),
-            "server-github"
-        );
-        assert_eq!(ids(&["npx", "-y", "@acme/notes@1.2.3", "--stdio"]), "notes");
-        assert_eq!(ids(&["python3", "-m", "weather.server"]), "weather.server");
-        assert_eq!(
-            ids(&["python", "/opt/srv/release_notes.py"]),
-            "release_notes"
-        );
-        assert_eq!(ids(&["uv", "run", "--with", "mcp", "server.py"]), "server");
-        assert_eq!(ids(&["uvx", "mcp-server-fetch"]), "mcp-server-fetch");
-        assert_eq!(
-            ids(&["docker", "run", "-i", "--rm", "ghcr.io/acme/web-fetch:1"]),
-            "web-fetch"
-        );
-        assert_eq!(ids(&["./bin/notes", "--stdio"]), "notes");
-        assert_eq!(ids(&["node"]), "node");
-        assert_eq!(ids(&[]), "server");
-    }
 
     #[test]
     fn capped_lines() {

@@ -8,9 +8,17 @@
 //! * server → client results with `resultType: "input_required"` (MCP
 //!   2026-07-28) have each sampling entry decided; a denial answers the
 //!   client's own pending call;
-//! * client → server answers to remembered requests are settled (token
+//! * every server → client request is tracked by its id until the client
+//!   answers it (`inflight.rs` is the state machine): a second request with
+//!   an id still in flight is answered `-32600` and not forwarded, and a
+//!   request the server cancelled still takes the client's answer (which
+//!   then goes nowhere);
+//! * client → server answers to sampling requests are settled (token
 //!   usage), annotated (`_meta` after a trim), or, for a consent request the
-//!   client refused, replaced by the policy's `user.denied` frame;
+//!   user refused (`-1`), replaced by the policy's `user.denied` frame; any
+//!   other client error stores nothing and refunds the reservation;
+//! * a sampling request the client runs as a task (MCP 2025-11-25 tasks) is
+//!   followed to the task's terminal state, which decides;
 //! * client → server retries carrying `inputResponses` are treated the same way.
 //!
 //! The proxy never originates a request, so it never allocates an id: every
@@ -20,7 +28,7 @@
 //! forwarded; malformed client frames are forwarded for the server to answer.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -36,32 +44,24 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
+use super::inflight::{Awaiting, Flight, InFlight, Refusal, Sampling, TaskMethod, TaskState};
 use super::log::{Audit, Entry, Log};
 
 /// A line sink: the child's stdin or the proxy's stdout.
 pub type Sink = Box<dyn Write + Send>;
 
-/// How many ids answered on the client's behalf (deadline) are remembered so
-/// that the client's late answer is dropped.
-const LATE_IDS: usize = 4096;
-
 /// The `_meta` key under which MCP 2026-07-28 clients declare their
 /// capabilities on each request.
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
-/// What the proxy waits for from the client.
-#[derive(Debug)]
-enum Awaiting {
-    /// The user decides in the client's own approval UI.
-    Consent(PendingConsent),
-    /// The completion runs under the grant (deadline, settlement, `_meta`).
-    Grant(Grant),
-}
+/// The MCP user-rejection code: the only client error that is a refusal.
+const USER_REJECTED: i64 = -1;
 
+/// A 2026-07-28 `inputRequests` entry forwarded to the client.
 #[derive(Debug)]
 struct Pending {
     awaiting: Awaiting,
-    /// The id the server gave its request (or, for `inputRequests`, the key).
+    /// The entry's key.
     id: Value,
     deadline: Option<Instant>,
     requested: Map<String, Value>,
@@ -69,24 +69,36 @@ struct Pending {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Server requests forwarded to the client, by the id's JSON text.
-    requests: HashMap<String, Pending>,
-    /// Ids the proxy answered itself after a deadline; the client's late answer is dropped.
-    late: HashSet<String>,
-    late_order: VecDeque<String>,
+    /// Every server request forwarded to the client, and every task followed.
+    flights: InFlight,
     /// MCP 2026-07-28 entries forwarded to the client, by (requestState, key).
     inputs: HashMap<(String, String), Pending>,
 }
 
-impl State {
-    fn mark_late(&mut self, key: String) {
-        if self.late.insert(key.clone()) {
-            self.late_order.push_back(key);
+/// How the client answered a sampling request (or its task's result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// A result: the completion (approval, when consent was asked).
+    Result,
+    /// The MCP user rejection (`-1`).
+    Rejected,
+    /// Any other error, or neither a result nor an error: the client failed,
+    /// which is not a decision.
+    Failed(Option<i64>),
+}
+
+impl Reply {
+    fn of(value: &Value) -> Reply {
+        if value.get("result").is_some() {
+            return Reply::Result;
         }
-        while self.late_order.len() > LATE_IDS {
-            if let Some(old) = self.late_order.pop_front() {
-                self.late.remove(&old);
-            }
+        match value
+            .get("error")
+            .map(|e| e.get("code").and_then(Value::as_i64))
+        {
+            Some(Some(USER_REJECTED)) => Reply::Rejected,
+            Some(code) => Reply::Failed(code),
+            None => Reply::Failed(None),
         }
     }
 }
@@ -102,6 +114,8 @@ struct ServerProbe<'a> {
     id: Option<Value>,
     #[serde(default)]
     result: Option<ResultProbe<'a>>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
 }
 
 /// `result.resultType` when `result` is an object; any other `result`
@@ -253,6 +267,8 @@ pub struct Session {
     /// A request with a deadline was remembered since the last
     /// [`Session::take_new_deadline`]: the deadline thread must recompute.
     new_deadline: AtomicBool,
+    /// The monotonic clock of deadlines and lingers (a test steps its own).
+    monotonic: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
 impl std::fmt::Debug for Session {
@@ -290,7 +306,19 @@ impl Session {
             audit,
             sampling_context: AtomicBool::new(false),
             new_deadline: AtomicBool::new(false),
+            monotonic: Box::new(Instant::now),
         }
+    }
+
+    /// Replaces the monotonic clock deadlines and lingers are measured on
+    /// (tests step it; the proxy uses [`Instant::now`]).
+    pub fn with_monotonic(mut self, clock: impl Fn() -> Instant + Send + Sync + 'static) -> Self {
+        self.monotonic = Box::new(clock);
+        self
+    }
+
+    fn now(&self) -> Instant {
+        (self.monotonic)()
     }
 
     /// The engine deciding for this session.
@@ -409,6 +437,13 @@ impl Session {
 
     // ------------------------------------------------------------ server → client
 
+    /// May an error frame for an unreadable server frame carry `id`? Only
+    /// when no request of that id is in flight: the server would take the
+    /// answer for that request's, and the answers would cross.
+    fn answerable(&self, id: Option<&Value>) -> bool {
+        id.is_none_or(|id| lock(&self.state).flights.state(&id_key(id)).is_none())
+    }
+
     /// Handles one line read from the server (with or without its newline).
     pub fn from_server(&self, raw: &[u8]) {
         let line = body(raw);
@@ -429,31 +464,89 @@ impl Session {
                 } else {
                     (request::PARSE_ERROR, "not JSON")
                 };
+                // A sampling request the probe could not read (two `method`
+                // members, say) gets the runtime's own refusal: the precise
+                // message, and the id when it can be read.
+                if contains(line, br#""sampling/createMessage""#)
+                    && let Err(rejection) = request::parse_sampling(line)
+                    && self.answerable(rejection.id.as_ref())
+                {
+                    self.log.line(format_args!(
+                        "server sent an unreadable sampling request ({error}); answered {}, not forwarded",
+                        rejection.code()
+                    ));
+                    self.send_server(rejection.frame().as_bytes());
+                    return;
+                }
                 self.log.line(format_args!(
                     "server sent a frame that is {what} ({error}); answered {code}, not forwarded"
                 ));
                 let message = format!("Invalid frame from the server: {what} ({error})");
-                self.send_server(frame::request_error_response(None, code, &message).as_bytes());
+                let id = request::recover_id(line)
+                    .filter(|id| contains(line, br#""method""#) && self.answerable(Some(id)));
+                self.send_server(
+                    frame::request_error_response(id.as_ref(), code, &message).as_bytes(),
+                );
                 return;
             }
         };
-        match probe.method.as_deref() {
-            Some(request::SAMPLING_METHOD) => self.sampling_request(raw, line),
-            Some("notifications/cancelled") => {
+        if probe.method.is_some() && (probe.result.is_some() || probe.error.is_some()) {
+            // A request and a response at once: the client may read it as
+            // either, and as a response its `inputRequests` would go on
+            // undecided. It is neither, so it does not pass.
+            let id = probe.id.as_ref().filter(|id| self.answerable(Some(id)));
+            self.log.line(format_args!(
+                "server sent a frame with both `method` and `result`/`error`; answered -32600, not forwarded"
+            ));
+            self.send_server(
+                frame::request_error_response(
+                    id,
+                    request::INVALID_REQUEST,
+                    "Invalid frame from the server: a message is a request or a response, not both",
+                )
+                .as_bytes(),
+            );
+            return;
+        }
+        match (probe.method.as_deref(), &probe.id) {
+            (Some("notifications/cancelled"), _) => {
                 self.server_cancelled(line);
                 self.send_client(raw);
             }
-            Some(_) => {
-                if let Some(id) = &probe.id {
-                    // A reused id is a new request: its answer is not late.
-                    let mut state = lock(&self.state);
-                    if !state.late.is_empty() {
-                        state.late.remove(&id_key(id));
-                    }
+            (Some(method), Some(id)) => {
+                // `received`: an id the client has not answered yet cannot
+                // name a second request, whatever its method.
+                let key = id_key(id);
+                let admitted = lock(&self.state).flights.admit(&key, self.now());
+                if let Err(refusal) = admitted {
+                    self.log.line(format_args!(
+                        "server sent {method} with id {key}, {}: answered -32600, not forwarded",
+                        match refusal {
+                            Refusal::InFlight => "still in flight",
+                            Refusal::Full => "with too many requests in flight",
+                        }
+                    ));
+                    self.send_server(
+                        frame::request_error_response(
+                            Some(id),
+                            request::INVALID_REQUEST,
+                            refusal.message(),
+                        )
+                        .as_bytes(),
+                    );
+                    return;
                 }
-                self.send_client(raw);
+                if method == request::SAMPLING_METHOD {
+                    self.sampling_request(raw, line, key);
+                } else {
+                    self.task_or_passthrough(raw, line, method, key);
+                }
             }
-            None => {
+            (Some(request::SAMPLING_METHOD), None) => {
+                self.sampling_request(raw, line, String::new())
+            }
+            (Some(_), None) => self.send_client(raw),
+            (None, _) => {
                 let input_required = probe.result.as_ref().and_then(|r| r.result_type.as_deref())
                     == Some("input_required");
                 match (&probe.id, input_required) {
@@ -464,18 +557,41 @@ impl Session {
         }
     }
 
-    /// The server gave up on a request: forget it (a pending consent is
-    /// dropped unresolved and keeps its reservation, as the engine documents).
+    /// A server request other than sampling: tracked so its id cannot be
+    /// reused before the client answers; a `tasks/*` request about a task
+    /// the proxy follows is tracked as such.
+    fn task_or_passthrough(&self, raw: &[u8], line: &[u8], method: &str, key: String) {
+        let mut flight = Flight::Passthrough;
+        if let Some(task_method) = TaskMethod::of(method)
+            && let Ok(value) = serde_json::from_slice::<Value>(line)
+            && let Some(task_id) = value.pointer("/params/taskId").and_then(Value::as_str)
+            && lock(&self.state).flights.follows(task_id)
+        {
+            flight = Flight::TaskQuery {
+                task_id: task_id.to_owned(),
+                method: task_method,
+            };
+        }
+        lock(&self.state).flights.forward(key, flight);
+        self.send_client(raw);
+    }
+
+    /// The server gave up on a request: it stays tracked as cancelled (the
+    /// client may still answer, and a refusal still counts), and nothing
+    /// the client sends for it reaches the server.
     fn server_cancelled(&self, line: &[u8]) {
         let Ok(value) = serde_json::from_slice::<Value>(line) else {
             return;
         };
         if let Some(id) = value.pointer("/params/requestId") {
-            lock(&self.state).requests.remove(&id_key(id));
+            let now = self.now();
+            lock(&self.state).flights.cancel(&id_key(id), now);
         }
     }
 
-    fn sampling_request(&self, raw: &[u8], line: &[u8]) {
+    /// `decided`: a sampling request; `key` is its id's text (empty for a
+    /// request without id, which is decided but not tracked).
+    fn sampling_request(&self, raw: &[u8], line: &[u8], key: String) {
         match self.engine.decide_bytes(&self.server_id, line, &self.ctx()) {
             Answer::Invalid { frame, code } => {
                 self.log.line(format_args!(
@@ -503,11 +619,11 @@ impl Session {
                 });
                 self.send_server(frame.as_bytes());
             }
-            Answer::Decided { request, decision } => self.decided(raw, request, decision),
+            Answer::Decided { request, decision } => self.decided(raw, key, request, decision),
         }
     }
 
-    fn decided(&self, raw: &[u8], request: SamplingRequest, decision: Decision) {
+    fn decided(&self, raw: &[u8], key: String, request: SamplingRequest, decision: Decision) {
         let SamplingRequest { id, params } = request;
         let id = id.unwrap_or(Value::Null);
         match decision {
@@ -524,9 +640,9 @@ impl Session {
                 });
                 let deadline = grant
                     .deadline_ms
-                    .map(|ms| Instant::now() + Duration::from_millis(ms));
+                    .map(|ms| self.now() + Duration::from_millis(ms));
                 let forward = trimmed.then(|| rewrite_request(&id, applied));
-                self.remember(id, Awaiting::Grant(grant), deadline, params);
+                self.remember(key, id, Awaiting::Grant(grant), deadline, params);
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
             Decision::NeedsConsent(pending) => {
@@ -545,39 +661,39 @@ impl Session {
                 let forward = (!pending.lowered().is_empty()).then(|| rewrite_request(&id, shown));
                 // No deadline while the user decides: the client's approval
                 // dialog and the completion are one round trip to us.
-                self.remember(id, Awaiting::Consent(pending), None, params);
+                self.remember(key, id, Awaiting::Consent(pending), None, params);
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
         }
     }
 
+    /// `forwarded`: tracks a sampling request sent on to the client.
     fn remember(
         &self,
+        key: String,
         id: Value,
         awaiting: Awaiting,
         deadline: Option<Instant>,
         requested: Map<String, Value>,
     ) {
-        let key = id_key(&id);
+        if key.is_empty() {
+            // A request without id is never answered; nothing to wait for.
+            return;
+        }
         if deadline.is_some() {
             self.new_deadline.store(true, Ordering::Release);
         }
-        let mut state = lock(&self.state);
-        state.late.remove(&key);
-        let previous = state.requests.insert(
+        let task = requested.contains_key("task");
+        lock(&self.state).flights.forward(
             key,
-            Pending {
-                awaiting,
+            Flight::Sampling(Sampling {
                 id,
-                deadline,
                 requested,
-            },
+                awaiting,
+                deadline,
+                task,
+            }),
         );
-        drop(state);
-        if previous.is_some() {
-            self.log
-                .line("server reused the id of a sampling request still in flight");
-        }
     }
 
     /// MCP 2026-07-28: a result asking the client for input. `call_id` is
@@ -671,7 +787,7 @@ impl Session {
                             });
                             let deadline = grant
                                 .deadline_ms
-                                .map(|ms| Instant::now() + Duration::from_millis(ms));
+                                .map(|ms| self.now() + Duration::from_millis(ms));
                             if trimmed {
                                 rewrites.push((key.clone(), applied));
                             }
@@ -760,20 +876,50 @@ impl Session {
         match (probe.method.as_deref(), &probe.id) {
             (None, Some(id)) if probe.result.is_some() || probe.error.is_some() => {
                 let key = id_key(id);
-                let mut state = lock(&self.state);
-                if state.late.remove(&key) {
-                    drop(state);
-                    self.log.line(format_args!(
-                        "dropped the client's late answer to request {key} (answered policy.deadline)"
-                    ));
-                    return;
+                let flight = lock(&self.state).flights.answer(&key);
+                match flight {
+                    Some(Flight::Passthrough) => self.send_server(raw),
+                    None => {
+                        // Every server request is tracked until answered, so
+                        // this answers none: a second answer, or one to a
+                        // request whose linger ended. The server would match
+                        // it to whatever it sent last with this id.
+                        self.log.line(format_args!(
+                            "dropped the client's answer to {key}: no server request with this id is in flight"
+                        ));
+                    }
+                    Some(Flight::Sampling(sampling)) => {
+                        self.sampling_answered(raw, line, sampling, true);
+                    }
+                    Some(Flight::Cancelled {
+                        sampling: Some(sampling),
+                        ..
+                    }) => self.sampling_answered(raw, line, sampling, false),
+                    Some(Flight::Cancelled { sampling: None, .. }) => {
+                        self.log.line(format_args!(
+                            "dropped the client's answer to request {key}: the server cancelled it"
+                        ));
+                    }
+                    Some(Flight::Expired { .. }) => {
+                        self.log.line(format_args!(
+                            "dropped the client's late answer to request {key} (answered policy.deadline)"
+                        ));
+                    }
+                    Some(Flight::TaskQuery { task_id, method }) => {
+                        self.task_answered(raw, line, id, &task_id, method);
+                    }
                 }
-                let pending = state.requests.remove(&key);
-                drop(state);
-                match pending {
-                    Some(pending) => self.client_answered(raw, line, pending),
-                    None => self.send_server(raw),
+            }
+            (Some("notifications/tasks/status"), None) => {
+                if let Ok(value) = serde_json::from_slice::<Value>(line)
+                    && let (Some(task_id), Some(status)) = (
+                        value.pointer("/params/taskId").and_then(Value::as_str),
+                        value.pointer("/params/status").and_then(Value::as_str),
+                    )
+                {
+                    self.task_status(task_id, status);
                 }
+                self.send_server(raw);
             }
             (Some(method), _) => {
                 if method == "initialize" || contains(line, CLIENT_CAPABILITIES_META.as_bytes()) {
@@ -816,76 +962,278 @@ impl Session {
         }
     }
 
-    /// The client answered a sampling request the proxy forwarded.
-    fn client_answered(&self, raw: &[u8], line: &[u8], pending: Pending) {
+    /// The client answered a sampling request the proxy forwarded; `live`
+    /// is false when the server cancelled it (the answer still decides,
+    /// but nothing reaches the server).
+    fn sampling_answered(&self, raw: &[u8], line: &[u8], sampling: Sampling, live: bool) {
+        let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
+            if live {
+                self.send_server(raw);
+            }
+            return;
+        };
+        let id = sampling.id.clone();
+        // A task handle is not the user's answer: follow the task.
+        if sampling.task
+            && let Some(task) = value.pointer("/result/task")
+            && let Some(task_id) = task.get("taskId").and_then(Value::as_str)
+        {
+            let task_id = task_id.to_owned();
+            let ttl = task.get("ttl").and_then(Value::as_u64);
+            let status = task
+                .get("status")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let now = self.now();
+            let deadline = sampling.deadline.is_some();
+            lock(&self.state)
+                .flights
+                .start_task(task_id.clone(), sampling, ttl, now);
+            if deadline {
+                self.new_deadline.store(true, Ordering::Release);
+            }
+            self.log.line(format_args!(
+                "client runs request {id} as task {task_id}: its terminal state decides"
+            ));
+            if let Some(status) = status {
+                self.task_status(&task_id, &status);
+            }
+            if live {
+                self.send_server(raw);
+            } else {
+                self.log.line(format_args!(
+                    "dropped the client's task handle for request {id}: the server cancelled it"
+                ));
+            }
+            return;
+        }
+        let Sampling {
+            awaiting,
+            requested,
+            ..
+        } = sampling;
+        let forward = self.resolve(awaiting, &id, &id, &requested, &mut value, "request");
+        if live {
+            match forward {
+                Forward::Raw => self.send_server(raw),
+                Forward::Replace(bytes) => self.send_server(&bytes),
+            }
+        } else {
+            self.log.line(format_args!(
+                "dropped the client's answer to request {id}: the server cancelled it (answer recorded)"
+            ));
+        }
+    }
+
+    /// Takes the decision the client's answer carries: `value` answers a
+    /// sampling request, or the `tasks/result` request `reply_to` about the
+    /// task of sampling request `origin`. Returns what the server receives.
+    fn resolve(
+        &self,
+        awaiting: Awaiting,
+        reply_to: &Value,
+        origin: &Value,
+        requested: &Map<String, Value>,
+        value: &mut Value,
+        via: &str,
+    ) -> Forward {
+        let grant = match awaiting {
+            Awaiting::Consent(pending) => match Reply::of(value) {
+                Reply::Result => match self.engine.resolve_consent(pending, true) {
+                    Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
+                        self.audit_consent_grant(via, origin, requested, &grant);
+                        grant
+                    }
+                    Ok(_) => return Forward::Raw,
+                    Err(error) => {
+                        // The completion already ran: withholding it spends nothing back.
+                        self.log.line(format_args!(
+                            "recording the client's consent answer failed: {error}"
+                        ));
+                        return Forward::Raw;
+                    }
+                },
+                Reply::Rejected => {
+                    return match self.engine.resolve_consent(pending, false) {
+                        Ok(Decision::Deny(denial)) => {
+                            self.log.line(format_args!(
+                                "client refused request {origin} (code -1): recorded {}",
+                                denial.reason
+                            ));
+                            self.audit_denial("consent", via, Some(origin), requested, &denial);
+                            // The policy's frame, not the client's: a replay of
+                            // this identity must send the same bytes.
+                            Forward::Replace(denial.frame(Some(reply_to)).into_bytes())
+                        }
+                        Ok(_) => Forward::Raw,
+                        Err(error) => {
+                            self.log.line(format_args!(
+                                "recording the client's refusal failed: {error}"
+                            ));
+                            Forward::Replace(
+                                error.frame(Some(reply_to), &self.server_id).into_bytes(),
+                            )
+                        }
+                    };
+                }
+                Reply::Failed(code) => {
+                    self.abandon(pending, origin, code);
+                    return Forward::Raw;
+                }
+            },
+            Awaiting::Grant(grant) => grant,
+        };
+        // A provider failure or a refusal of an allowed request: the server
+        // learns it from the client's own error; the reservation stays.
+        let Some(result) = value.get_mut("result") else {
+            return Forward::Raw;
+        };
+        self.settle(&grant, result);
+        if grant.annotations.is_empty() {
+            Forward::Raw
+        } else {
+            frame::annotate_result(result, &grant.annotations);
+            Forward::Replace(value.to_string().into_bytes())
+        }
+    }
+
+    /// The client failed a consent request (an error other than the user's
+    /// rejection, or a task that ended without result): not a decision.
+    /// Nothing is stored and the reserved budget is refunded; the server
+    /// receives the client's own answer.
+    fn abandon(&self, pending: PendingConsent, origin: &Value, code: Option<i64>) {
+        let code = code.map_or_else(|| "none".to_owned(), |c| c.to_string());
+        match self.engine.abandon_consent(pending) {
+            Ok(()) => self.log.line(format_args!(
+                "client failed request {origin} (code {code}): not the user's answer, nothing recorded, budget refunded"
+            )),
+            Err(error) => self.log.line(format_args!(
+                "client failed request {origin} (code {code}); refunding its budget failed: {error}"
+            )),
+        }
+    }
+
+    /// The client answered a `tasks/*` request about a task the proxy follows.
+    fn task_answered(
+        &self,
+        raw: &[u8],
+        line: &[u8],
+        reply_to: &Value,
+        task_id: &str,
+        method: TaskMethod,
+    ) {
         let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
             self.send_server(raw);
             return;
         };
-        let refused = value.get("result").is_none();
-        let Pending {
-            awaiting,
-            id,
-            requested,
-            ..
-        } = pending;
-        let grant = match awaiting {
-            Awaiting::Consent(pending) => {
-                let code = value.pointer("/error/code").and_then(Value::as_i64);
-                match self.engine.resolve_consent(pending, !refused) {
-                    Ok(Decision::Deny(denial)) => {
-                        self.log.line(format_args!(
-                            "client refused request {id} (code {}): recorded {}",
-                            code.map_or_else(|| "none".to_owned(), |c| c.to_string()),
-                            denial.reason
-                        ));
-                        self.audit_denial("consent", "request", Some(&id), &requested, &denial);
-                        // The policy's frame, not the client's: a replay of
-                        // this identity must send the same bytes.
-                        self.send_server(denial.frame(Some(&id)).as_bytes());
-                        return;
-                    }
+        if method != TaskMethod::Result {
+            if let Some(status) = value.pointer("/result/status").and_then(Value::as_str) {
+                self.task_status(task_id, status);
+            }
+            self.send_server(raw);
+            return;
+        }
+        // `tasks/result`: the task's terminal answer.
+        let Some(task) = lock(&self.state).flights.take_task(task_id) else {
+            self.send_server(raw);
+            return;
+        };
+        let forward = match task.state {
+            TaskState::Running(awaiting) => self.resolve(
+                awaiting,
+                reply_to,
+                &task.origin,
+                &task.requested,
+                &mut value,
+                "task",
+            ),
+            TaskState::Approved(grant) => self.resolve(
+                Awaiting::Grant(grant),
+                reply_to,
+                &task.origin,
+                &task.requested,
+                &mut value,
+                "task",
+            ),
+            TaskState::Refused(denial) | TaskState::Missed(denial) => {
+                self.log.line(format_args!(
+                    "task {task_id}'s result answered {} (recorded earlier)",
+                    denial.reason
+                ));
+                Forward::Replace(denial.frame(Some(reply_to)).into_bytes())
+            }
+        };
+        match forward {
+            Forward::Raw => self.send_server(raw),
+            Forward::Replace(bytes) => self.send_server(&bytes),
+        }
+    }
+
+    /// A followed task reported `status` (a `tasks/get` or `tasks/cancel`
+    /// answer, a `notifications/tasks/status`, or the creation reply).
+    /// `completed` approves, `failed` refuses (2025-11-25 tasks carry no
+    /// error code: a failed consent task is the user's refusal, the safe
+    /// side), `cancelled` abandons.
+    fn task_status(&self, task_id: &str, status: &str) {
+        if !matches!(status, "completed" | "failed" | "cancelled") {
+            return;
+        }
+        let Some(mut task) = lock(&self.state).flights.take_task(task_id) else {
+            return;
+        };
+        task.state = match (status, task.state) {
+            ("completed", TaskState::Running(Awaiting::Consent(pending))) => {
+                match self.engine.resolve_consent(pending, true) {
                     Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
-                        self.audit_consent_grant("request", &id, &requested, &grant);
-                        grant
+                        self.audit_consent_grant("task", &task.origin, &task.requested, &grant);
+                        TaskState::Approved(grant)
                     }
-                    Ok(Decision::NeedsConsent(_)) => {
-                        self.send_server(raw);
-                        return;
-                    }
+                    Ok(_) => return,
                     Err(error) => {
                         self.log.line(format_args!(
-                            "recording the client's consent answer failed: {error}"
+                            "recording the approval of task {task_id} failed: {error}"
                         ));
-                        if refused {
-                            self.send_server(error.frame(Some(&id), &self.server_id).as_bytes());
-                        } else {
-                            // The completion already ran: withholding it spends nothing back.
-                            self.send_server(raw);
-                        }
                         return;
                     }
                 }
             }
-            Awaiting::Grant(grant) => grant,
+            ("completed", TaskState::Running(Awaiting::Grant(grant))) => TaskState::Approved(grant),
+            ("failed", TaskState::Running(Awaiting::Consent(pending))) => {
+                match self.engine.resolve_consent(pending, false) {
+                    Ok(Decision::Deny(denial)) => {
+                        self.log.line(format_args!(
+                            "task {task_id} of request {} failed: recorded {}",
+                            task.origin, denial.reason
+                        ));
+                        self.audit_denial(
+                            "consent",
+                            "task",
+                            Some(&task.origin),
+                            &task.requested,
+                            &denial,
+                        );
+                        TaskState::Refused(denial)
+                    }
+                    Ok(_) => return,
+                    Err(error) => {
+                        self.log.line(format_args!(
+                            "recording the refusal of task {task_id} failed: {error}"
+                        ));
+                        return;
+                    }
+                }
+            }
+            ("cancelled", TaskState::Running(Awaiting::Consent(pending))) => {
+                self.abandon(pending, &task.origin, None);
+                return;
+            }
+            // A task under a grant that failed or was cancelled: nothing to
+            // settle, the reservation stays.
+            ("failed" | "cancelled", TaskState::Running(Awaiting::Grant(_))) => return,
+            // Already decided: a later status changes nothing.
+            (_, state) => state,
         };
-        if refused {
-            // A provider failure or a refusal of an allowed request: the
-            // server learns it from the client's own error; the reservation stays.
-            self.send_server(raw);
-            return;
-        }
-        let Some(result) = value.get_mut("result") else {
-            self.send_server(raw);
-            return;
-        };
-        self.settle(&grant, result);
-        if grant.annotations.is_empty() {
-            self.send_server(raw);
-        } else {
-            frame::annotate_result(result, &grant.annotations);
-            self.send_server(value.to_string().as_bytes());
-        }
+        lock(&self.state).flights.put_task(task_id.to_owned(), task);
     }
 
     /// Settles token usage, and warns when the client ran a model outside
@@ -1024,45 +1372,42 @@ impl Session {
         self.new_deadline.swap(false, Ordering::AcqRel)
     }
 
-    /// The earliest deadline of a request the client has not answered yet.
+    /// The earliest deadline of a request or task the client has not answered yet.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let state = lock(&self.state);
-        state.requests.values().filter_map(|p| p.deadline).min()
+        lock(&self.state).flights.next_deadline()
     }
 
     /// Answers every request whose deadline passed by `now` with the
     /// policy's deadline denial, tells the client to stop
-    /// (`notifications/cancelled`), and drops its answer when it comes.
+    /// (`notifications/cancelled`), and drops its answer when it comes. A
+    /// task past its deadline is recorded the same way; its `tasks/result`
+    /// is answered with the denial (the proxy sends no request of its own,
+    /// so it cannot cancel the task).
     pub fn expire(&self, now: Instant) {
-        let expired: Vec<Pending> = {
-            let mut state = lock(&self.state);
-            let keys: Vec<String> = state
-                .requests
-                .iter()
-                .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
-                .map(|(k, _)| k.clone())
-                .collect();
-            let mut expired = Vec::with_capacity(keys.len());
-            for key in keys {
-                if let Some(pending) = state.requests.remove(&key) {
-                    state.mark_late(key);
-                    expired.push(pending);
-                }
-            }
-            expired
-        };
-        for pending in expired {
-            let Awaiting::Grant(grant) = &pending.awaiting else {
+        let swept = lock(&self.state).flights.sweep(now);
+        for lapsed in &swept.lapsed {
+            self.log.line(format_args!(
+                "stopped waiting for the client's answer to {lapsed}"
+            ));
+        }
+        for sampling in swept.expired {
+            let Awaiting::Grant(grant) = &sampling.awaiting else {
                 continue;
             };
-            let id = &pending.id;
+            let id = &sampling.id;
             match self.engine.report_deadline_miss(&grant.ticket) {
                 Ok(denial) => {
                     self.log.line(format_args!(
                         "request {id} missed its deadline: answered {}",
                         denial.reason
                     ));
-                    self.audit_denial("deadline", "request", Some(id), &pending.requested, &denial);
+                    self.audit_denial(
+                        "deadline",
+                        "request",
+                        Some(id),
+                        &sampling.requested,
+                        &denial,
+                    );
                     self.send_server(denial.frame(Some(id)).as_bytes());
                 }
                 Err(error) => {
@@ -1078,7 +1423,41 @@ impl Session {
             });
             self.send_client(cancel.to_string().as_bytes());
         }
+        for (task_id, mut task) in swept.missed {
+            let TaskState::Running(Awaiting::Grant(grant)) = &task.state else {
+                continue;
+            };
+            match self.engine.report_deadline_miss(&grant.ticket) {
+                Ok(denial) => {
+                    self.log.line(format_args!(
+                        "task {task_id} of request {} missed its deadline: recorded {}",
+                        task.origin, denial.reason
+                    ));
+                    self.audit_denial(
+                        "deadline",
+                        "task",
+                        Some(&task.origin),
+                        &task.requested,
+                        &denial,
+                    );
+                    task.state = TaskState::Missed(denial);
+                    lock(&self.state).flights.put_task(task_id, task);
+                }
+                Err(error) => {
+                    self.log
+                        .line(format_args!("task {task_id} missed its deadline: {error}"));
+                }
+            }
+        }
     }
+}
+
+/// What the server receives for a client's answer.
+enum Forward {
+    /// The client's bytes, unchanged.
+    Raw,
+    /// These bytes instead (the policy's frame, or the annotated result).
+    Replace(Vec<u8>),
 }
 
 /// A `sampling/createMessage` request with new params and the server's id.
@@ -1158,6 +1537,15 @@ server "asks" {
 
 server "slow" {
   deadline 10ms
+}
+
+server "first" {
+  consent first
+}
+
+server "tight" {
+  consent always
+  budget 1 requests per day
 }
 "#;
 
@@ -1269,6 +1657,52 @@ server "slow" {
         );
         assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
         assert!(rig.client.take().is_empty());
+    }
+
+    /// Issue 11 item 16 through the proxy: a frame the probe cannot read is
+    /// still answered with its id when the id can be read and names no
+    /// request in flight.
+    #[test]
+    fn unreadable_frames_are_answered_with_their_readable_id() {
+        let rig = rig("asks");
+        // Two `method` members hiding a sampling request: the runtime's
+        // refusal, with the id.
+        let twice = br#"{"jsonrpc":"2.0","id":41,"method":"ping","method":"sampling/createMessage","params":{}}"#;
+        rig.session.from_server(twice);
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 41);
+        assert_eq!(answer["error"]["code"], -32600);
+        // Any request the probe refuses (two `method` members): its id.
+        let twice_ping = br#"{"jsonrpc":"2.0","id":"p","method":"ping","method":"roots/list"}"#;
+        rig.session.from_server(twice_ping);
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], "p");
+        assert!(rig.client.take().is_empty());
+        // An id still in flight is never echoed: the answers would cross.
+        rig.session.from_server(sample(5, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let twice_five = br#"{"jsonrpc":"2.0","id":5,"method":"ping","method":"roots/list"}"#;
+        rig.session.from_server(twice_five);
+        assert_eq!(parse(&rig.server.take()[0])["id"], Value::Null);
+    }
+
+    /// Found by the `proxy` fuzz target: a frame with `method` and an
+    /// `input_required` result was routed as a request and its sampling
+    /// entries reached the client undecided under `sampling off`.
+    #[test]
+    fn a_frame_that_is_request_and_response_at_once_does_not_pass() {
+        let rig = rig("off");
+        let both = br#"{"jsonrpc":"2.0","id":1,"method":"allServers","result":{"resultType":"input_required","requestState":"s1","inputRequests":{"k0":{"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}}}}"#;
+        rig.session.from_server(both);
+        assert!(rig.client.take().is_empty(), "never reaches the client");
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 1);
+        assert_eq!(answer["error"]["code"], -32600);
+        let with_error =
+            br#"{"jsonrpc":"2.0","id":2,"method":"ping","error":{"code":1,"message":"x"}}"#;
+        rig.session.from_server(with_error);
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
     }
 
     #[test]
@@ -1464,6 +1898,248 @@ server "slow" {
         let answer = parse(&rig.client.take()[0]);
         assert_eq!(answer["id"], 1);
         assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+    }
+
+    /// A sampling request with prompt `text` and JSON-RPC id `id`.
+    fn sample(id: u64, text: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+            "maxTokens": 100}})
+        .to_string()
+    }
+
+    /// The same, run by the client as a task (MCP 2025-11-25 `params.task`).
+    fn task_sample(id: u64, text: &str, extra: Value) -> String {
+        let mut value = parse(&sample(id, text));
+        value["params"]["task"] = json!({"ttl": 300_000});
+        if let (Some(params), Value::Object(extra)) = (value["params"].as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        value.to_string()
+    }
+
+    const COMPLETION: &str = r#"{"role":"assistant","model":"m","content":{"type":"text","text":"ok"},"usage":{"inputTokens":3,"outputTokens":4}}"#;
+
+    fn result_frame(id: u64, result: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+    }
+
+    fn error_frame(id: u64, code: i64, message: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+    }
+
+    /// Issue 11 item 1: only the MCP user rejection (-1) is a refusal.
+    #[test]
+    fn a_client_error_is_not_a_refusal() {
+        let rig = rig("tight");
+        rig.session.from_server(sample(7, "hi").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let failure = error_frame(7, -32603, "upstream LLM API timeout");
+        rig.session.from_client(failure.as_bytes());
+        assert_eq!(
+            rig.server.take(),
+            [failure],
+            "the client's error, unchanged"
+        );
+        // Nothing stored, and the one request of today's budget was refunded.
+        rig.session.from_server(sample(8, "hi").as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "asked again");
+        assert!(rig.server.take().is_empty());
+        // The user's rejection is still a refusal.
+        rig.session
+            .from_client(error_frame(8, -1, "User rejected").as_bytes());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+        rig.session.from_server(sample(9, "hi").as_bytes());
+        assert!(rig.client.take().is_empty());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// Issue 11 item 2: a second request with an id still in flight is
+    /// answered with an error frame, never forwarded, and the first
+    /// request's answer stays its own.
+    #[test]
+    fn a_reused_in_flight_id_is_refused_not_forwarded() {
+        let rig = rig("asks");
+        rig.session.from_server(sample(5, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        rig.session.from_server(sample(5, "b").as_bytes());
+        assert!(rig.client.take().is_empty(), "B never reaches the client");
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 5);
+        assert_eq!(answer["error"]["code"], -32600);
+        // Any request kind: a ping with the id of the pending sampling too.
+        rig.session
+            .from_server(br#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        // The user refuses A: A is what is stored, B can still be asked.
+        rig.session
+            .from_client(error_frame(5, -1, "User rejected").as_bytes());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+        rig.session.from_server(sample(6, "a").as_bytes());
+        assert!(rig.client.take().is_empty(), "A is refused from the store");
+        assert_eq!(rig.server.take().len(), 1);
+        rig.session.from_server(sample(5, "b").as_bytes());
+        assert_eq!(
+            rig.client.take().len(),
+            1,
+            "B is asked, the id is free again"
+        );
+    }
+
+    /// Issue 11 item 3: a request the server cancelled stays tracked; the
+    /// user's refusal is still recorded and nothing reaches the server.
+    #[test]
+    fn a_cancelled_request_still_records_the_refusal() {
+        let rig = rig("asks");
+        rig.session.from_server(sample(7, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let cancel =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
+        rig.session.from_server(cancel.as_bytes());
+        assert_eq!(rig.client.take(), [cancel], "the client is told");
+        // The server may not reuse the id while the client can still answer.
+        rig.session.from_server(sample(7, "b").as_bytes());
+        assert!(rig.client.take().is_empty());
+        assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+        rig.session
+            .from_client(error_frame(7, -1, "User rejected").as_bytes());
+        assert!(
+            rig.server.take().is_empty(),
+            "no response after cancellation"
+        );
+        rig.session.from_server(sample(8, "a").as_bytes());
+        assert!(rig.client.take().is_empty(), "refused from the store");
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// Issue 11 item 3: an approval of a cancelled request still settles and,
+    /// under `consent first`, is remembered; the server hears nothing.
+    #[test]
+    fn a_cancelled_request_still_records_the_approval() {
+        let rig = rig("first");
+        rig.session.from_server(sample(7, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(result_frame(7, COMPLETION).as_bytes());
+        assert!(
+            rig.server.take().is_empty(),
+            "no response after cancellation"
+        );
+        let audit: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+        assert_eq!(audit.last().unwrap()["event"], "consent");
+        assert_eq!(audit.last().unwrap()["outcome"], "allow");
+    }
+
+    /// Issue 11 item 4: the task-creation reply is not the user's answer; a
+    /// task that fails is a refusal, stored, and replayed.
+    #[test]
+    fn a_failed_sampling_task_is_a_refusal() {
+        let rig = rig("first");
+        rig.session
+            .from_server(task_sample(7, "a", json!({})).as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        let created = result_frame(
+            7,
+            r#"{"task":{"taskId":"t1","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttl":300000}}"#,
+        );
+        rig.session.from_client(created.as_bytes());
+        assert_eq!(
+            rig.server.take(),
+            [created],
+            "the creation reply, unchanged"
+        );
+        let poll = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{"taskId":"t1"}}"#;
+        rig.session.from_server(poll.as_bytes());
+        assert_eq!(rig.client.take(), [poll]);
+        let failed = result_frame(
+            8,
+            r#"{"taskId":"t1","status":"failed","statusMessage":"User rejected sampling request","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:01Z","ttl":300000}"#,
+        );
+        rig.session.from_client(failed.as_bytes());
+        assert_eq!(rig.server.take(), [failed], "the status goes on");
+        // The same request again is refused from the store, task or not.
+        rig.session
+            .from_server(task_sample(9, "a", json!({})).as_bytes());
+        assert!(rig.client.take().is_empty(), "never asked again");
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// Issue 11 item 4: a `-1` answer to `tasks/result` is the refusal; the
+    /// server receives the policy's frame on its `tasks/result` id.
+    #[test]
+    fn a_rejected_task_result_is_a_refusal() {
+        let rig = rig("asks");
+        rig.session
+            .from_server(task_sample(7, "a", json!({})).as_bytes());
+        rig.client.take();
+        rig.session.from_client(
+            result_frame(7, r#"{"task":{"taskId":"t1","status":"working"}}"#).as_bytes(),
+        );
+        rig.server.take();
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":"t1"}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(error_frame(8, -1, "User rejected sampling request").as_bytes());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 8);
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+        rig.session
+            .from_server(task_sample(9, "a", json!({})).as_bytes());
+        assert!(rig.client.take().is_empty());
+    }
+
+    /// Issue 11 item 4: the trim annotations land on the task's final result
+    /// (`tasks/result`), not on the creation reply.
+    #[test]
+    fn a_trimmed_task_is_annotated_on_its_result() {
+        let rig = rig("any");
+        rig.session.from_server(
+            task_sample(
+                7,
+                "a",
+                json!({"maxTokens": 5000, "includeContext": "allServers"}),
+            )
+            .as_bytes(),
+        );
+        let forwarded = parse(&rig.client.take()[0]);
+        assert_eq!(forwarded["params"]["maxTokens"], 1000);
+        assert_eq!(forwarded["params"]["task"], json!({"ttl": 300_000}));
+        let created = result_frame(7, r#"{"task":{"taskId":"t1","status":"working"}}"#);
+        rig.session.from_client(created.as_bytes());
+        assert_eq!(
+            rig.server.take(),
+            [created],
+            "no _meta on the creation reply"
+        );
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":"t1"}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(result_frame(8, COMPLETION).as_bytes());
+        let result = parse(&rig.server.take()[0]);
+        assert_eq!(result["id"], 8);
+        assert_eq!(result["result"]["_meta"]["maxTokens"]["requested"], 5000);
     }
 
     #[test]

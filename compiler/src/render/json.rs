@@ -58,24 +58,19 @@ pub(super) fn diagnostic_json(path: &str, index: &LineIndex<'_>, d: &Diagnostic)
 /// `{"version":1,"diagnostics":[…],"summary":{…}}`; columns count Unicode
 /// scalar values from 1, byte offsets from 0.
 pub fn json(reports: &[FileReport]) -> String {
-    let mut diagnostics = Vec::new();
-    for report in reports {
-        let index = LineIndex::new(&report.text);
-        diagnostics.extend(
-            report
-                .diagnostics
-                .iter()
-                .map(|d| diagnostic_json(&report.path, &index, d)),
-        );
-    }
     let (errors, warnings) = totals(reports);
     let doc = json!({
         "version": 1,
         "files": reports.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(),
-        "diagnostics": diagnostics,
+        "diagnostics": super::ITEMS_MARKER,
         "summary": { "errors": errors, "warnings": warnings },
     });
-    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".to_owned());
-    text.push('\n');
-    text
+    let items = reports.iter().flat_map(|report| {
+        let index = LineIndex::new(&report.text);
+        report
+            .diagnostics
+            .iter()
+            .map(move |d| diagnostic_json(&report.path, &index, d))
+    });
+    super::pretty_with_items(&doc, items)
 }

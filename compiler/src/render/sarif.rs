@@ -48,11 +48,10 @@ pub fn sarif(reports: &[FileReport]) -> String {
             })
         })
         .collect();
-    let mut results = Vec::new();
-    for report in reports {
+    let results = reports.iter().flat_map(|report| {
         let index = LineIndex::new(&report.text);
         let artifact = json!({ "uri": uri(&report.path) });
-        for d in &report.diagnostics {
+        report.diagnostics.iter().map(move |d| {
             let rule_index = Code::ALL.iter().position(|c| *c == d.code).unwrap_or(0);
             let mut text = d.message.clone();
             if let Some(help) = &d.help {
@@ -95,9 +94,9 @@ pub fn sarif(reports: &[FileReport]) -> String {
                     }],
                 }]);
             }
-            results.push(result);
-        }
-    }
+            result
+        })
+    });
     let log = json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -109,10 +108,8 @@ pub fn sarif(reports: &[FileReport]) -> String {
                 "rules": rules,
             }},
             "columnKind": "utf16CodeUnits",
-            "results": results,
+            "results": super::ITEMS_MARKER,
         }],
     });
-    let mut text = serde_json::to_string_pretty(&log).unwrap_or_else(|_| "{}".to_owned());
-    text.push('\n');
-    text
+    super::pretty_with_items(&log, results)
 }

@@ -7,14 +7,16 @@
 //! atomic without a global lock).
 
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, Reservation,
-    StoreError, StoredDecision, must_free, rolling_available_at, rolling_floor,
+    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, EvictionKey,
+    LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Reservation, ServerStats, StoreError,
+    StoredDecision, eviction_key, must_free, retention, rolling_available_at, unknown_available_at,
+    window_changed, window_floor,
 };
 
 /// Number of shards; a power of two so a hash picks one with a mask.
@@ -28,25 +30,71 @@ struct Spend {
     reservation: u64,
 }
 
-/// The spend rows of one counter, sorted by `at`, and their running total, so
-/// that an admission costs O(1) however many rows its window holds.
-#[derive(Debug, Default)]
+/// The spend rows of one counter, sorted by `(at, reservation)`, with the
+/// running total of those at or after `floor`, so that an admission costs
+/// O(1) however many rows its window holds (the floor moves over the rows
+/// between its old and new place, or the window is summed, whichever is
+/// shorter). Rows below the floor are kept for [`retention`] more, so that
+/// a clock step back counts them again; `pruned` is past every deleted row.
+#[derive(Debug)]
 struct Counter {
     rows: VecDeque<Spend>,
     total: u64,
+    floor: Millis,
+    /// Rows before this may have been deleted; `Millis::MIN`: none was.
+    pruned: Millis,
+    /// The rolling window the counter was last admitted with, if any.
+    rolling_ms: Option<u64>,
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            rows: VecDeque::new(),
+            total: 0,
+            floor: Millis::MIN,
+            pruned: Millis::MIN,
+            rolling_ms: None,
+        }
+    }
 }
 
 impl Counter {
-    /// Drops rows before `floor`: they can no longer count (windows only move forward).
-    fn prune(&mut self, floor: Millis) {
-        while let Some(row) = self.rows.front().copied().filter(|row| row.at < floor) {
-            self.total = self.total.saturating_sub(row.amount);
-            self.rows.pop_front();
-        }
+    /// The index of the first row at or after `at`.
+    fn index(&self, at: Millis) -> usize {
+        self.rows.partition_point(|row| row.at < at)
     }
 
-    /// The spend that counts in `window`, once pruned to its floor. Rows from a
-    /// clock slightly ahead (at > now) count in a rolling window: fail closed.
+    fn sum(&self, range: std::ops::Range<usize>) -> u64 {
+        self.rows
+            .range(range)
+            .fold(0u64, |sum, row| sum.saturating_add(row.amount))
+    }
+
+    /// Moves the floor to `floor`, forward or back, keeping `total` the sum
+    /// of the rows at or after it.
+    fn move_floor(&mut self, floor: Millis) {
+        if floor == self.floor {
+            return;
+        }
+        let (old, new) = (self.index(self.floor), self.index(floor));
+        let walk = old.abs_diff(new);
+        if walk <= self.rows.len() - new {
+            let delta = self.sum(old.min(new)..old.max(new));
+            self.total = if floor > self.floor {
+                self.total.saturating_sub(delta)
+            } else {
+                self.total.saturating_add(delta)
+            };
+        } else {
+            self.total = self.sum(new..self.rows.len());
+        }
+        self.floor = floor;
+    }
+
+    /// The spend that counts in `window`, once the floor is at its start.
+    /// Rows from a clock slightly ahead (at > now) count in a rolling
+    /// window: fail closed.
     fn spent(&self, window: LimitWindow) -> u64 {
         match window {
             LimitWindow::Rolling { .. } => self.total,
@@ -63,8 +111,34 @@ impl Counter {
         }
     }
 
+    /// A rolling check of `ms`: if the counter's window grew (a policy edit
+    /// lengthening `rate`), what was deleted under the shorter window is not
+    /// held against the longer one (see `window_changed`).
+    fn lengthen(&mut self, ms: u64) {
+        if window_changed(self.rolling_ms, ms) {
+            self.pruned = Millis::MIN;
+        }
+        self.rolling_ms = Some(ms);
+    }
+
+    /// Deletes up to [`PRUNE_BATCH`] rows before `cut` (never after the
+    /// floor), oldest first, and moves the prune mark past them.
+    fn prune(&mut self, cut: Millis) {
+        for _ in 0..PRUNE_BATCH {
+            match self.rows.front() {
+                Some(row) if row.at < cut => {
+                    self.pruned = self.pruned.max(row.at.saturating_add(1));
+                    self.rows.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
+
     fn push(&mut self, spend: Spend) {
-        self.total = self.total.saturating_add(spend.amount);
+        if spend.at >= self.floor {
+            self.total = self.total.saturating_add(spend.amount);
+        }
         if self.rows.back().is_none_or(|last| last.at <= spend.at) {
             self.rows.push_back(spend);
         } else {
@@ -72,14 +146,6 @@ impl Counter {
             let at = self.rows.partition_point(|row| row.at <= spend.at);
             self.rows.insert(at, spend);
         }
-    }
-}
-
-/// The floor below which rows can no longer count in `window` at `now`.
-fn floor_of(window: LimitWindow, now: Millis) -> Millis {
-    match window {
-        LimitWindow::Rolling { ms } => rolling_floor(now, ms),
-        LimitWindow::Fixed { start, .. } => start,
     }
 }
 
@@ -150,13 +216,32 @@ impl<T: Default> Named<T> {
     }
 }
 
+/// What the store knows about one server's stored decisions: their count,
+/// what was evicted, and their eviction order.
+#[derive(Debug, Default)]
+struct ServerEntry {
+    stats: ServerStats,
+    /// Every stored decision of the server by [`eviction_key`]: the first is
+    /// the next to go.
+    order: BTreeSet<EvictionKey>,
+}
+
+/// The servers of one shard (by the server id's hash), by name.
+type ServerShard = HashMap<String, ServerEntry>;
+
 /// An in-memory [`DecisionStore`]. Cheap to create; use one per process (or per
 /// test) and share it behind an `Arc`.
+///
+/// Lock order: a server shard before a decision shard, and never two
+/// decision shards at once.
 #[derive(Debug)]
 pub struct MemoryStore {
     hasher: RandomState,
     decisions: Vec<Mutex<DecisionShard>>,
     spend: Vec<Mutex<SpendShard>>,
+    servers: Vec<Mutex<ServerShard>>,
+    /// The most decisions kept per server.
+    max_per_server: u64,
     /// The next reservation id (ids start at 1; 0 means nothing was counted).
     next_seq: AtomicU64,
 }
@@ -168,8 +253,16 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store keeping up to [`DEFAULT_MAX_DECISIONS_PER_SERVER`]
+    /// decisions per server.
     pub fn new() -> Self {
+        Self::with_max_decisions_per_server(DEFAULT_MAX_DECISIONS_PER_SERVER)
+    }
+
+    /// An empty store keeping up to `max` decisions per server (at least
+    /// one); past it, [`DecisionStore::record`] evicts in the documented
+    /// order (`runtime/STORE.md`, "Bounded decisions").
+    pub fn with_max_decisions_per_server(max: u64) -> Self {
         MemoryStore {
             hasher: RandomState::new(),
             decisions: (0..SHARDS)
@@ -178,6 +271,10 @@ impl MemoryStore {
             spend: (0..SHARDS)
                 .map(|_| Mutex::new(SpendShard::default()))
                 .collect(),
+            servers: (0..SHARDS)
+                .map(|_| Mutex::new(ServerShard::default()))
+                .collect(),
+            max_per_server: max.max(1),
             next_seq: AtomicU64::new(1),
         }
     }
@@ -212,6 +309,28 @@ impl MemoryStore {
         Ok((hash, lock(&self.decisions[index])?))
     }
 
+    /// The server shard of `server_id`.
+    fn server_shard(&self, server_id: &str) -> Result<MutexGuard<'_, ServerShard>, StoreError> {
+        let hash = self.hasher.hash_one(server_id);
+        lock(&self.servers[((hash >> 32) as usize) & (SHARDS - 1)])
+    }
+
+    /// Removes `key`'s decision, answering its `represented` (None if absent).
+    fn remove(&self, key: &DecisionKey) -> Result<Option<u64>, StoreError> {
+        let (hash, mut shard) = self.decision_shard(key)?;
+        let Some(bucket) = shard.get_mut(&hash) else {
+            return Ok(None);
+        };
+        let Some(at) = bucket.iter().position(|(k, _)| k == key) else {
+            return Ok(None);
+        };
+        let (_, removed) = bucket.swap_remove(at);
+        if bucket.is_empty() {
+            shard.remove(&hash);
+        }
+        Ok(Some(removed.represented))
+    }
+
     /// The server id's hash and its spend shard (from middle bits, as for decisions).
     fn spend_shard(
         &self,
@@ -242,10 +361,27 @@ fn admit_into(
     reservation: impl FnOnce() -> Reservation,
 ) -> Admission {
     for (index, check) in checks.iter().enumerate() {
+        let floor = window_floor(check.window, now);
+        if let (Some(counter), LimitWindow::Rolling { ms }) =
+            (counters.get_mut(check.counter.as_str()), check.window)
+        {
+            counter.lengthen(ms);
+        }
         let spent = match counters.get_mut(check.counter.as_str()) {
+            Some(counter) if floor < counter.pruned => {
+                // The window reaches back over deleted spend (a clock step
+                // back past the retention): it cannot be counted, refuse.
+                return Admission::Refused {
+                    index,
+                    counter: check.counter.clone(),
+                    available_at: unknown_available_at(check.window, counter.pruned),
+                };
+            }
             Some(counter) => {
-                counter.prune(floor_of(check.window, now));
-                counter.spent(check.window)
+                counter.move_floor(floor);
+                let spent = counter.spent(check.window);
+                counter.prune(floor.saturating_sub(retention(check.window)));
+                spent
             }
             None => 0,
         };
@@ -267,7 +403,7 @@ fn admit_into(
                     .map(|counter| {
                         counter
                             .rows
-                            .iter()
+                            .range(counter.index(floor)..)
                             .map(|row| (row.at, row.amount))
                             .collect()
                     })
@@ -372,11 +508,11 @@ impl DecisionStore for MemoryStore {
             .take_while(|row| row.at == reservation.at)
             .find(|row| row.reservation == reservation.id);
         if let Some(row) = row {
-            counter.total = counter
-                .total
-                .saturating_sub(row.amount)
-                .saturating_add(actual);
-            row.amount = actual;
+            let old = std::mem::replace(&mut row.amount, actual);
+            // Only rows at or after the floor are in the running total.
+            if reservation.at >= counter.floor {
+                counter.total = counter.total.saturating_sub(old).saturating_add(actual);
+            }
         }
         Ok(())
     }
@@ -384,11 +520,38 @@ impl DecisionStore for MemoryStore {
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         let mut stored = decision.clone();
         stored.represented = 0;
-        let (hash, mut shard) = self.decision_shard(key)?;
-        let bucket = shard.entry(hash).or_default();
-        match bucket.iter_mut().find(|(k, _)| k == key) {
-            Some((_, slot)) => *slot = stored,
-            None => bucket.push((key.clone(), stored)),
+        let rank = eviction_key(&key.identity, &stored);
+        let mut servers = self.server_shard(&key.server_id)?;
+        let entry = servers.entry(key.server_id.clone()).or_default();
+        let replaced = {
+            let (hash, mut shard) = self.decision_shard(key)?;
+            let bucket = shard.entry(hash).or_default();
+            match bucket.iter_mut().find(|(k, _)| k == key) {
+                Some((_, slot)) => Some(std::mem::replace(slot, stored)),
+                None => {
+                    bucket.push((key.clone(), stored));
+                    None
+                }
+            }
+        };
+        match replaced {
+            Some(old) => {
+                entry.order.remove(&eviction_key(&key.identity, &old));
+            }
+            None => entry.stats.stored += 1,
+        }
+        entry.order.insert(rank);
+        while entry.stats.stored > self.max_per_server {
+            let Some((_, _, _, identity)) = entry.order.pop_first() else {
+                break;
+            };
+            let victim = DecisionKey::new(key.server_id.as_str(), identity);
+            if let Some(represented) = self.remove(&victim)? {
+                entry.stats.stored -= 1;
+                entry.stats.evicted += 1;
+                entry.stats.evicted_represented =
+                    entry.stats.evicted_represented.saturating_add(represented);
+            }
         }
         Ok(())
     }
@@ -402,19 +565,35 @@ impl DecisionStore for MemoryStore {
     }
 
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
+        let mut servers = self.server_shard(server_id)?;
+        let Some(entry) = servers.get_mut(server_id) else {
+            return Ok(0);
+        };
         let mut removed = 0u64;
         for shard in &self.decisions {
             let mut map = lock(shard)?;
             map.retain(|_, bucket| {
-                let before = bucket.len();
                 bucket.retain(|(key, decision)| {
-                    key.server_id != server_id
-                        || (*decision.digest == *digest && !decision.is_expired(now))
+                    let keep = key.server_id != server_id
+                        || (*decision.digest == *digest && !decision.is_expired(now));
+                    if !keep {
+                        entry.order.remove(&eviction_key(&key.identity, decision));
+                        removed += 1;
+                    }
+                    keep
                 });
-                removed += (before - bucket.len()) as u64;
                 !bucket.is_empty()
             });
         }
+        entry.stats.stored -= removed;
         Ok(removed)
+    }
+
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        Ok(self
+            .server_shard(server_id)?
+            .get(server_id)
+            .map(|entry| entry.stats)
+            .unwrap_or_default())
     }
 }

@@ -98,6 +98,13 @@ pub struct StoredDecision {
     pub represented: u64,
     /// When the decision was made.
     pub decided_at: Millis,
+    /// Whether the policy alone gives this answer again (a switch or an
+    /// input limit: `policy.sampling_disabled`, `policy.tools_disabled`,
+    /// `policy.input_too_large`, or a policy's own reason in their place).
+    /// When a server reaches its bound of stored decisions these go first:
+    /// dropping one loses nothing but its `represented` count, which the
+    /// store adds to the server's evicted tally ([`ServerStats`]).
+    pub recomputable: bool,
 }
 
 impl StoredDecision {
@@ -283,10 +290,16 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// Check every limit against its window and, only if all fit, record all spends at `now`. Atomic with
     /// respect to every other call on the same store (also across processes for SQLite).
     ///
-    /// Spend rows older than a counter's window are pruned here, so a counter
-    /// name must keep one window: a later check with a longer window does not
-    /// see spend pruned under the shorter one (the engine's counter names carry
-    /// the window, e.g. `budget:tokens:rolling:86400000`).
+    /// Spend rows are pruned here once they are more than a retention (one
+    /// window length and an eighth, at least a minute) before
+    /// the window's floor, a few per call. A window whose floor lies before a
+    /// counter's newest deleted row (a clock step back further than the
+    /// retention) cannot be counted and is refused, so a step back never
+    /// admits what a store that never pruned would refuse (STORE.md, "Clock
+    /// steps"). A counter name must keep one window: a rolling counter checked
+    /// with a longer window than before does not count what the shorter one
+    /// deleted (the engine's budget counter names carry the window, e.g.
+    /// `budget:tokens:rolling:86400000`).
     fn admit(
         &self,
         server_id: &str,
@@ -312,6 +325,16 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError>;
     /// Delete decisions of `server_id` whose digest differs from `digest`, and expired ones; returns how many.
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError>;
+    /// How many decisions are stored for `server_id`, and how many were
+    /// evicted to keep it within the store's bound (with their `represented`).
+    ///
+    /// Both stores of this crate implement it; the provided implementation
+    /// answers zeros, for a store that neither counts nor evicts (a test
+    /// double). A store wrapping another should forward it.
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        let _ = server_id;
+        Ok(ServerStats::default())
+    }
 
     /// A replay and, unless `evaluate` says otherwise, an admission, in one
     /// transaction: what the engine does for every request. `evaluate` sees
@@ -337,6 +360,45 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 }
+
+/// How many decisions a store keeps per server unless configured otherwise
+/// ([`MemoryStore::with_max_decisions_per_server`],
+/// `SqliteOptions::max_decisions_per_server`).
+pub const DEFAULT_MAX_DECISIONS_PER_SERVER: u64 = 10_000;
+
+/// What a store holds for one server, and what it dropped to stay within its
+/// bound of stored decisions ([`DecisionStore::server_stats`]).
+///
+/// `evicted` and `evicted_represented` only grow: a reader adding
+/// `evicted_represented` to the `represented` of the stored rows gets every
+/// re-presentation the store has answered for the server, evicted or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerStats {
+    /// Decisions stored now (expired ones included until purged).
+    pub stored: u64,
+    /// Decisions dropped to keep the server within its bound.
+    pub evicted: u64,
+    /// The sum of the evicted decisions' `represented` counts.
+    pub evicted_represented: u64,
+}
+
+/// The order in which a server's stored decisions are evicted when a new
+/// one would exceed its bound: recomputable ones first (the policy gives the
+/// same answer again), then those that expire soonest (their effect was
+/// ending anyway), those without expiry last (a user's answer), each by age
+/// (`decided_at`), then identity. A smaller key is evicted first. Both
+/// stores evict in exactly this order.
+pub(crate) fn eviction_key(identity: &str, decision: &StoredDecision) -> EvictionKey {
+    (
+        u8::from(!decision.recomputable),
+        decision.expires_at.unwrap_or(Millis::MAX),
+        decision.decided_at,
+        identity.to_owned(),
+    )
+}
+
+/// See [`eviction_key`].
+pub(crate) type EvictionKey = (u8, Millis, Millis, String);
 
 /// The answer to [`DecisionStore::replay_then_admit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,6 +444,9 @@ impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
     }
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
         (**self).purge_stale(server_id, digest, now)
+    }
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        (**self).server_stats(server_id)
     }
     fn replay_then_admit(
         &self,
@@ -432,6 +497,62 @@ fn rolling_available_at(
 /// range behaves as "forever").
 fn ms_as_millis(ms: u64) -> Millis {
     Millis::try_from(ms).unwrap_or(Millis::MAX)
+}
+
+/// Spend rows an admission deletes per counter at most, oldest first: the
+/// deletion keeps pace with the one row per admission a counter gains, and a
+/// backlog (a window that passed while nothing was admitted) is worked off
+/// over the following admissions instead of in one.
+pub(crate) const PRUNE_BATCH: usize = 16;
+
+/// A counter's floor moves over at most this many rows before the store
+/// sums its window from the floor instead (both are exact; this picks the
+/// shorter walk).
+pub(crate) const WALK_LIMIT: usize = 256;
+
+/// The floor of `window` at `now`: rows at or after it may count (a fixed
+/// window also stops at its `end`).
+pub(crate) fn window_floor(window: LimitWindow, now: Millis) -> Millis {
+    match window {
+        LimitWindow::Rolling { ms } => rolling_floor(now, ms),
+        LimitWindow::Fixed { start, .. } => start,
+    }
+}
+
+/// Rows recorded before `window_floor(window, now) - retention(window)` may
+/// be deleted. One window length and an eighth (so that a step back into
+/// the previous calendar period, up to 31 days before a 28-day one, still
+/// finds all of it), and at least a minute: a clock step back, or a
+/// process sharing the store whose clock is behind, within that span counts
+/// exactly what an unpruned store would.
+pub(crate) fn retention(window: LimitWindow) -> Millis {
+    let length = match window {
+        LimitWindow::Rolling { ms } => ms_as_millis(ms),
+        LimitWindow::Fixed { start, end } => end.saturating_sub(start),
+    };
+    length.saturating_add(length / 8).max(60_000)
+}
+
+/// Whether a counter last admitted with a rolling window of `before` ms is
+/// now checked with a longer one, `ms`: a policy edit lengthening `rate`
+/// (the one engine counter whose name does not carry its window). Its prune
+/// mark is then dropped: spend deleted under the shorter window is not
+/// counted by the longer one (as before schema 3: a counter name keeps one
+/// window), instead of refusing every admission until that spend would have
+/// left the new window, up to its whole length after the edit.
+pub(crate) fn window_changed(before: Option<u64>, ms: u64) -> bool {
+    before.is_some_and(|before| ms > before)
+}
+
+/// When a refusal for spend that may have been deleted (`window`'s floor at
+/// `now` lies below the counter's prune mark `pruned`) can clear: a rolling
+/// window's floor passes the mark at `pruned + ms - 1`; a fixed window is
+/// asked again at its end.
+pub(crate) fn unknown_available_at(window: LimitWindow, pruned: Millis) -> Millis {
+    match window {
+        LimitWindow::Rolling { ms } => pruned.saturating_add(ms_as_millis(ms)).saturating_sub(1),
+        LimitWindow::Fixed { end, .. } => end,
+    }
 }
 
 /// The first timestamp that still counts in a rolling window of `ms` at `now`:

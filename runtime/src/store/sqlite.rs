@@ -24,19 +24,19 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params}
 
 use super::checkpointer::Checkpointer;
 use super::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, ReplayThenAdmit,
-    Reservation, StoreError, StoredDecision, Verdict, must_free, rolling_available_at,
-    rolling_floor,
+    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, PRUNE_BATCH,
+    ReplayThenAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict, WALK_LIMIT,
+    must_free, retention, rolling_available_at, unknown_available_at, window_changed, window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
-/// Version 1 files are migrated at open.
-pub const SCHEMA_VERSION: i64 = 2;
+/// Version 1 and 2 files are migrated at open.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// `PRAGMA application_id` of an mcpolicy store: ASCII "mcpo".
 const APPLICATION_ID: i64 = 0x6d63_706f;
 
-const SCHEMA_V2: &str = "
+const SCHEMA_V3: &str = "
 CREATE TABLE decisions (
     server_id   TEXT    NOT NULL,
     identity    TEXT    NOT NULL,
@@ -47,6 +47,7 @@ CREATE TABLE decisions (
     data        TEXT,
     represented INTEGER NOT NULL DEFAULT 0,
     decided_at  INTEGER NOT NULL,
+    recomputable INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (server_id, identity)
 ) WITHOUT ROWID;
 -- Every counter's ledger, clustered by counter and time: a window is one
@@ -56,7 +57,13 @@ CREATE TABLE decisions (
 --   total:  (server, counter, at = i64::MAX, reservation = 0, sum of the
 --           counter's spend rows), kept in step with every insert, prune and
 --           settle, so an admission costs the same however full its window is.
--- The total row sits at the right end of its counter's range, on the page
+--   floor:  (server, counter, at = i64::MAX, reservation = -1, the floor):
+--           the total counts the spend rows at or after it (schema 3);
+--   pruned: (server, counter, at = i64::MAX, reservation = -2, a time):
+--           spend rows before it may have been deleted (schema 3);
+--   window: (server, counter, at = i64::MAX, reservation = -3, ms): the
+--           rolling window the counter was last admitted with (schema 3).
+-- These rows sit at the right end of their counter's range, on the page
 -- where new spend rows go: an admission usually writes one page.
 CREATE TABLE spend (
     server_id   TEXT    NOT NULL,
@@ -68,7 +75,7 @@ CREATE TABLE spend (
 ) WITHOUT ROWID;
 ";
 
-/// Added by schema 2, created by [`SCHEMA_V2`] and by the migration.
+/// Added by schema 2, created with [`SCHEMA_V3`] and by the migration.
 const META_V2: &str = "
 -- `epoch`: bumped by every open; a store's reservation ids are its epoch in
 -- the high 32 bits and a count in the low 32, so no two opens (processes)
@@ -93,6 +100,52 @@ INSERT INTO spend (server_id, counter, at, reservation, amount)
 DROP TABLE counters;
 DROP TABLE reservations;
 ";
+
+/// The tables of the current schema, checked at every open.
+const TABLES: [&str; 4] = ["decisions", "spend", "meta", "servers"];
+
+/// Added by schema 3, created with [`SCHEMA_V3`] and by the migration: the
+/// decisions' eviction order (see `store::eviction_key`) and each server's
+/// count of stored and evicted decisions.
+const SERVERS_V3: &str = "
+CREATE INDEX decisions_eviction ON decisions
+    (server_id, recomputable DESC, IFNULL(expires_at, 9223372036854775807), decided_at, identity);
+CREATE TABLE servers (
+    server_id           TEXT    PRIMARY KEY,
+    stored              INTEGER NOT NULL,
+    evicted             INTEGER NOT NULL,
+    evicted_represented INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+/// Schema 2 → 3, in the open's write transaction, after [`SERVERS_V3`]
+/// (the index is created after the new column). Decisions made by a
+/// switch or an input limit (by their built-in reason names: a policy's own
+/// names for them are kept as not recomputable, the safe side) become
+/// recomputable; each server's count is taken. A counter gets no floor row
+/// (its total counts every remaining row, as schema 2's did) and no prune
+/// mark: where schema 2 pruned is not recorded, so a clock step back over
+/// spend pruned before the migration is not detected (STORE.md, "Clock
+/// steps"); spend pruned after it is.
+const MIGRATE_V2_TO_V3_COLUMN: &str = "
+ALTER TABLE decisions ADD COLUMN recomputable INTEGER NOT NULL DEFAULT 0;
+UPDATE decisions SET recomputable = 1 WHERE verdict = 'deny' AND reason IN
+    ('policy.sampling_disabled', 'policy.tools_disabled', 'policy.input_too_large');
+";
+const MIGRATE_V2_TO_V3_ROWS: &str = "
+INSERT INTO servers (server_id, stored, evicted, evicted_represented)
+    SELECT server_id, COUNT(*), 0, 0 FROM decisions GROUP BY server_id;
+";
+
+/// `reservation` of a counter's floor row (at [`TOTAL_AT`]).
+const FLOOR_ROW: i64 = -1;
+
+/// `reservation` of a counter's prune mark row (at [`TOTAL_AT`]).
+const PRUNED_ROW: i64 = -2;
+
+/// `reservation` of the row holding the rolling window a counter was last
+/// admitted with (at [`TOTAL_AT`]; see `store::window_changed`).
+const ROLLING_ROW: i64 = -3;
 
 /// `at` of a counter's total row (with reservation 0): after every spend
 /// row's, so it sits where the counter's new spend rows are written.
@@ -129,14 +182,24 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
     /// How long to wait for another process's write lock before [`StoreError::Busy`].
     pub busy_timeout: Duration,
-    /// Run `PRAGMA quick_check` at open, so a damaged file fails at open, not
-    /// at some later request. Linear in the file size (see STORE.md).
+    /// Also run `PRAGMA quick_check`, which reads every page, at open.
+    /// Off by default: it is linear in the file (about 1.5 s at a million
+    /// decisions) and every open would pay it. Without it an open checks
+    /// the header, the schema and the `meta` row (constant time), and a
+    /// damaged page is found by SQLite when an operation reads it, which
+    /// fails with [`StoreError::Corrupt`]; [`SqliteStore::verify`] runs the
+    /// full check on demand. See STORE.md, "Opening".
     pub verify_on_open: bool,
     /// Checkpoint the WAL on a thread of the store's own instead of inside
     /// the commit that fills it, so no decision waits for a checkpoint's
     /// fsyncs (see `store/checkpointer.rs`). Off: SQLite's automatic
     /// checkpoint only, and no thread.
     pub background_checkpoint: bool,
+    /// The most decisions kept per server (at least one); past it,
+    /// `record` evicts in the documented order (STORE.md, "Bounded
+    /// decisions"). A store shared by processes should be opened with one
+    /// value: each enforces its own when it records.
+    pub max_decisions_per_server: u64,
 }
 
 impl Default for SqliteOptions {
@@ -144,8 +207,9 @@ impl Default for SqliteOptions {
         SqliteOptions {
             synchronous: Synchronous::Normal,
             busy_timeout: Duration::from_secs(5),
-            verify_on_open: true,
+            verify_on_open: false,
             background_checkpoint: true,
+            max_decisions_per_server: super::DEFAULT_MAX_DECISIONS_PER_SERVER,
         }
     }
 }
@@ -155,6 +219,8 @@ impl Default for SqliteOptions {
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
+    /// [`SqliteOptions::max_decisions_per_server`].
+    max_per_server: u64,
     session: Mutex<Session>,
     checkpointer: Option<Checkpointer>,
 }
@@ -223,6 +289,7 @@ impl SqliteStore {
         }
         Ok(SqliteStore {
             path,
+            max_per_server: options.max_decisions_per_server.max(1),
             session: Mutex::new(Session {
                 conn,
                 ids: Ids { epoch, issued: 0 },
@@ -249,6 +316,15 @@ impl SqliteStore {
     /// Whether no decision is stored.
     pub fn is_empty(&self) -> Result<bool, StoreError> {
         Ok(self.len()? == 0)
+    }
+
+    /// Reads every page of the file and checks its structure (`PRAGMA
+    /// quick_check`): [`StoreError::Corrupt`] names what is damaged. Linear
+    /// in the file's size; an open does not do it unless asked
+    /// ([`SqliteOptions::verify_on_open`]).
+    pub fn verify(&self) -> Result<(), StoreError> {
+        let session = self.lock()?;
+        quick_check(&self.path, &session.conn)
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Session>, StoreError> {
@@ -320,8 +396,9 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
     in_immediate(path, conn, |conn| {
         let (app, version, tables) = identity_of(conn)?;
         if tables == 0 && app == 0 && version == 0 {
-            conn.execute_batch(SCHEMA_V2)?;
+            conn.execute_batch(SCHEMA_V3)?;
             conn.execute_batch(META_V2)?;
+            conn.execute_batch(SERVERS_V3)?;
             conn.execute("INSERT INTO meta (key, value) VALUES ('epoch', 0)", [])?;
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -333,7 +410,14 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
                 conn.execute_batch(MIGRATE_V1_TO_V2)?;
                 conn.pragma_update(None, "user_version", 2)?;
             }
+            if version <= 2 {
+                conn.execute_batch(MIGRATE_V2_TO_V3_COLUMN)?;
+                conn.execute_batch(SERVERS_V3)?;
+                conn.execute_batch(MIGRATE_V2_TO_V3_ROWS)?;
+                conn.pragma_update(None, "user_version", 3)?;
+            }
         }
+        check_tables(path, conn)?;
         new_epoch(path, conn)
     })
 }
@@ -371,27 +455,133 @@ fn missing_epoch(path: &Path) -> Fail {
     })
 }
 
-/// Fails clearly, naming the path, on what SQLite would report vaguely: a
-/// directory, a file we may not read and write.
+/// Fails clearly, naming the path, on what SQLite would report vaguely (a
+/// directory, a file we may not read and write), and on the damaged shapes
+/// SQLite would take for something else, before SQLite touches the file:
+///
+/// - an empty (0-byte) file beside a non-empty write-ahead log: emptied
+///   while in use. SQLite would delete the log and open a fresh store,
+///   forgetting every decision and all spend;
+/// - no file, but a non-empty log: deleted or moved while in use;
+/// - a file shorter than SQLite's 100-byte header, or one without its magic;
+/// - a file shorter than its header says (no log beside it that could hold
+///   the missing pages): truncated.
+///
+/// Every check reads at most the first 100 bytes: the cost does not grow
+/// with the store.
 fn preflight(path: &Path) -> Result<(), StoreError> {
     let io_error = |source| StoreError::Io {
         path: path.to_path_buf(),
         source,
     };
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Err(io_error(io::Error::new(
-            io::ErrorKind::IsADirectory,
-            "is a directory, not a store file",
-        ))),
-        Ok(_) => std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map(drop)
-            .map_err(io_error),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(io_error(error)),
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let wal = sidecar(path, "-wal");
+    let wal_len = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let len = match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(io_error(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "is a directory, not a store file",
+            )));
+        }
+        Ok(meta) => meta.len(),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            let logged = wal_len();
+            if logged > 0 {
+                return Err(corrupt(format!(
+                    "the file is missing but its write-ahead log {} ({logged} bytes) is there: \
+                     the store was deleted or moved while in use. Restore the file, or delete \
+                     the log too to start an empty store (every stored decision and all spend \
+                     are then forgotten)",
+                    wal.display()
+                )));
+            }
+            return Ok(());
+        }
+        Err(error) => return Err(io_error(error)),
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_error)?;
+    if len == 0 {
+        let logged = wal_len();
+        if logged > 0 {
+            return Err(corrupt(format!(
+                "the file is empty but its write-ahead log {} holds {logged} bytes: the store \
+                 was emptied while in use, it is damaged, not new. Restore it, or delete both \
+                 files to start an empty store (every stored decision and all spend are then \
+                 forgotten)",
+                wal.display()
+            )));
+        }
+        return Ok(()); // a new store
     }
+    let mut header = [0u8; 100];
+    if len < header.len() as u64 {
+        return Err(corrupt(format!(
+            "not an SQLite database: {len} bytes, shorter than SQLite's 100-byte header"
+        )));
+    }
+    io::Read::read_exact(&mut file, &mut header).map_err(io_error)?;
+    if &header[..16] != b"SQLite format 3\0" {
+        return Err(corrupt(
+            "not an SQLite database (the file does not start with SQLite's header)".to_owned(),
+        ));
+    }
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536,
+        size => u64::from(size),
+    };
+    if !(512..=65_536).contains(&page_size) || !page_size.is_power_of_two() {
+        return Err(corrupt(format!(
+            "damaged SQLite header: page size {page_size}"
+        )));
+    }
+    // The header's page count is valid when its change counter (offset 24)
+    // matches "version valid for" (offset 92). Only compared when no log is
+    // there: a process checkpointing a log writes page 1 (with the new count)
+    // before the pages that grow the file.
+    let pages = u64::from(be32(28));
+    if pages > 0 && be32(24) == be32(92) && len < pages * page_size && wal_len() == 0 {
+        return Err(corrupt(format!(
+            "truncated: its header counts {pages} pages of {page_size} bytes ({} bytes), the \
+             file has {len}",
+            pages * page_size
+        )));
+    }
+    Ok(())
+}
+
+/// `path` with `suffix` appended (SQLite's `-wal` and `-shm` files).
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The tables each schema version must have: a store missing one is damaged.
+fn check_tables(path: &Path, conn: &Connection) -> Result<(), Fail> {
+    let mut stmt = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+    let names: Vec<String> = stmt
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for table in TABLES {
+        if !names.iter().any(|name| name == table) {
+            return Err(Fail::Store(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("the schema has no `{table}` table"),
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// (application_id, user_version, number of schema objects).
@@ -485,6 +675,9 @@ fn map_sql(path: &Path, error: rusqlite::Error) -> StoreError {
     let path = path.to_path_buf();
     if let rusqlite::Error::SqliteFailure(failure, message) = &error {
         let detail = message.clone().unwrap_or_else(|| failure.to_string());
+        // rusqlite appends the path to an open failure; every variant names it already.
+        let suffix = format!(": {}", path.display());
+        let detail = detail.strip_suffix(&suffix).unwrap_or(&detail).to_owned();
         match failure.code {
             ErrorCode::NotADatabase => {
                 return StoreError::Corrupt {
@@ -529,7 +722,8 @@ fn uint(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-const DECISION_COLUMNS: &str = "verdict, reason, digest, expires_at, data, represented, decided_at";
+const DECISION_COLUMNS: &str =
+    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable";
 
 fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail> {
     let verdict_text: String = row.get(0)?;
@@ -547,83 +741,155 @@ fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail>
         data: row.get::<_, Option<String>>(4)?.map(Arc::from),
         represented: uint(row.get(5)?),
         decided_at: row.get(6)?,
+        recomputable: row.get::<_, i64>(7)? != 0,
     })
 }
 
-/// Adds `delta` (possibly negative) to a counter's running total.
-fn add_to_total(
+/// A counter's running state, from the rows at its range's right end: the
+/// total of the spend rows at or after `floor`, and the prune mark (spend
+/// rows before `pruned` may have been deleted). Absent rows read as 0,
+/// `i64::MIN` and `i64::MIN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CounterState {
+    total: i64,
+    floor: Millis,
+    pruned: Millis,
+    /// The rolling window the counter was last admitted with, if any.
+    rolling_ms: Option<i64>,
+}
+
+impl Default for CounterState {
+    fn default() -> Self {
+        CounterState {
+            total: 0,
+            floor: Millis::MIN,
+            pruned: Millis::MIN,
+            rolling_ms: None,
+        }
+    }
+}
+
+/// What one look at a counter finds: its state, the spend recorded at or
+/// after `until` (a fixed window's end: not in the window), and its oldest
+/// spend row's time, if any. One statement, two range reads: the left end of
+/// the counter's range, and from `until` to its right end (the state rows and
+/// the spend past the window). A UNION ALL streams its rows; aggregates
+/// joined in a FROM clause would be materialised in temporary b-trees.
+fn read_counter(
     conn: &Connection,
     server_id: &str,
     counter: &str,
-    delta: i64,
-) -> Result<(), rusqlite::Error> {
+    until: Millis,
+) -> Result<(CounterState, i64, Option<Millis>), rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT 0, 0, MIN(at) FROM spend WHERE server_id = ?1 AND counter = ?2
+         UNION ALL
+         SELECT 1, reservation, amount FROM spend
+         WHERE server_id = ?1 AND counter = ?2 AND at >= ?3",
+    )?;
+    let mut rows = stmt.query(params![server_id, counter, until])?;
+    let (mut state, mut after_end, mut oldest) = (CounterState::default(), 0i64, None);
+    while let Some(row) = rows.next()? {
+        let (part, reservation, value): (i64, i64, Option<i64>) =
+            (row.get(0)?, row.get(1)?, row.get(2)?);
+        match (part, reservation) {
+            (0, _) => oldest = value.filter(|&at| at != TOTAL_AT),
+            (_, 0) => state.total = value.unwrap_or(0),
+            (_, FLOOR_ROW) => state.floor = value.unwrap_or(Millis::MIN),
+            (_, PRUNED_ROW) => state.pruned = value.unwrap_or(Millis::MIN),
+            (_, ROLLING_ROW) => state.rolling_ms = value,
+            _ if reservation > 0 => after_end = after_end.saturating_add(value.unwrap_or(0)),
+            _ => {}
+        }
+    }
+    Ok((state, after_end, oldest))
+}
+
+/// The sum of `counter`'s spend rows in `[from, to)`, walking at most
+/// `limit` rows: `(rows walked, their sum)`.
+fn range_sum(
+    conn: &Connection,
+    server_id: &str,
+    counter: &str,
+    from: Millis,
+    to: Millis,
+    limit: usize,
+) -> Result<(usize, i64), rusqlite::Error> {
     conn.prepare_cached(
-        "INSERT INTO spend (server_id, counter, at, reservation, amount) VALUES (?1, ?2, ?3, 0, ?4)
-         ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
+        "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM (SELECT amount FROM spend
+         WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND at < ?4 AND reservation > 0
+         LIMIT ?5)",
     )?
-    .execute(params![server_id, counter, TOTAL_AT, delta])?;
+    .query_row(params![server_id, counter, from, to, limit as i64], |row| {
+        Ok((
+            usize::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+            row.get(1)?,
+        ))
+    })
+}
+
+/// Moves `state`'s floor to `floor`, forward or back, keeping its total the
+/// sum of the spend rows at or after it: over the rows in between, or, if
+/// there are more than [`WALK_LIMIT`] of them (a clock jump, or the first
+/// admission of a calendar period), by summing from the new floor.
+fn move_floor(
+    conn: &Connection,
+    server_id: &str,
+    counter: &str,
+    state: &mut CounterState,
+    floor: Millis,
+) -> Result<(), rusqlite::Error> {
+    if floor == state.floor {
+        return Ok(());
+    }
+    let (from, to) = (floor.min(state.floor), floor.max(state.floor));
+    let (walked, delta) = range_sum(conn, server_id, counter, from, to, WALK_LIMIT)?;
+    state.total = if walked < WALK_LIMIT {
+        if floor > state.floor {
+            state.total.saturating_sub(delta)
+        } else {
+            state.total.saturating_add(delta)
+        }
+    } else {
+        range_sum(conn, server_id, counter, floor, TOTAL_AT, usize::MAX >> 1)?.1
+    };
+    state.floor = floor;
     Ok(())
 }
 
-/// Prunes the spend rows of `counter` below `window`'s floor and returns
-/// `(counting, freed)`: the spend that counts in the window, computed from the
-/// stored running total minus `already_freed` (what earlier checks of the same
-/// admission pruned from this counter, not yet written back), and what this
-/// prune deleted. The caller must lower the running total by `freed`.
-fn prune_and_sum(
+/// Deletes up to [`PRUNE_BATCH`] spend rows before `cut`, oldest first, and
+/// moves the prune mark past them. `oldest` is the counter's oldest row, so
+/// that nothing is looked up when there is nothing to delete.
+fn prune(
     conn: &Connection,
     server_id: &str,
     counter: &str,
-    window: LimitWindow,
-    now: Millis,
-    already_freed: i64,
-) -> Result<(u64, i64), rusqlite::Error> {
-    let floor = match window {
-        LimitWindow::Rolling { ms } => rolling_floor(now, ms),
-        LimitWindow::Fixed { start, .. } => start,
-    };
-    // A fixed window counts only what was recorded before its end; a rolling
-    // one also counts rows from a clock slightly ahead (at > now): fail closed.
-    let until = match window {
-        LimitWindow::Rolling { .. } => TOTAL_AT,
-        LimitWindow::Fixed { end, .. } => end,
-    };
-    // One statement, two range reads, a row each: part 0, the rows below the
-    // floor (to prune; never the total row, whose `at` is the largest), from
-    // the left end of the counter's range; part 1, from `until` to the right
-    // end, the running total and the spend rows past the window's end. A
-    // UNION ALL streams its rows; aggregates joined in a FROM clause would be
-    // materialised in two temporary b-trees. (No DELETE … RETURNING either:
-    // SQLite buffers RETURNING rows in a temporary b-tree too.)
-    let mut stmt = conn.prepare_cached(
-        "SELECT 0, COUNT(*), COALESCE(SUM(amount), 0) FROM spend
-         WHERE server_id = ?1 AND counter = ?2 AND at < ?3
-         UNION ALL
-         SELECT 1, COALESCE(SUM(CASE WHEN reservation = 0 THEN amount END), 0),
-                COALESCE(SUM(CASE WHEN reservation <> 0 THEN amount END), 0)
-         FROM spend WHERE server_id = ?1 AND counter = ?2 AND at >= ?4",
+    state: &mut CounterState,
+    cut: Millis,
+    oldest: Option<Millis>,
+) -> Result<(), rusqlite::Error> {
+    if oldest.is_none_or(|at| at >= cut) {
+        return Ok(());
+    }
+    let doomed: Vec<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT at, reservation FROM spend
+             WHERE server_id = ?1 AND counter = ?2 AND at < ?3 AND reservation > 0
+             ORDER BY at, reservation LIMIT ?4",
+        )?
+        .query_map(
+            params![server_id, counter, cut, PRUNE_BATCH as i64],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?
+        .collect::<Result<_, _>>()?;
+    let mut delete = conn.prepare_cached(
+        "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
     )?;
-    let (mut stale_rows, mut freed, mut total, mut after_end) = (0i64, 0i64, 0i64, 0i64);
-    let mut rows = stmt.query(params![server_id, counter, floor, until])?;
-    while let Some(row) = rows.next()? {
-        let (part, first, second): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        if part == 0 {
-            (stale_rows, freed) = (first, second);
-        } else {
-            (total, after_end) = (first, second);
-        }
+    for (at, reservation) in doomed {
+        delete.execute(params![server_id, counter, at, reservation])?;
+        state.pruned = state.pruned.max(at.saturating_add(1));
     }
-    drop(rows);
-    if stale_rows > 0 {
-        // Rows before the floor can never count again (windows only move forward).
-        conn.prepare_cached("DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at < ?3")?
-            .execute(params![server_id, counter, floor])?;
-    }
-    let counting = total
-        .saturating_sub(already_freed)
-        .saturating_sub(freed)
-        .saturating_sub(after_end);
-    Ok((uint(counting), freed))
+    Ok(())
 }
 
 /// `INSERT … VALUES` with `rows` groups of `columns` numbered parameters,
@@ -675,7 +941,8 @@ fn replay_in(
 }
 
 /// [`DecisionStore::admit`] inside a write transaction; `id` is the
-/// reservation id to record if every check fits.
+/// reservation id to record if every check fits. The same steps as the
+/// in-memory store's `admit_into`, on the counter's rows.
 fn admit_in(
     conn: &Connection,
     server_id: &str,
@@ -683,50 +950,73 @@ fn admit_in(
     now: Millis,
     id: u64,
 ) -> Result<Admission, Fail> {
-    // What each check's prune deleted: written back to the running
-    // totals together with the new spend, in one statement.
-    let mut freed: Vec<i64> = Vec::with_capacity(checks.len());
+    // Each counter's state as read, and as it is now: written back together
+    // with the new spend, in one statement.
+    let mut states: Vec<(&str, CounterState, CounterState)> = Vec::with_capacity(checks.len());
+    let mut refusal = None;
     for (index, check) in checks.iter().enumerate() {
-        // Several checks may name one counter; count what earlier checks of this call add
-        // (and what their prunes already deleted from its stored total).
-        let (pending, already_freed) = checks[..index]
-            .iter()
-            .zip(&freed)
-            .filter(|(earlier, _)| earlier.counter == check.counter)
-            .fold((0u64, 0i64), |(amount, gone), (earlier, f)| {
-                (
-                    amount.saturating_add(earlier.amount),
-                    gone.saturating_add(*f),
-                )
+        let floor = window_floor(check.window, now);
+        // A fixed window counts only what was recorded before its end; a rolling
+        // one also counts rows from a clock slightly ahead (at > now): fail closed.
+        let until = match check.window {
+            LimitWindow::Rolling { .. } => TOTAL_AT,
+            LimitWindow::Fixed { end, .. } => end,
+        };
+        let (read, after_end, oldest) = read_counter(conn, server_id, &check.counter, until)?;
+        let at = match states.iter().position(|(c, ..)| *c == check.counter) {
+            Some(at) => at,
+            None => {
+                states.push((&check.counter, read, read));
+                states.len() - 1
+            }
+        };
+        let state = &mut states[at].2;
+        if let LimitWindow::Rolling { ms } = check.window {
+            if window_changed(state.rolling_ms.map(uint), ms) {
+                state.pruned = Millis::MIN;
+            }
+            state.rolling_ms = Some(int(ms));
+        }
+        if floor < state.pruned {
+            // The window reaches back over deleted spend (a clock step back
+            // past the retention): it cannot be counted, refuse.
+            refusal = Some(Admission::Refused {
+                index,
+                counter: check.counter.clone(),
+                available_at: unknown_available_at(check.window, state.pruned),
             });
-        let (counting, pruned) = prune_and_sum(
+            break;
+        }
+        move_floor(conn, server_id, &check.counter, state, floor)?;
+        let counting = uint(state.total.saturating_sub(after_end));
+        prune(
             conn,
             server_id,
             &check.counter,
-            check.window,
-            now,
-            already_freed,
+            state,
+            floor.saturating_sub(retention(check.window)),
+            oldest,
         )?;
-        freed.push(pruned);
+        // Several checks may name one counter; count what earlier checks of this call add.
+        let pending: u64 = checks[..index]
+            .iter()
+            .filter(|earlier| earlier.counter == check.counter)
+            .map(|earlier| earlier.amount)
+            .sum();
         let spent = counting.saturating_add(pending);
         if spent.saturating_add(check.amount) <= check.limit {
             continue;
-        }
-        // Refused: nothing is recorded, but what was pruned stays pruned.
-        for (earlier, gone) in checks.iter().zip(&freed) {
-            if *gone != 0 {
-                add_to_total(conn, server_id, &earlier.counter, -gone)?;
-            }
         }
         let available_at = match check.window {
             LimitWindow::Fixed { end, .. } => end,
             LimitWindow::Rolling { ms } => {
                 let mut stmt = conn.prepare_cached(
                     "SELECT at, amount FROM spend
-                     WHERE server_id = ?1 AND counter = ?2 AND reservation <> 0 ORDER BY at",
+                     WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND reservation > 0
+                     ORDER BY at",
                 )?;
                 let rows: Vec<(Millis, u64)> = stmt
-                    .query_map(params![server_id, check.counter], |row| {
+                    .query_map(params![server_id, check.counter, floor], |row| {
                         Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
                     })?
                     .collect::<Result<_, _>>()?;
@@ -739,39 +1029,67 @@ fn admit_in(
                 )
             }
         };
-        return Ok(Admission::Refused {
+        refusal = Some(Admission::Refused {
             index,
             counter: check.counter.clone(),
             available_at,
         });
+        break;
     }
-    // Every spend row and every running total (new spend minus what was
-    // pruned) in one statement: all of them add to what is there.
-    let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(checks.len() * 10);
-    for (check, gone) in checks.iter().zip(&freed) {
+    // Every spend row (added to what is there: two checks of one counter
+    // share a row) and every changed state row (set), in one statement.
+    let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    let mut row = |counter: &str, at: Millis, reservation: i64, amount: i64| {
         values.extend([
             server_id.to_owned().into(),
-            check.counter.clone().into(),
-            now.into(),
-            int(id).into(),
-            int(check.amount).into(),
-            server_id.to_owned().into(),
-            check.counter.clone().into(),
-            TOTAL_AT.into(),
-            0.into(),
-            int(check.amount).saturating_sub(*gone).into(),
+            counter.to_owned().into(),
+            at.into(),
+            reservation.into(),
+            amount.into(),
         ]);
+    };
+    if refusal.is_none() {
+        for check in checks {
+            row(&check.counter, now, int(id), int(check.amount));
+            let state = states
+                .iter_mut()
+                .find(|(c, ..)| *c == check.counter)
+                .map(|(_, _, state)| state);
+            if let Some(state) = state
+                && now >= state.floor
+            {
+                state.total = state.total.saturating_add(int(check.amount));
+            }
+        }
     }
-    conn.prepare_cached(&multi_row_sql(
-        "INSERT INTO spend (server_id, counter, at, reservation, amount)",
-        checks.len() * 2,
-        5,
-        "ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
-    ))?
-    .execute(rusqlite::params_from_iter(values))?;
-    Ok(Admission::Admitted {
+    for (counter, read, state) in &states {
+        if state.total != read.total {
+            row(counter, TOTAL_AT, 0, state.total);
+        }
+        if state.floor != read.floor {
+            row(counter, TOTAL_AT, FLOOR_ROW, state.floor);
+        }
+        if state.pruned != read.pruned {
+            row(counter, TOTAL_AT, PRUNED_ROW, state.pruned);
+        }
+        if let (Some(ms), true) = (state.rolling_ms, state.rolling_ms != read.rolling_ms) {
+            row(counter, TOTAL_AT, ROLLING_ROW, ms);
+        }
+    }
+    let rows = values.len() / 5;
+    if rows > 0 {
+        conn.prepare_cached(&multi_row_sql(
+            "INSERT INTO spend (server_id, counter, at, reservation, amount)",
+            rows,
+            5,
+            "ON CONFLICT DO UPDATE SET amount = CASE WHEN excluded.reservation > 0
+             THEN amount + excluded.amount ELSE excluded.amount END",
+        ))?
+        .execute(rusqlite::params_from_iter(values))?;
+    }
+    Ok(refusal.unwrap_or(Admission::Admitted {
         reservation: Reservation { id, at: now },
-    })
+    }))
 }
 
 impl DecisionStore for SqliteStore {
@@ -862,7 +1180,29 @@ impl DecisionStore for SqliteStore {
                      WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
                 )?
                 .execute(params![server_id, counter, at, id, int(actual)])?;
-                add_to_total(conn, server_id, counter, int(actual).saturating_sub(old))?;
+                // Only rows at or after the floor are in the running total.
+                let floor: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT amount FROM spend
+                         WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
+                    )?
+                    .query_row(params![server_id, counter, TOTAL_AT, FLOOR_ROW], |row| {
+                        row.get(0)
+                    })
+                    .optional()?;
+                if at >= floor.unwrap_or(Millis::MIN) {
+                    conn.prepare_cached(
+                        "INSERT INTO spend (server_id, counter, at, reservation, amount)
+                         VALUES (?1, ?2, ?3, 0, ?4)
+                         ON CONFLICT DO UPDATE SET amount = amount + excluded.amount",
+                    )?
+                    .execute(params![
+                        server_id,
+                        counter,
+                        TOTAL_AT,
+                        int(actual).saturating_sub(old)
+                    ])?;
+                }
             }
             Ok(())
         })
@@ -871,10 +1211,14 @@ impl DecisionStore for SqliteStore {
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         let session = self.lock()?;
         self.write(&session, |conn| {
+            let existed = conn
+                .prepare_cached("SELECT 1 FROM decisions WHERE server_id = ?1 AND identity = ?2")?
+                .exists(params![key.server_id, key.identity])?;
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO decisions
-                 (server_id, identity, verdict, reason, digest, expires_at, data, represented, decided_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
+                 (server_id, identity, verdict, reason, digest, expires_at, data, represented,
+                  decided_at, recomputable)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9)",
             )?
             .execute(params![
                 key.server_id,
@@ -884,8 +1228,40 @@ impl DecisionStore for SqliteStore {
                 decision.digest,
                 decision.expires_at,
                 decision.data,
-                decision.decided_at
+                decision.decided_at,
+                i64::from(decision.recomputable),
             ])?;
+            if existed {
+                return Ok(()); // replaced: the count is unchanged
+            }
+            let mut stats = server_stats_in(conn, &key.server_id)?;
+            stats.stored += 1;
+            if stats.stored > self.max_per_server {
+                // The eviction order of `store::eviction_key`, read from its index.
+                let victims: Vec<(String, i64)> = conn
+                    .prepare_cached(
+                        "SELECT identity, represented FROM decisions WHERE server_id = ?1
+                         ORDER BY recomputable DESC, IFNULL(expires_at, 9223372036854775807),
+                                  decided_at, identity
+                         LIMIT ?2",
+                    )?
+                    .query_map(
+                        params![key.server_id, int(stats.stored - self.max_per_server)],
+                        |row| Ok((row.get(0)?, row.get(1)?)),
+                    )?
+                    .collect::<Result<_, _>>()?;
+                let mut delete = conn.prepare_cached(
+                    "DELETE FROM decisions WHERE server_id = ?1 AND identity = ?2",
+                )?;
+                for (identity, represented) in victims {
+                    delete.execute(params![key.server_id, identity])?;
+                    stats.stored -= 1;
+                    stats.evicted += 1;
+                    stats.evicted_represented =
+                        stats.evicted_represented.saturating_add(uint(represented));
+                }
+            }
+            write_server_stats(conn, &key.server_id, stats)?;
             Ok(())
         })
     }
@@ -950,10 +1326,57 @@ impl DecisionStore for SqliteStore {
                     "DELETE FROM decisions WHERE server_id = ?1
                      AND (digest <> ?2 OR (expires_at IS NOT NULL AND expires_at <= ?3))",
                 )?
-                .execute(params![server_id, digest, now])?;
-            Ok(removed as u64)
+                .execute(params![server_id, digest, now])? as u64;
+            if removed > 0 {
+                let mut stats = server_stats_in(conn, server_id)?;
+                stats.stored = stats.stored.saturating_sub(removed);
+                write_server_stats(conn, server_id, stats)?;
+            }
+            Ok(removed)
         })
     }
+
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        let session = self.lock()?;
+        server_stats_in(&session.conn, server_id).map_err(|e| map_sql(&self.path, e))
+    }
+}
+
+/// A server's row of `servers` (zeros if it has none).
+fn server_stats_in(conn: &Connection, server_id: &str) -> Result<ServerStats, rusqlite::Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT stored, evicted, evicted_represented FROM servers WHERE server_id = ?1",
+        )?
+        .query_row(params![server_id], |row| {
+            Ok(ServerStats {
+                stored: uint(row.get(0)?),
+                evicted: uint(row.get(1)?),
+                evicted_represented: uint(row.get(2)?),
+            })
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+fn write_server_stats(
+    conn: &Connection,
+    server_id: &str,
+    stats: ServerStats,
+) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(
+        "INSERT INTO servers (server_id, stored, evicted, evicted_represented)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO UPDATE SET stored = excluded.stored, evicted = excluded.evicted,
+             evicted_represented = excluded.evicted_represented",
+    )?
+    .execute(params![
+        server_id,
+        int(stats.stored),
+        int(stats.evicted),
+        int(stats.evicted_represented)
+    ])?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub fn run(args: Args) -> ExitCode {
         match spec::load(path) {
             Ok(file) => files.push(file),
             Err(error) => {
-                eprintln!("mcpc: error: {error}");
+                sayln!("mcpc: error: {error}");
                 malformed = true;
             }
         }
@@ -129,7 +129,7 @@ pub fn run(args: Args) -> ExitCode {
         Format::Junit => {
             emit(&report::junit(&results));
             if let Some(coverage) = &coverage {
-                eprint!("{}", coverage.human());
+                say!("{}", coverage.human());
             }
         }
     }
@@ -139,7 +139,7 @@ pub fn run(args: Args) -> ExitCode {
     if let (Some(threshold), Some(coverage)) = (args.threshold, &coverage) {
         let total = coverage.total_ratio();
         if total.percent() + 1e-9 < threshold {
-            eprintln!(
+            sayln!(
                 "mcpc: coverage {:.1}% ({}/{}) of {} is below the threshold {threshold}%",
                 total.percent(),
                 total.covered,

@@ -16,9 +16,9 @@ use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::glob;
 use mcpolicy_runtime::store::{
     Admission, DecisionKey, DecisionStore, LimitCheck, MemoryStore, Millis, Reservation,
-    StoreError, StoredDecision,
+    ServerStats, StoreError, StoredDecision,
 };
-use mcpolicy_runtime::table::{Consent, EffectiveBlock, ProtocolRevision, Table};
+use mcpolicy_runtime::table::{Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table};
 use serde_json::{Map, Value, json};
 
 use super::spec::{Case, Expectation, Location, Step};
@@ -154,6 +154,9 @@ impl DecisionStore for RecordingStore {
     }
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
         self.inner.purge_stale(server_id, digest, now)
+    }
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        self.inner.server_stats(server_id)
     }
 }
 
@@ -309,7 +312,14 @@ fn decide_step(
             match step.consent {
                 None => {
                     let annotations = pending.annotations().clone();
-                    trims_hits(table, block, &annotations, step.sampling_context, &mut hit);
+                    trims_hits(
+                        table,
+                        block,
+                        &request.params,
+                        &annotations,
+                        step.sampling_context,
+                        &mut hit,
+                    );
                     let mut params = request.params.clone();
                     pending.lowered().apply(&mut params);
                     observed.insert("outcome".into(), "consent".into());
@@ -362,6 +372,7 @@ fn decide_step(
             trims_hits(
                 table,
                 block,
+                &request.params,
                 &grant.annotations,
                 step.sampling_context,
                 &mut hit,
@@ -460,18 +471,26 @@ fn attribute_denial(
 /// Under 2026-07-28 a client without `sampling.context` has its scope
 /// lowered to `none` by the protocol rule, not by the statement: the
 /// statement is credited only when its own scope is the one applied.
+/// `max_context allServers` never trims (an unknown scope is refused as
+/// invalid params before any trim), so it is credited when it lets a
+/// request for `allServers` through untouched.
 fn trims_hits(
     table: &Table,
     block: &EffectiveBlock,
+    params: &Map<String, Value>,
     annotations: &Annotations,
     sampling_context: bool,
     hit: &mut impl FnMut(Effect),
 ) {
+    let protocol_rule = table.protocol >= ProtocolRevision::V2026_07_28 && !sampling_context;
     if let Some(context) = &annotations.context {
-        let protocol_rule = table.protocol >= ProtocolRevision::V2026_07_28 && !sampling_context;
         if !protocol_rule || context.applied == block.max_context {
             hit(Effect::MaxContext);
         }
+    } else if block.max_context == ContextScope::AllServers
+        && params.get("includeContext").and_then(Value::as_str) == Some("allServers")
+    {
+        hit(Effect::MaxContext);
     }
     if annotations.max_tokens.is_some() {
         hit(Effect::MaxTokens);

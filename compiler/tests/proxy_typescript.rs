@@ -1,0 +1,153 @@
+//! `mcpc proxy` in front of `@modelcontextprotocol/server-everything`, with a
+//! client written with the official TypeScript SDK (both from npm, pinned
+//! in `tests/e2e/typescript/package-lock.json`): task-augmented sampling
+//! (MCP 2025-11-25 tasks) is decided on the task's terminal state, not on
+//! the task-creation reply (issue 11, item 4).
+//!
+//! Needs node (≥ 20) and `tests/e2e/typescript/setup.sh` (`npm ci`) run.
+//! Without them the test is skipped with a message, unless
+//! `MCPOLICY_REQUIRE_NODE=1`, when it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The policy of every proxy end-to-end suite.
+const POLICY: &str = include_str!("../../tests/e2e/proxy.mcpolicy");
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("tests/e2e/typescript")
+}
+
+/// `node`, when it runs and the npm dependencies are installed; `None`
+/// (skipped) unless required.
+fn node_with_deps() -> Option<String> {
+    let node = std::env::var("MCPOLICY_NODE").unwrap_or_else(|_| "node".to_owned());
+    let probe = Command::new(&node).arg("--version").output();
+    let why = match &probe {
+        Ok(output) if output.status.success() => {
+            let installed = [
+                "@modelcontextprotocol/sdk",
+                "@modelcontextprotocol/server-everything",
+            ]
+            .iter()
+            .all(|p| {
+                suite()
+                    .join("node_modules")
+                    .join(p)
+                    .join("package.json")
+                    .is_file()
+            });
+            if installed {
+                return Some(node);
+            }
+            "the npm dependencies are not installed".to_owned()
+        }
+        Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        Err(error) => format!("{node}: {error}"),
+    };
+    assert!(
+        std::env::var("MCPOLICY_REQUIRE_NODE").as_deref() != Ok("1"),
+        "MCPOLICY_REQUIRE_NODE=1 but the TypeScript suite cannot run: {why} \
+         (run tests/e2e/typescript/setup.sh)"
+    );
+    eprintln!(
+        "skipping the TypeScript SDK end-to-end test: {why}; run tests/e2e/typescript/setup.sh"
+    );
+    None
+}
+
+#[test]
+fn a_refused_sampling_task_is_replayed_from_the_store() {
+    let Some(node) = node_with_deps() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("e2e.mcpolicy");
+    std::fs::write(&policy, POLICY).unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let log = dir.path().join("proxy.log");
+    let output = Command::new(&node)
+        .arg(suite().join("drive.mjs"))
+        .arg("--mcpc")
+        .arg(env!("CARGO_BIN_EXE_mcpc"))
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--store")
+        .arg(dir.path().join("decisions.sqlite3"))
+        .arg("--audit")
+        .arg(&audit)
+        .arg("--log")
+        .arg(&log)
+        .current_dir(suite())
+        .output()
+        .unwrap();
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        output.status.success(),
+        "drive.mjs failed: {}\n{}\nproxy log:\n{log_text}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+    assert!(
+        report["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("trigger-sampling-request-async")),
+        "server-everything offers task sampling to a client with the tasks capability: {report}"
+    );
+
+    // The user was asked once, as a task; the task failed (the refusal).
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(
+        asked.len(),
+        1,
+        "asked again after refusing: {report}\n{log_text}"
+    );
+    assert_eq!(asked[0]["task"]["ttl"], 300_000, "{report}");
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{report}");
+    let first = calls[0]["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(first.starts_with("[FAILED] User rejected"), "{first}");
+    // The identical request again: refused from the store, the client never asked.
+    let second = &calls[1]["result"];
+    assert_eq!(second["isError"], true, "{report}");
+    let text = second["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("MCP error -1"), "{text}");
+
+    let lines: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let events: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["event"].as_str().unwrap(),
+                l["via"].as_str().unwrap(),
+                l["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("decision", "request", "consent"),
+            ("consent", "task", "deny"),
+            ("decision", "request", "deny"),
+        ],
+        "{lines:#?}"
+    );
+    assert_eq!(lines[1]["reason"], "user.denied");
+    assert_eq!(lines[2]["reason"], "user.denied");
+    assert_eq!(lines[2]["replayed"], true);
+    assert_eq!(lines[0]["identity"], lines[2]["identity"]);
+}
