@@ -333,13 +333,6 @@ fn asks_to_sample(line: &[u8]) -> bool {
         if v.get("method").and_then(Value::as_str) == Some(request::SAMPLING_METHOD) {
             return true;
         }
-        // OPEN (fuzz/open/proxy/): a frame with both another `method` and
-        // an `input_required` result is forwarded undecided; a client that
-        // reads it as a result would sample. Routed to the session's owner;
-        // exempt here until fixed so the target keeps finding other things.
-        if v.get("method").is_some() && std::env::var_os("MCPOLICY_FUZZ_STRICT").is_none() {
-            return false;
-        }
         // A result the client can route: JSON-RPC clients match results
         // to their calls by a string or number id. (A result with a null or
         // no id passes the proxy undecided; no client acts on it.)
