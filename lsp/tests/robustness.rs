@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{Client, URI, at, fixture};
 use lsp_server::{ErrorCode, Message};
 use serde_json::{Value, json};
@@ -75,6 +77,102 @@ fn malformed_frames_over_stdio_are_answered_and_skipped() {
     client.send_raw(b"X-Whatever: 1\r\n\r\n");
     let reply = client.recv_value();
     assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    protocol_errors(&mut client);
+    assert!(client.shutdown(), "mcpolicy-lsp did not exit with code 0");
+}
+
+/// Waits (bounded) for the answer to request `id`; `None` if the server is
+/// silent for `within` or hung up.
+fn answer_within(client: &mut Client, id: &Value, within: Duration) -> Option<Value> {
+    loop {
+        let value = client.recv_value_within(within)?;
+        if value["id"] == *id {
+            return Some(value);
+        }
+    }
+}
+
+/// Issue 11 item 20: a bad header never ends the binary or leaves it deaf.
+/// Each one is answered with a JSON-RPC error, and the request sent right
+/// after it is answered too, in one session over real stdio.
+#[test]
+fn bad_headers_are_answered_and_the_stream_resynchronises() {
+    const WITHIN: Duration = Duration::from_secs(60);
+    let cases: [(&str, &[u8], i64); 9] = [
+        // Was: an allocation failure aborted the process.
+        (
+            "a huge Content-Length",
+            b"Content-Length: 99999999999999\r\n\r\n",
+            -32600,
+        ),
+        (
+            "a length past 2^64",
+            b"Content-Length: 184467440737095516160\r\n\r\n",
+            -32600,
+        ),
+        (
+            "a length one past 64 MiB",
+            b"Content-Length: 67108865\r\n\r\n",
+            -32600,
+        ),
+        // Was: the reader thread stopped and the session ended.
+        (
+            "a non-UTF-8 header line",
+            b"X-\xff\xfe: \xc0\x80\r\n\r\n",
+            -32700,
+        ),
+        (
+            "a non-numeric length",
+            b"Content-Length: twelve\r\n\r\n",
+            -32700,
+        ),
+        ("a negative length", b"Content-Length: -1\r\n\r\n", -32700),
+        // Was: the body, with no line break, swallowed the next frame's
+        // header, and so on for every frame after it: alive but deaf.
+        (
+            "no Content-Length, then a body without a line break",
+            b"Content-Type: application/json\r\n\r\n{\"jsonrpc\":\"2.0\",\"method\":\"x\"}",
+            -32700,
+        ),
+        (
+            "a huge Content-Length, then a body without a line break",
+            b"Content-Length: 99999999999999\r\n\r\n{\"jsonrpc\":\"2.0\",\"method\":\"x\"}",
+            -32600,
+        ),
+        ("a header line of 1 MB", &[b'x'; 1 << 20], -32700),
+    ];
+    let mut client = Client::stdio();
+    client.initialize(&[]);
+    for (what, bytes, code) in cases {
+        client.send_raw(bytes);
+        if what.starts_with("a header line") {
+            // A block of one long line: ends at the blank line below.
+            client.send_raw(b"\r\n\r\n");
+        }
+        let reply = client
+            .recv_value_within(WITHIN)
+            .unwrap_or_else(|| panic!("{what}: no answer (the server is dead or deaf)"));
+        assert_eq!(reply["id"], Value::Null, "{what}: {reply}");
+        assert_eq!(reply["error"]["code"], code, "{what}: {reply}");
+        let id = client.request_async("textDocument/unknownThing", json!({}));
+        let id = serde_json::to_value(&id).unwrap();
+        let answer = answer_within(&mut client, &id, WITHIN)
+            .unwrap_or_else(|| panic!("after {what}: the next request was not answered"));
+        assert_eq!(
+            answer["error"]["code"],
+            ErrorCode::MethodNotFound as i32,
+            "after {what}: {answer}"
+        );
+    }
+    // A non-UTF-8 line inside a good frame's header block is an unknown
+    // header, ignored: the frame is read.
+    let body = br#"{"jsonrpc":"2.0","id":900,"method":"textDocument/unknownThing"}"#;
+    client.send_raw("X-\u{fffd}: 1\r\n".as_bytes());
+    client.send_raw(b"X-Raw: \xff\r\n");
+    client.send_raw(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+    client.send_raw(body);
+    let answer = answer_within(&mut client, &json!(900), WITHIN).expect("the frame was read");
+    assert_eq!(answer["error"]["code"], ErrorCode::MethodNotFound as i32);
     protocol_errors(&mut client);
     assert!(client.shutdown(), "mcpolicy-lsp did not exit with code 0");
 }

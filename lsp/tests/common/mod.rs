@@ -163,6 +163,20 @@ impl Client {
         value
     }
 
+    /// The next message from the server within `timeout` (stdio only), or
+    /// `None` if none came or the server hung up.
+    pub fn recv_value_within(&mut self, timeout: Duration) -> Option<Value> {
+        let Transport::Stdio { receiver, .. } = &self.transport else {
+            panic!("recv_value_within is for the binary over stdio");
+        };
+        let mut value = receiver.recv_timeout(timeout).ok()?;
+        if let Value::Object(map) = &mut value {
+            map.remove("jsonrpc");
+        }
+        self.transcript.push(value.clone());
+        Some(value)
+    }
+
     /// The next message from the server.
     pub fn recv(&mut self) -> Message {
         let value = self.recv_value();

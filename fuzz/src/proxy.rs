@@ -1,0 +1,471 @@
+//! The proxy's line handling: `mcpc proxy`'s `Session` with in-memory sinks,
+//! fed a script of server and client lines. Structure-aware: most lines are
+//! JSON-RPC templates (sampling requests, answers, cancellations, MCP
+//! 2026-07-28 `input_required` results and retries) with fuzzer-chosen ids
+//! and mutations; the rest are raw bytes.
+//!
+//! Thin on purpose: it drives only `Session::new`, `from_server`,
+//! `from_client` and `expire`, so it follows the session's refactoring.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mcpolicy_compiler::proxy::log::{Audit, Log};
+use mcpolicy_compiler::proxy::session::Session;
+use mcpolicy_runtime::clock::ManualClock;
+use mcpolicy_runtime::engine::Engine;
+use mcpolicy_runtime::frame;
+use mcpolicy_runtime::request;
+use mcpolicy_runtime::store::MemoryStore;
+use mcpolicy_runtime::table::Table;
+use serde::de::IgnoredAny;
+use serde_json::{Value, json};
+
+use crate::bytes::Bytes;
+
+/// The policy every session runs: one server per behaviour.
+const POLICY: &str = r#"mcpolicy 1
+protocol 2025-11-25
+error_code -32010
+identity systemPrompt, messages, includeContext, modelPreferences
+
+defaults {
+  max_context thisServer
+  max_tokens 1000
+  consent never
+}
+
+server "off" {
+  sampling off
+}
+
+server "asks" {
+  consent always
+}
+
+server "first" {
+  consent first
+  budget 3 requests per day
+}
+
+server "slow" {
+  deadline 10ms
+}
+
+server "tight" {
+  max_tokens 10
+  max_context none
+  models "claude-*"
+  budget 200 tokens per 1h
+  rate 2 per 1m
+  tools off
+}
+"#;
+
+const SERVERS: &[&str] = &["off", "asks", "first", "slow", "tight", "unknown"];
+
+fn table() -> Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            let parsed = mcpolicy_compiler::parse::parse(POLICY);
+            let analysis = mcpolicy_compiler::db::analyze_parsed(&parsed);
+            assert!(
+                analysis.diagnostics.is_empty(),
+                "the fuzz policy has findings: {:?}",
+                analysis.diagnostics
+            );
+            mcpolicy_compiler::lower::lower(&analysis.model)
+        })
+        .clone()
+}
+
+/// A shared in-memory sink.
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Buf {
+    /// The complete lines written since the last call (a partial last line
+    /// stays for the next call).
+    fn take_lines(&self) -> Vec<Vec<u8>> {
+        let mut bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let taken: Vec<u8> = bytes.drain(..end).collect();
+        taken
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+}
+
+/// Ids the script picks from: reuse is the point.
+fn id(bytes: &mut Bytes<'_>) -> Value {
+    match bytes.below(8) {
+        0 => json!(1),
+        1 => json!(2),
+        2 => json!("a"),
+        3 => json!(1.0),
+        4 => json!(-0),
+        5 => json!("1"),
+        6 => Value::Null,
+        _ => json!(u64::from(bytes.byte())),
+    }
+}
+
+/// Values a mutation writes in place of another.
+fn palette(bytes: &mut Bytes<'_>) -> Value {
+    match bytes.below(20) {
+        0 => Value::Null,
+        1 => json!(true),
+        2 => json!(0),
+        3 => json!(-1),
+        4 => json!(1e300),
+        5 => json!(u64::MAX),
+        6 => json!(""),
+        7 => json!("sampling/createMessage"),
+        8 => json!("input_required"),
+        9 => json!("e\u{301}"),
+        10 => json!([]),
+        11 => json!({}),
+        12 => json!("allServers"),
+        13 => json!("thisServer"),
+        14 => json!({"type": "text", "text": "x"}),
+        15 => json!({"inputTokens": 5, "outputTokens": 7}),
+        16 => json!({"taskId": "t1", "status": "working"}),
+        17 => json!(-32603),
+        18 => {
+            let mut deep = json!(0);
+            for _ in 0..bytes.below(140) {
+                deep = json!([deep]);
+            }
+            deep
+        }
+        _ => Value::from(String::from_utf8_lossy(bytes.chunk()).into_owned()),
+    }
+}
+
+/// Replaces, removes or adds one member somewhere in `value`.
+fn mutate(value: &mut Value, bytes: &mut Bytes<'_>) {
+    let depth = bytes.below(5);
+    mutate_at(value, depth, bytes);
+}
+
+fn mutate_at(node: &mut Value, depth: usize, bytes: &mut Bytes<'_>) {
+    if depth > 0 {
+        let child = match node {
+            Value::Object(map) if !map.is_empty() => {
+                let at = bytes.below(map.len());
+                map.values_mut().nth(at)
+            }
+            Value::Array(list) if !list.is_empty() => {
+                let at = bytes.below(list.len());
+                list.get_mut(at)
+            }
+            _ => None,
+        };
+        if let Some(child) = child {
+            return mutate_at(child, depth - 1, bytes);
+        }
+    }
+    match (bytes.below(4), node) {
+        (0, Value::Object(map)) if !map.is_empty() => {
+            let at = bytes.below(map.len());
+            if let Some(key) = map.keys().nth(at).cloned() {
+                map.remove(&key);
+            }
+        }
+        (1, Value::Object(map)) => {
+            let key = *bytes.pick(&[
+                "method",
+                "id",
+                "result",
+                "error",
+                "params",
+                "task",
+                "includeContext",
+                "maxTokens",
+                "resultType",
+                "requestState",
+                "inputRequests",
+                "inputResponses",
+                "usage",
+                "model",
+                "tools",
+                "_meta",
+            ]);
+            map.insert(key.to_owned(), palette(bytes));
+        }
+        (_, node) => *node = palette(bytes),
+    }
+}
+
+fn sampling_params(bytes: &mut Bytes<'_>) -> Value {
+    let mut params = json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+        "maxTokens": 100,
+    });
+    if bytes.below(2) == 0 {
+        params["systemPrompt"] = json!("be brief");
+        params["includeContext"] = palette(bytes);
+    }
+    if bytes.below(4) == 0 {
+        params["task"] = json!({"ttl": 60000});
+    }
+    if bytes.below(4) == 0 {
+        params["modelPreferences"] = json!({"hints": [{"name": "claude-3"}, {"name": "gpt-9"}]});
+    }
+    if bytes.below(4) == 0 {
+        params["tools"] = json!([{"name": "t", "inputSchema": {"type": "object"}}]);
+    }
+    params
+}
+
+/// One template line for the server (`true`) or the client side.
+fn template(bytes: &mut Bytes<'_>) -> (bool, Value) {
+    let id = id(bytes);
+    match bytes.below(10) {
+        0 | 1 => (
+            true,
+            json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": sampling_params(bytes)}),
+        ),
+        2 => {
+            let usage = palette(bytes);
+            (
+                false,
+                json!({"jsonrpc": "2.0", "id": id, "result": {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "claude-3", "usage": usage}}),
+            )
+        }
+        3 => {
+            let code = *bytes.pick(&[-1, -32603, -32600, -32602, 0, -32010]);
+            (
+                false,
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "no"}}),
+            )
+        }
+        4 => (
+            true,
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "gone"}}),
+        ),
+        5 => {
+            let state = *bytes.pick(&["s1", "s2", ""]);
+            let mut requests = serde_json::Map::new();
+            for i in 0..=bytes.below(3) {
+                requests.insert(
+                    format!("k{i}"),
+                    json!({"method": "sampling/createMessage", "params": sampling_params(bytes)}),
+                );
+            }
+            (
+                true,
+                json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "input_required", "requestState": state, "inputRequests": requests}}),
+            )
+        }
+        6 => {
+            let state = *bytes.pick(&["s1", "s2", ""]);
+            let mut responses = serde_json::Map::new();
+            for i in 0..bytes.below(3) {
+                responses.insert(
+                    format!("k{i}"),
+                    json!({"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m", "usage": {"totalTokens": 9}}),
+                );
+            }
+            (
+                false,
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "x", "requestState": state, "inputResponses": responses}}),
+            )
+        }
+        7 => (
+            false,
+            json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {"capabilities": {"sampling": {"context": {}}}}}),
+        ),
+        8 => (
+            true,
+            json!({"jsonrpc": "2.0", "id": id, "result": {"task": {"taskId": "t1", "status": "working"}}}),
+        ),
+        _ => (
+            false,
+            json!({"jsonrpc": "2.0", "id": id, "result": {"task": {"taskId": "t1", "status": *bytes.pick(&["completed", "failed", "cancelled"])}}}),
+        ),
+    }
+}
+
+/// A template, mutated, serialised, sometimes with a textual twist serde
+/// cannot produce (a duplicate member, an escaped method name).
+fn line(bytes: &mut Bytes<'_>) -> (bool, Vec<u8>) {
+    let (to_server, mut value) = template(bytes);
+    for _ in 0..bytes.below(4) {
+        mutate(&mut value, bytes);
+    }
+    let mut text = value.to_string();
+    match bytes.below(8) {
+        0 => text = text.replacen('{', r#"{"method":"sampling/createMessage","#, 1),
+        1 => text = text.replace("sampling/createMessage", r"sampling\/createMessage"),
+        2 => text = text.replacen('{', r#"{"id":2,"#, 1),
+        3 => text.push('\r'),
+        _ => {}
+    }
+    (to_server, text.into_bytes())
+}
+
+/// Whether a line the client receives asks it to sample (as a JSON reader
+/// that keeps the last of duplicate members sees it).
+fn asks_to_sample(line: &[u8]) -> bool {
+    let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        return false;
+    };
+    let one = |v: &Value| {
+        if v.get("method").and_then(Value::as_str) == Some(request::SAMPLING_METHOD) {
+            return true;
+        }
+        // A result the client can route: JSON-RPC clients match results
+        // to their calls by a string or number id. (A result with a null or
+        // no id passes the proxy undecided; no client acts on it.)
+        let routable = matches!(v.get("id"), Some(Value::String(_) | Value::Number(_)));
+        let result = v.get("result").filter(|_| routable);
+        let input_required = result
+            .and_then(|r| r.get("resultType"))
+            .and_then(Value::as_str)
+            == Some("input_required");
+        input_required
+            && result.is_some_and(|r| frame::input_requests(r).iter().any(|e| e.is_sampling()))
+    };
+    match &value {
+        Value::Array(items) => items.iter().any(one),
+        other => one(other),
+    }
+}
+
+/// `proxy`: no panic; every line to the client is JSON; every line to the
+/// server is JSON or a client line passed on unchanged; every audit line is
+/// JSON and every log write is one line; under `sampling off` the client is
+/// never asked to sample.
+pub fn run(data: &[u8]) {
+    let mut bytes = Bytes::new(data);
+    let server_id = *bytes.pick(SERVERS);
+    let clock = Arc::new(ManualClock::new(1_773_144_000_000));
+    let engine = Engine::new(table(), Arc::new(MemoryStore::new()), clock.clone());
+    let (server, client, audit, log) = (
+        Buf::default(),
+        Buf::default(),
+        Buf::default(),
+        Buf::default(),
+    );
+    let session = Session::new(
+        engine,
+        server_id,
+        Box::new(server.clone()),
+        Box::new(client.clone()),
+        Log::to(Box::new(log.clone()), server_id),
+        Some(Audit::to(Box::new(audit.clone()))),
+    );
+    let mut from_client: HashSet<Vec<u8>> = HashSet::new();
+    let start = Instant::now();
+    for _ in 0..64 {
+        if bytes.is_empty() {
+            break;
+        }
+        match bytes.below(8) {
+            0..=3 => {
+                let (to_server_side, text) = line(&mut bytes);
+                if to_server_side {
+                    session.from_server(&text);
+                } else {
+                    from_client.insert(trim(&text).to_vec());
+                    session.from_client(&text);
+                }
+            }
+            op @ (4 | 5) => {
+                // Raw bytes, cut into lines as the proxy's readers cut them.
+                for raw in bytes.chunk().split(|&b| b == b'\n') {
+                    let mut raw = raw.to_vec();
+                    raw.push(b'\n');
+                    if op == 4 {
+                        session.from_server(&raw);
+                    } else {
+                        from_client.insert(trim(&raw).to_vec());
+                        session.from_client(&raw);
+                    }
+                }
+            }
+            6 => {
+                let step = i64::from(bytes.byte() as i8) * 60_000;
+                clock.advance(step);
+            }
+            _ => {
+                let later = Duration::from_millis(u64::from(bytes.byte()));
+                session.expire(start + later);
+            }
+        }
+        check_outputs(server_id, &server, &client, &audit, &log, &from_client);
+    }
+    session.expire(start + Duration::from_secs(3600));
+    check_outputs(server_id, &server, &client, &audit, &log, &from_client);
+}
+
+fn trim(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn is_json(line: &[u8]) -> bool {
+    serde_json::from_slice::<IgnoredAny>(line).is_ok()
+}
+
+fn check_outputs(
+    server_id: &str,
+    server: &Buf,
+    client: &Buf,
+    audit: &Buf,
+    log: &Buf,
+    from_client: &HashSet<Vec<u8>>,
+) {
+    for line in client.take_lines() {
+        let shown = String::from_utf8_lossy(&line);
+        assert!(is_json(&line), "to the client, not JSON: {shown}");
+        if server_id == "off" {
+            assert!(
+                !asks_to_sample(&line),
+                "under `sampling off` the client was asked to sample: {shown}"
+            );
+        }
+    }
+    for line in server.take_lines() {
+        let line = trim(&line);
+        assert!(
+            is_json(line) || from_client.contains(line),
+            "to the server, neither JSON nor a client line: {}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    for line in audit.take_lines() {
+        assert!(
+            is_json(&line),
+            "audit line not JSON: {}",
+            String::from_utf8_lossy(&line)
+        );
+    }
+    for line in log.take_lines() {
+        let text = String::from_utf8_lossy(&line);
+        assert!(
+            text.split_once(' ')
+                .is_some_and(|(_, rest)| rest.starts_with("mcpc proxy [")),
+            "a log line the proxy did not start (a forged line?): {text}"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! The strict request parser and the request identity: hostile bytes as a
+//! `sampling/createMessage` request, as `mcpc identity`, `mcpc eval` and the
+//! proxy read them.
+
+use std::sync::{Arc, OnceLock};
+
+use mcpolicy_compiler::check::{DEFAULT_IDENTITY, IDENTITY_FIELDS};
+use mcpolicy_runtime::clock::FixedClock;
+use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Engine};
+use mcpolicy_runtime::identity::{self, RequestIdentity};
+use mcpolicy_runtime::request::{self, RequestError};
+use mcpolicy_runtime::store::MemoryStore;
+use mcpolicy_runtime::table::Table;
+use serde_json::{Map, Value};
+
+/// Identity field lists a checked policy can name (the checker takes only
+/// `IDENTITY_FIELDS`, all ASCII): the default, all of them, none, and one
+/// that names a field twice.
+fn field_sets() -> Vec<Vec<String>> {
+    let own = |fields: &[&str]| fields.iter().map(|f| (*f).to_owned()).collect();
+    vec![
+        own(DEFAULT_IDENTITY),
+        own(IDENTITY_FIELDS),
+        Vec::new(),
+        own(&["messages", "messages", "metadata"]),
+    ]
+}
+
+/// A valid JSON-RPC error response answering `id` (or `null`).
+pub fn assert_error_frame(frame: &str, id: Option<&Value>, codes: &[i64]) {
+    let value: Value = match serde_json::from_str(frame) {
+        Ok(value) => value,
+        Err(e) => panic!("the error frame is not JSON ({e}): {frame}"),
+    };
+    let Some(object) = value.as_object() else {
+        panic!("the error frame is not an object: {frame}");
+    };
+    assert_eq!(object.get("jsonrpc"), Some(&Value::from("2.0")), "{frame}");
+    assert!(!object.contains_key("result"), "{frame}");
+    let answered = object.get("id");
+    match id {
+        Some(id) => assert_eq!(answered, Some(id), "the frame lost the id: {frame}"),
+        None => assert!(
+            matches!(
+                answered,
+                Some(Value::Null | Value::String(_) | Value::Number(_))
+            ),
+            "not a JSON-RPC id: {frame}"
+        ),
+    }
+    let code = value.pointer("/error/code").and_then(Value::as_i64);
+    assert!(
+        code.is_some_and(|c| codes.contains(&c)),
+        "error code {code:?} not among {codes:?}: {frame}"
+    );
+    assert!(
+        value
+            .pointer("/error/message")
+            .is_some_and(Value::is_string),
+        "no message: {frame}"
+    );
+}
+
+fn identities(params: &Map<String, Value>, sets: &[Vec<String>]) -> Vec<RequestIdentity> {
+    sets.iter()
+        .map(|fields| identity::request_identity("fuzz", params, fields))
+        .collect()
+}
+
+/// Parses and validates bytes the way every consumer does.
+fn accept(bytes: &[u8]) -> Result<request::SamplingRequest, RequestError> {
+    request::parse_strict(bytes).and_then(request::validate_sampling)
+}
+
+/// `request`: no panic; a refusal is a valid JSON-RPC error frame with a
+/// JSON-RPC code and the id when it was readable; an accepted request has a
+/// stable identity: the same after re-serialising the request (serde_json
+/// sorts the keys) and after reading its canonical form back, and the
+/// canonical form is a fixed point. The engine decides the same bytes
+/// without a panic.
+pub fn run(data: &[u8]) {
+    let parsed = request::parse_strict(data);
+    let id = parsed.as_ref().ok().and_then(request::envelope_id).cloned();
+    let validated = parsed.clone().and_then(request::validate_sampling);
+    let sets = field_sets();
+    match &validated {
+        Err(error) => {
+            let code = error.code();
+            let frame = mcpolicy_runtime::frame::request_error_response(
+                id.as_ref(),
+                code,
+                &error.to_string(),
+            );
+            assert_error_frame(
+                &frame,
+                id.as_ref(),
+                &[
+                    request::PARSE_ERROR,
+                    request::INVALID_REQUEST,
+                    request::INVALID_PARAMS,
+                ],
+            );
+        }
+        Ok(sampling) => {
+            if let (Some(id), Some(got)) = (&id, &sampling.id) {
+                assert_eq!(id, got);
+            }
+            let first = identities(&sampling.params, &sets);
+            for identity in &first {
+                let text = identity.as_str();
+                let hex = text.strip_prefix("fuzz:").unwrap_or_default();
+                assert!(
+                    hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+                    "malformed identity {text}"
+                );
+            }
+            // Re-serialised by serde_json: other key order, other escapes.
+            let value = parsed.as_ref().ok().cloned().unwrap_or(Value::Null);
+            let text = value.to_string();
+            match accept(text.as_bytes()) {
+                Ok(again) => assert!(
+                    identities(&again.params, &sets) == first,
+                    "the identity changed when the request was re-serialised: {text}"
+                ),
+                Err(e) => panic!("the re-serialised request is refused ({e}): {text}"),
+            }
+            // The canonical form reads back (as JSON: it need not be a
+            // valid request, RFC 8785 writes 2^64-1 as 18446744073709552000),
+            // with the same identity, and is its own canonical form.
+            let params = Value::Object(sampling.params.clone());
+            let canonical = identity::canonical_bytes(&params);
+            let shown = String::from_utf8_lossy(&canonical).into_owned();
+            match request::parse_strict(&canonical) {
+                Ok(Value::Object(again)) => {
+                    assert!(
+                        identities(&again, &sets) == first,
+                        "the identity changed through the canonical form: {shown}"
+                    );
+                    let twice = identity::canonical_bytes(&Value::Object(again));
+                    assert!(
+                        twice == canonical,
+                        "canonical form not a fixed point: {shown}"
+                    );
+                }
+                Ok(_) => panic!("the canonical form of an object is not an object: {shown}"),
+                Err(e) => panic!("the canonical form is refused ({e}): {shown}"),
+            }
+            assert_eq!(
+                identity::canonical_len(&params),
+                canonical.len() as u64,
+                "canonical_len disagrees with canonical_bytes"
+            );
+        }
+    }
+    decide(data, &id);
+}
+
+/// The engine over the same bytes: an invalid request is answered with
+/// the same code the parser gives; a decided one has a well-formed answer.
+fn decide(data: &[u8], id: &Option<Value>) {
+    let engine = Engine::new(
+        table().clone(),
+        Arc::new(MemoryStore::new()),
+        Arc::new(FixedClock(1_773_144_000_000)),
+    );
+    for server in ["fuzz", "off"] {
+        match engine.decide_bytes(server, data, &ClientContext::default()) {
+            Answer::Invalid { frame, code } => {
+                assert!(
+                    accept(data).is_err(),
+                    "the engine refused what the parser accepts"
+                );
+                assert_error_frame(&frame, id.as_ref(), &[code]);
+            }
+            Answer::Failed { frame, .. } => panic!("a memory store failed: {frame}"),
+            Answer::Decided { decision, request } => {
+                assert!(
+                    accept(data).is_ok(),
+                    "the engine decided what the parser refuses"
+                );
+                if let Decision::Deny(denial) = &decision {
+                    assert!(!denial.reason.is_empty());
+                    let frame = denial.frame(request.id.as_ref());
+                    assert_error_frame(&frame, request.id.as_ref(), &[denial.code]);
+                }
+            }
+        }
+    }
+}
+
+/// A table with a denying, a trimming and a budgeted server (built once).
+fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(build_table)
+}
+
+fn build_table() -> Table {
+    let text = r#"mcpolicy 1
+protocol 2025-11-25
+identity systemPrompt, messages, includeContext, modelPreferences
+defaults {
+  max_context thisServer
+  max_tokens 1000
+  max_messages 20
+  max_input 64 KiB
+  consent never
+  tools off
+  models "claude-*", "gpt-4o"
+  budget 3 requests per day
+}
+server "off" { sampling off }
+"#;
+    let parsed = mcpolicy_compiler::parse::parse(text);
+    let model = mcpolicy_compiler::check::check(&parsed.file).model;
+    mcpolicy_compiler::lower::lower(&model)
+}
