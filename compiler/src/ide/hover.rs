@@ -50,7 +50,12 @@ pub fn hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Opt
 
 /// The identifier-like word around `offset` (or an empty span there).
 pub(crate) fn word_at(text: &str, offset: usize) -> Span {
-    let offset = offset.min(text.len());
+    // An offset inside a character snaps back to its start (the fuzz target
+    // `policy_ide` found the slice below panicking there).
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let start = text[..offset]
         .char_indices()
@@ -366,4 +371,18 @@ fn pattern_hover(
 
 fn own_budget(own: &PartialBlock, line: &str) -> bool {
     own.budgets.iter().any(|b| render::budget(b) == line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::word_at;
+    use crate::syntax::Span;
+
+    #[test]
+    fn an_offset_inside_a_character_snaps_to_its_start() {
+        let text = "server \"café\" { sampling off }";
+        let inside = text.find('é').map_or(0, |at| at + 1);
+        assert_eq!(word_at(text, inside), word_at(text, inside - 1));
+        assert_eq!(word_at("é", 1), Span::new(0, 0));
+    }
 }
