@@ -230,6 +230,8 @@ struct Options {
     long_valued: &'static [&'static str],
     short_flags: &'static str,
     short_valued: &'static str,
+    /// A launcher's options that this subcommand also takes.
+    extends: Option<&'static Options>,
 }
 
 /// What [`Options::read`] stopped at.
@@ -241,6 +243,22 @@ struct Read<'a> {
 }
 
 impl Options {
+    fn long_flag(&self, option: &str) -> bool {
+        self.long_flags.contains(&option) || self.extends.is_some_and(|o| o.long_flag(option))
+    }
+
+    fn long_valued(&self, option: &str) -> bool {
+        self.long_valued.contains(&option) || self.extends.is_some_and(|o| o.long_valued(option))
+    }
+
+    fn short_flag(&self, letter: char) -> bool {
+        self.short_flags.contains(letter) || self.extends.is_some_and(|o| o.short_flag(letter))
+    }
+
+    fn short_valued(&self, letter: char) -> bool {
+        self.short_valued.contains(letter) || self.extends.is_some_and(|o| o.short_valued(letter))
+    }
+
     /// Reads options up to the first operand (or after `--`). `watch` lists
     /// options whose values the caller needs.
     fn read<'a>(&self, words: &'a [String], watch: &[&str]) -> Result<Read<'a>, String> {
@@ -257,9 +275,9 @@ impl Options {
                     None => (long, None),
                 };
                 let option = format!("--{name}");
-                if self.long_flags.contains(&option.as_str()) && attached.is_none() {
+                if self.long_flag(&option) && attached.is_none() {
                     at += 1;
-                } else if self.long_valued.contains(&option.as_str()) {
+                } else if self.long_valued(&option) {
                     let value = match attached {
                         Some(value) => value,
                         None => value_after(words, at, &option)?,
@@ -279,10 +297,10 @@ impl Options {
             at += 1;
             for (offset, letter) in cluster.char_indices() {
                 let option = format!("-{letter}");
-                if self.short_flags.contains(letter) {
+                if self.short_flag(letter) {
                     continue;
                 }
-                if !self.short_valued.contains(letter) {
+                if !self.short_valued(letter) {
                     return Err(unknown_option(&option));
                 }
                 let attached = &cluster[offset + letter.len_utf8()..];
@@ -326,6 +344,7 @@ fn env(args: &[String]) -> Result<&[String], String> {
         long_valued: &["--unset", "--chdir"],
         short_flags: "i0v",
         short_valued: "uC",
+        extends: None,
     };
     let read = ENV.read(args, &[])?;
     let first_command = read
@@ -362,6 +381,7 @@ const NPX: Options = Options {
     ],
     short_flags: "yq",
     short_valued: "pcw",
+    extends: None,
 };
 
 const PNPM_DLX: Options = Options {
@@ -369,6 +389,7 @@ const PNPM_DLX: Options = Options {
     long_valued: &["--package", "--registry", "--dir", "--allow-build"],
     short_flags: "sy",
     short_valued: "pC",
+    extends: None,
 };
 
 /// `npx [options] PACKAGE[@VERSION] [args]`: the package, scope kept.
@@ -392,6 +413,7 @@ fn npm_subcommand(args: &[String], subcommands: &[&str], options: &Options) -> D
         long_valued: &[],
         short_flags: "",
         short_valued: "",
+        extends: None,
     };
     npm_runner(subcommand(args, "npm", subcommands, &NO_GLOBALS)?, options)
 }
@@ -501,6 +523,7 @@ const UVX: Options = Options {
     ],
     short_flags: "qvnU",
     short_valued: "pcfP",
+    extends: None,
 };
 
 const PIPX_GLOBAL: Options = Options {
@@ -508,6 +531,7 @@ const PIPX_GLOBAL: Options = Options {
     long_valued: &[],
     short_flags: "qv",
     short_valued: "",
+    extends: None,
 };
 
 const PIPX_RUN: Options = Options {
@@ -528,6 +552,7 @@ const PIPX_RUN: Options = Options {
     ],
     short_flags: "qve",
     short_valued: "i",
+    extends: None,
 };
 
 /// `uvx [options] TOOL[==VERSION|@VERSION] [args]`: the PyPI tool. With
@@ -591,22 +616,9 @@ fn uv(args: &[String]) -> Result<Step<'_>, String> {
     }
 }
 
+/// `uv run`'s own options, beside uv's global and resolver options ([`UVX`]).
 const UV_RUN: Options = Options {
     long_flags: &[
-        "--quiet",
-        "--verbose",
-        "--offline",
-        "--no-cache",
-        "--isolated",
-        "--refresh",
-        "--reinstall",
-        "--upgrade",
-        "--native-tls",
-        "--no-progress",
-        "--no-config",
-        "--no-python-downloads",
-        "--managed-python",
-        "--no-managed-python",
         "--frozen",
         "--locked",
         "--no-sync",
@@ -618,55 +630,24 @@ const UV_RUN: Options = Options {
         "--active",
         "--exact",
         "--no-editable",
-        "--compile-bytecode",
         "--all-packages",
         "--all-groups",
         "--no-default-groups",
-        "--no-build",
-        "--no-binary",
-        "--no-sources",
-        "--no-build-isolation",
-        "--no-env-file",
-        "--preview",
         "--script",
         "--gui-script",
     ],
     long_valued: &[
-        "--directory",
-        "--project",
-        "--cache-dir",
-        "--config-file",
-        "--python",
-        "--with",
-        "--with-editable",
-        "--with-requirements",
-        "--env-file",
         "--package",
         "--extra",
         "--group",
         "--only-group",
         "--no-group",
-        "--index",
-        "--index-url",
-        "--extra-index-url",
-        "--default-index",
-        "--find-links",
         "--config-setting",
-        "--python-preference",
-        "--allow-insecure-host",
-        "--keyring-provider",
-        "--resolution",
-        "--prerelease",
-        "--exclude-newer",
-        "--link-mode",
-        "--color",
-        "--refresh-package",
-        "--reinstall-package",
-        "--upgrade-package",
         "--module",
     ],
-    short_flags: "qvnU",
-    short_valued: "pfCPm",
+    short_flags: "",
+    short_valued: "Cm",
+    extends: Some(&UVX),
 };
 
 /// `python [options] -m MODULE`: the module. A script path or `-c` code names
@@ -677,6 +658,7 @@ fn python(args: &[String]) -> Derivation {
         long_valued: &["--check-hash-based-pycs"],
         short_flags: "bBdEhiIOPqsSuvVxR",
         short_valued: "WXmc",
+        extends: None,
     };
     let read = PYTHON.read(args, &["-m", "-c"])?;
     match read.seen.first() {
@@ -727,6 +709,7 @@ fn image(args: &[String], launcher: &str) -> Derivation {
         ],
         short_flags: "D",
         short_valued: "cHl",
+        extends: None,
     };
     let mut rest = subcommand(args, launcher, &["run", "container"], &GLOBALS)?;
     if args.iter().any(|word| word == "container") {
@@ -865,6 +848,7 @@ const DOCKER_RUN: Options = Options {
     ],
     short_flags: "itdPq",
     short_valued: "evpwulmhac",
+    extends: None,
 };
 
 /// `java [options] MAIN.CLASS` or `java [options] -m MODULE[/CLASS]`: the main
@@ -1005,12 +989,14 @@ fn deno(args: &[String]) -> Derivation {
         ],
         short_flags: "AqrP",
         short_valued: "c",
+        extends: None,
     };
     const NO_GLOBALS: Options = Options {
         long_flags: &[],
         long_valued: &[],
         short_flags: "",
         short_valued: "",
+        extends: None,
     };
     let rest = subcommand(args, "deno", &["run"], &NO_GLOBALS)?;
     let read = DENO_RUN.read(rest, &[])?;
