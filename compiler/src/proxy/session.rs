@@ -641,7 +641,8 @@ impl Session {
                 let deadline = grant
                     .deadline_ms
                     .map(|ms| self.now() + Duration::from_millis(ms));
-                let forward = trimmed.then(|| rewrite_request(&id, applied));
+                let forward =
+                    (trimmed || max_tokens_respelt(raw)).then(|| rewrite_request(&id, applied));
                 self.remember(key, id, Awaiting::Grant(grant), deadline, params);
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
@@ -658,7 +659,8 @@ impl Session {
                     applied: Some(&shown),
                     ..Entry::default()
                 });
-                let forward = (!pending.lowered().is_empty()).then(|| rewrite_request(&id, shown));
+                let forward = (!pending.lowered().is_empty() || max_tokens_respelt(raw))
+                    .then(|| rewrite_request(&id, shown));
                 // No deadline while the user decides: the client's approval
                 // dialog and the completion are one round trip to us.
                 self.remember(key, id, Awaiting::Consent(pending), None, params);
@@ -1472,6 +1474,23 @@ fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Whether the server wrote `maxTokens` other than as a plain integer
+/// (`9e3`, `1.0`, `-0`). Validation reads such a spelling as the integer it
+/// means, and the request goes on with that integer: a client whose
+/// `maxTokens` is integer-typed (rmcp's is a `u32`) refuses `9e3`.
+fn max_tokens_respelt(line: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Envelope {
+        params: Params,
+    }
+    #[derive(Deserialize)]
+    struct Params {
+        #[serde(rename = "maxTokens")]
+        max_tokens: serde_json::Number,
+    }
+    serde_json::from_slice::<Envelope>(body(line)).is_ok_and(|e| !e.params.max_tokens.is_u64())
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -1703,6 +1722,31 @@ server "tight" {
         rig.session.from_server(with_error);
         assert!(rig.client.take().is_empty());
         assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+    }
+
+    /// Issue 11 item 17 through the proxy: an allowed request whose
+    /// `maxTokens` is spelt `9e2` or `-0` goes on with the integer.
+    #[test]
+    fn an_integral_max_tokens_goes_on_as_an_integer() {
+        let rig = rig("any");
+        for (spelt, integer) in [("9e2", 900), ("-0", 0), ("100.0", 100)] {
+            let request = SAMPLE.replace(r#""maxTokens":100"#, &format!(r#""maxTokens":{spelt}"#));
+            rig.session.from_server(request.as_bytes());
+            let forwarded = rig.client.take();
+            assert_eq!(forwarded.len(), 1, "{spelt}");
+            assert!(
+                forwarded[0].contains(&format!(r#""maxTokens":{integer}"#)),
+                "{spelt}: {}",
+                forwarded[0]
+            );
+            rig.session.from_client(
+                br#"{"jsonrpc":"2.0","id":7,"result":{"role":"assistant","content":{"type":"text","text":"ok"},"model":"m"}}"#,
+            );
+            rig.server.take();
+        }
+        // A plain integer still goes on byte for byte.
+        rig.session.from_server(SAMPLE.as_bytes());
+        assert_eq!(rig.client.take(), [SAMPLE.to_owned()]);
     }
 
     #[test]
