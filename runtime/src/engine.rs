@@ -480,11 +480,23 @@ impl Engine {
     /// remembering decisions in `store`, reading time from `clock`.
     ///
     /// Server patterns are NFC-normalised here, as every server id is at
-    /// each decision: canonically equivalent spellings are one server.
+    /// each decision: canonically equivalent spellings are one server. So
+    /// are `models` patterns, as each hint's name is when it is matched.
     pub fn new(mut table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
         for entry in table.servers.iter_mut() {
             if let std::borrow::Cow::Owned(normalized) = glob::nfc(&entry.pattern) {
                 entry.pattern = normalized;
+            }
+        }
+        for entry in table
+            .servers
+            .iter_mut()
+            .chain(std::iter::once(&mut table.fallback))
+        {
+            for model in entry.block.models.iter_mut().flatten() {
+                if let std::borrow::Cow::Owned(normalized) = glob::nfc(model) {
+                    *model = normalized;
+                }
             }
         }
         let mut exact = FastMap::default();
@@ -886,7 +898,7 @@ impl Engine {
             let allowed = |hint: &Value| {
                 hint.get("name")
                     .and_then(Value::as_str)
-                    .is_some_and(|n| models.iter().any(|m| glob::matches(m, n)))
+                    .is_some_and(|n| models.iter().any(|m| glob::matches(m, &glob::nfc(n))))
             };
             if !hints.iter().all(allowed) {
                 let kept: Vec<Value> = hints.iter().filter(|h| allowed(h)).cloned().collect();
@@ -1218,7 +1230,7 @@ impl Engine {
     /// allowed for the granted request.
     pub fn model_allowed(&self, ticket: &Ticket, model: &str) -> bool {
         self.allowed_models(ticket)
-            .is_none_or(|globs| globs.iter().any(|g| glob::matches(g, model)))
+            .is_none_or(|globs| globs.iter().any(|g| glob::matches(g, &glob::nfc(model))))
     }
 
     /// Settles a completed request's token budgets with the real usage

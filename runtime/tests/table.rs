@@ -444,3 +444,24 @@ proptest! {
         }
     }
 }
+
+/// Model names are compared in NFC too: a hint spelt in NFD is the model a
+/// `models` pattern names in NFC (and the other way round), so a request
+/// is neither trimmed for its spelling nor let past the list by it.
+#[test]
+fn model_hints_and_patterns_match_in_every_normal_form() {
+    let mut block = open_block();
+    block.models = Some(vec!["cafe\u{301}-*".into(), "\u{c5}ngstr\u{f6}m".into()]);
+    let h = Harness::new(table(vec![("s", block)]));
+    let request = params(serde_json::json!({
+        "messages": [],
+        "maxTokens": 10,
+        "modelPreferences": {"hints": [{"name": "caf\u{e9}-1"}, {"name": "A\u{30a}ngstro\u{308}m"}]},
+    }));
+    let Decision::Allow(grant) = h.decide("s", &request) else {
+        panic!("both hints are allowed models: no trim")
+    };
+    assert!(h.engine.model_allowed(&grant.ticket, "cafe\u{301}-2"));
+    assert!(h.engine.model_allowed(&grant.ticket, "caf\u{e9}-2"));
+    assert!(!h.engine.model_allowed(&grant.ticket, "cafe-2"));
+}
