@@ -27,7 +27,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -142,29 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buf {
-    fn take(&self) -> Vec<String> {
-        let bytes = std::mem::take(&mut *self.0.lock().unwrap());
-        String::from_utf8(bytes)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
+use mcpolicy_compiler::proxy::capture::Captured as Buf;
 
 /// What a server request is.
 #[derive(Clone, Debug, PartialEq)]

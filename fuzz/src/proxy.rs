@@ -7,9 +7,9 @@
 //! Thin on purpose: it drives only `Session::new`, `from_server`,
 //! `from_client` and `expire`, so it follows the session's refactoring.
 
+use mcpolicy_compiler::proxy::capture::Captured as Buf;
 use std::collections::HashSet;
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use mcpolicy_compiler::proxy::log::{Audit, Log};
@@ -80,38 +80,6 @@ fn table() -> Table {
             mcpolicy_compiler::lower::lower(&analysis.model)
         })
         .clone()
-}
-
-/// A shared in-memory sink.
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buf {
-    /// The complete lines written since the last call (a partial last line
-    /// stays for the next call).
-    fn take_lines(&self) -> Vec<Vec<u8>> {
-        let mut bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        let taken: Vec<u8> = bytes.drain(..end).collect();
-        taken
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect()
-    }
 }
 
 /// Ids the script picks from: reuse is the point.

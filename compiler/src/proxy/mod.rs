@@ -8,6 +8,7 @@
 //! is taken on the server-reading thread, so the server's frames reach the
 //! client in the order it wrote them.
 
+pub mod capture;
 pub mod inflight;
 pub mod log;
 pub mod server_id;

@@ -1568,30 +1568,7 @@ server "tight" {
 }
 "#;
 
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buf {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Buf {
-        /// The lines written since the last call.
-        fn take(&self) -> Vec<String> {
-            let bytes = std::mem::take(&mut *self.0.lock().unwrap());
-            String::from_utf8(bytes)
-                .unwrap()
-                .lines()
-                .map(str::to_owned)
-                .collect()
-        }
-    }
+    use crate::proxy::capture::Captured as Buf;
 
     struct Rig {
         session: Session,
