@@ -9,20 +9,13 @@
 //! `MCPOLICY_REQUIRE_PYTHON=1`, when it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-use std::path::{Path, PathBuf};
+mod sdk_driver;
+
+use std::path::Path;
 use std::process::Command;
 
+use sdk_driver::{Run, drive, repo, unavailable};
 use serde_json::{Value, json};
-
-/// The policy both proxy end-to-end suites (rmcp and Python) run under.
-const POLICY: &str = include_str!("../../tests/e2e/proxy.mcpolicy");
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// A Python that can import the MCP SDK, or `None` (skipped) unless required.
 fn python_with_mcp() -> Option<String> {
@@ -38,15 +31,11 @@ fn python_with_mcp() -> Option<String> {
         Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         Err(error) => error.to_string(),
     };
-    assert!(
-        std::env::var("MCPOLICY_REQUIRE_PYTHON").as_deref() != Ok("1"),
-        "MCPOLICY_REQUIRE_PYTHON=1 but {python} cannot import the MCP SDK: {why}"
-    );
-    eprintln!(
-        "skipping the Python SDK end-to-end test: {python} cannot import `mcp` ({why}); \
-         pip install -r tests/e2e/python/requirements.txt and set MCPOLICY_PYTHON"
-    );
-    None
+    unavailable(
+        "MCPOLICY_REQUIRE_PYTHON",
+        &format!("{python} cannot import the MCP SDK ({why})"),
+        "pip install -r tests/e2e/python/requirements.txt and set MCPOLICY_PYTHON",
+    )
 }
 
 #[test]
@@ -54,33 +43,15 @@ fn python_sdk_server_and_client_behind_the_proxy() {
     let Some(python) = python_with_mcp() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("e2e.mcpolicy");
-    std::fs::write(&policy, POLICY).unwrap();
-    let audit = dir.path().join("audit.jsonl");
-    let log = dir.path().join("proxy.log");
-    let output = Command::new(&python)
-        .arg(repo().join("tests/e2e/python/drive.py"))
-        .arg("--mcpc")
-        .arg(env!("CARGO_BIN_EXE_mcpc"))
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--store")
-        .arg(dir.path().join("decisions.sqlite3"))
-        .arg("--audit")
-        .arg(&audit)
-        .arg("--log")
-        .arg(&log)
-        .output()
-        .unwrap();
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        output.status.success(),
-        "drive.py failed: {}\n{}\nproxy log:\n{log_text}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+    let Run {
+        report,
+        audit: lines,
+        ..
+    } = drive(
+        &python,
+        &repo().join("tests/e2e/python/drive.py"),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
     );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
 
     // The seed: the day's one request, then 50 identical retries — denied
     // with the same error every time, and the client never asked again.
@@ -133,11 +104,6 @@ fn python_sdk_server_and_client_behind_the_proxy() {
     assert_eq!(trim["seen"][0]["includeContext"], "thisServer");
 
     // The audit: one evaluation per distinct request, replays marked.
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let of = |server: &str| -> Vec<&Value> {
         lines
             .iter()

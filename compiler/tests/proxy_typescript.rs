@@ -9,19 +9,16 @@
 //! `MCPOLICY_REQUIRE_NODE=1`, when it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-use std::path::{Path, PathBuf};
+mod sdk_driver;
+
+use std::path::PathBuf;
 use std::process::Command;
 
+use sdk_driver::{Run, drive, repo, unavailable};
 use serde_json::Value;
 
-/// The policy of every proxy end-to-end suite.
-const POLICY: &str = include_str!("../../tests/e2e/proxy.mcpolicy");
-
 fn suite() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("tests/e2e/typescript")
+    repo().join("tests/e2e/typescript")
 }
 
 /// `node`, when it runs and the npm dependencies are installed; `None`
@@ -51,15 +48,11 @@ fn node_with_deps() -> Option<String> {
         Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         Err(error) => format!("{node}: {error}"),
     };
-    assert!(
-        std::env::var("MCPOLICY_REQUIRE_NODE").as_deref() != Ok("1"),
-        "MCPOLICY_REQUIRE_NODE=1 but the TypeScript suite cannot run: {why} \
-         (run tests/e2e/typescript/setup.sh)"
-    );
-    eprintln!(
-        "skipping the TypeScript SDK end-to-end test: {why}; run tests/e2e/typescript/setup.sh"
-    );
-    None
+    unavailable(
+        "MCPOLICY_REQUIRE_NODE",
+        &format!("the TypeScript SDK suite cannot run: {why}"),
+        "run tests/e2e/typescript/setup.sh",
+    )
 }
 
 #[test]
@@ -67,35 +60,11 @@ fn a_refused_sampling_task_is_replayed_from_the_store() {
     let Some(node) = node_with_deps() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("e2e.mcpolicy");
-    std::fs::write(&policy, POLICY).unwrap();
-    let audit = dir.path().join("audit.jsonl");
-    let log = dir.path().join("proxy.log");
-    let output = Command::new(&node)
-        .arg(suite().join("drive.mjs"))
-        .arg("--mcpc")
-        .arg(env!("CARGO_BIN_EXE_mcpc"))
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--store")
-        .arg(dir.path().join("decisions.sqlite3"))
-        .arg("--audit")
-        .arg(&audit)
-        .arg("--log")
-        .arg(&log)
-        .current_dir(suite())
-        .output()
-        .unwrap();
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        output.status.success(),
-        "drive.mjs failed: {}\n{}\nproxy log:\n{log_text}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+    let Run {
+        report,
+        audit: lines,
+        log: log_text,
+    } = drive(&node, &suite().join("drive.mjs"), &suite());
     assert!(
         report["tools"]
             .as_array()
@@ -122,11 +91,6 @@ fn a_refused_sampling_task_is_replayed_from_the_store() {
     let text = second["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("MCP error -1"), "{text}");
 
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let events: Vec<(&str, &str, &str)> = lines
         .iter()
         .map(|l| {
