@@ -10,13 +10,53 @@
 pub struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<usize>,
-    /// `(byte offset, characters before it, UTF-16 units before it)` at
-    /// character boundaries about every [`CHECKPOINT`] bytes, from offset 0.
-    checkpoints: Vec<(usize, usize, usize)>,
+    counts: Checkpoints,
 }
 
 /// The most bytes a position look-up counts after its checkpoint.
 const CHECKPOINT: usize = 256;
+
+/// Running character and UTF-16 totals of one text, at character
+/// boundaries about every [`CHECKPOINT`] bytes from offset 0: a column is
+/// counted from the nearest checkpoint, never from the line's start, so
+/// that many positions on one long line cost linear time, not quadratic.
+/// The language server's UTF-16 positions use it too.
+#[derive(Debug, Clone, Default)]
+pub struct Checkpoints(Vec<(usize, usize, usize)>);
+
+impl Checkpoints {
+    /// The checkpoints of `text`.
+    pub fn new(text: &str) -> Self {
+        let mut checkpoints = vec![(0, 0, 0)];
+        let (mut at, mut chars, mut units) = (0, 0, 0);
+        while text.len() - at > CHECKPOINT {
+            let mut next = at + CHECKPOINT;
+            while !text.is_char_boundary(next) {
+                next -= 1;
+            }
+            let piece = &text[at..next];
+            chars += piece.chars().count();
+            units += utf16_len(piece);
+            at = next;
+            checkpoints.push((at, chars, units));
+        }
+        Checkpoints(checkpoints)
+    }
+
+    /// Characters and UTF-16 units of `text` (the text these checkpoints
+    /// were made from) before `offset`, a char boundary.
+    pub fn before(&self, text: &str, offset: usize) -> (usize, usize) {
+        let at = self
+            .0
+            .partition_point(|&(byte, _, _)| byte <= offset)
+            .saturating_sub(1);
+        let (byte, chars, units) = self.0.get(at).copied().unwrap_or((0, 0, 0));
+        let rest = &text[byte.min(offset)..offset];
+        #[cfg(test)]
+        tests::COUNTED.with(|c| c.set(c.get() + rest.len()));
+        (chars + rest.chars().count(), units + utf16_len(rest))
+    }
+}
 
 /// A 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,37 +83,16 @@ impl<'a> LineIndex<'a> {
             }
             i += 1;
         }
-        let mut checkpoints = vec![(0, 0, 0)];
-        let (mut at, mut chars, mut units) = (0, 0, 0);
-        while text.len() - at > CHECKPOINT {
-            let mut next = at + CHECKPOINT;
-            while !text.is_char_boundary(next) {
-                next -= 1;
-            }
-            let piece = &text[at..next];
-            chars += piece.chars().count();
-            units += utf16_len(piece);
-            at = next;
-            checkpoints.push((at, chars, units));
-        }
         LineIndex {
             text,
             starts,
-            checkpoints,
+            counts: Checkpoints::new(text),
         }
     }
 
     /// Characters and UTF-16 units before `offset` (a char boundary).
     fn counts(&self, offset: usize) -> (usize, usize) {
-        let at = self
-            .checkpoints
-            .partition_point(|&(byte, _, _)| byte <= offset)
-            .saturating_sub(1);
-        let (byte, chars, units) = self.checkpoints[at];
-        let rest = &self.text[byte..offset];
-        #[cfg(test)]
-        tests::COUNTED.with(|c| c.set(c.get() + rest.len()));
-        (chars + rest.chars().count(), units + utf16_len(rest))
+        self.counts.before(self.text, offset)
     }
 
     /// The position of a byte offset (clamped to the text, snapped to a char boundary).

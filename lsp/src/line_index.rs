@@ -3,6 +3,7 @@
 //! agree on UTF-8; an astral character (an emoji) is two UTF-16 units.
 
 use lsp_types::{Position, Range};
+use mcpolicy_compiler::line_index::Checkpoints;
 use mcpolicy_compiler::syntax::Span;
 
 /// How a position's `character` counts.
@@ -19,26 +20,9 @@ pub enum Encoding {
 #[derive(Debug, Clone, Default)]
 pub struct LineIndex {
     starts: Vec<usize>,
-    /// `(byte offset, UTF-16 units before it)` at character boundaries
-    /// about every [`CHECKPOINT`] bytes: a UTF-16 column is counted from the
-    /// nearest one, not from the line's start, so that many diagnostics on
-    /// one long line convert in linear time, not quadratic.
-    utf16: Vec<(usize, usize)>,
-}
-
-/// The most bytes a UTF-16 position look-up counts after its checkpoint.
-const CHECKPOINT: usize = 256;
-
-/// UTF-16 units of `text`, from its bytes: one per character (at its lead
-/// byte), two for an astral one (a 4-byte sequence).
-fn utf16_len(text: &str) -> usize {
-    text.bytes()
-        .map(|b| match b {
-            0x80..=0xBF => 0,
-            0xF0..=0xFF => 2,
-            _ => 1,
-        })
-        .sum()
+    /// Running UTF-16 totals, so that many diagnostics on one long line
+    /// convert in linear time, not quadratic.
+    utf16: Checkpoints,
 }
 
 impl LineIndex {
@@ -53,29 +37,15 @@ impl LineIndex {
                 _ => {}
             }
         }
-        let mut utf16 = vec![(0, 0)];
-        let (mut at, mut units) = (0, 0);
-        while text.len() - at > CHECKPOINT {
-            let mut next = at + CHECKPOINT;
-            while !text.is_char_boundary(next) {
-                next -= 1;
-            }
-            units += utf16_len(&text[at..next]);
-            at = next;
-            utf16.push((at, units));
+        LineIndex {
+            starts,
+            utf16: Checkpoints::new(text),
         }
-        LineIndex { starts, utf16 }
     }
 
     /// UTF-16 units of `text` before `offset` (a char boundary).
     fn utf16_before(&self, text: &str, offset: usize) -> usize {
-        let at = self
-            .utf16
-            .partition_point(|&(byte, _)| byte <= offset)
-            .saturating_sub(1);
-        let (byte, units) = self.utf16.get(at).copied().unwrap_or((0, 0));
-        let byte = byte.min(offset);
-        units + utf16_len(&text[byte..offset])
+        self.utf16.before(text, offset).1
     }
 
     /// The byte range of line `line` without its line break.
