@@ -193,6 +193,11 @@ pub struct SamplingRequest {
     /// The params object: `messages` is an array and `maxTokens` a
     /// non-negative integer.
     pub params: Map<String, Value>,
+    /// `params` is not what the bytes said: an integral `maxTokens` spelt
+    /// `9e2`, `-0` or `100.0` is held as the integer. A forwarder passes
+    /// the request on re-serialised, not as its bytes, because a client
+    /// whose `maxTokens` is integer-typed refuses the spelling.
+    pub rewritten: bool,
 }
 
 impl SamplingRequest {
@@ -442,10 +447,11 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
         .iter()
         .any(|member| object.contains_key(*member));
     if !is_envelope {
-        check_params(&mut object, "$")?;
+        let rewritten = check_params(&mut object, "$")?;
         return Ok(SamplingRequest {
             id: None,
             params: object,
+            rewritten,
         });
     }
 
@@ -494,10 +500,11 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
             });
         }
     };
-    check_params(&mut params, "$.params")?;
+    let rewritten = check_params(&mut params, "$.params")?;
     Ok(SamplingRequest {
         id: Some(id),
         params,
+        rewritten,
     })
 }
 
@@ -515,7 +522,8 @@ pub fn envelope_id(value: &Value) -> Option<&Value> {
 /// The values MCP's schema allows for `includeContext`.
 const INCLUDE_CONTEXT: [&str; 3] = ["none", "thisServer", "allServers"];
 
-fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<(), RequestError> {
+/// Checks `params`; `Ok(true)` when `maxTokens` was respelt as an integer.
+fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<bool, RequestError> {
     match params.get("messages") {
         Some(Value::Array(_)) => {}
         other => {
@@ -552,10 +560,11 @@ fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<(), Request
             });
         }
     }
-    if !matches!(params.get("maxTokens"), Some(Value::Number(n)) if n.is_u64()) {
+    let respelt = !matches!(params.get("maxTokens"), Some(Value::Number(n)) if n.is_u64());
+    if respelt {
         params.insert("maxTokens".to_owned(), Value::from(max_tokens));
     }
-    Ok(())
+    Ok(respelt)
 }
 
 /// A params field, the type its schema gives in words, and the test of it.

@@ -624,7 +624,11 @@ impl Session {
     }
 
     fn decided(&self, raw: &[u8], key: String, request: SamplingRequest, decision: Decision) {
-        let SamplingRequest { id, params } = request;
+        let SamplingRequest {
+            id,
+            params,
+            rewritten,
+        } = request;
         let id = id.unwrap_or(Value::Null);
         match decision {
             Decision::Deny(denial) => {
@@ -641,8 +645,7 @@ impl Session {
                 let deadline = grant
                     .deadline_ms
                     .map(|ms| self.now() + Duration::from_millis(ms));
-                let forward =
-                    (trimmed || max_tokens_respelt(raw)).then(|| rewrite_request(&id, applied));
+                let forward = (trimmed || rewritten).then(|| rewrite_request(&id, applied));
                 self.remember(key, id, Awaiting::Grant(grant), deadline, params);
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
@@ -659,7 +662,7 @@ impl Session {
                     applied: Some(&shown),
                     ..Entry::default()
                 });
-                let forward = (!pending.lowered().is_empty() || max_tokens_respelt(raw))
+                let forward = (!pending.lowered().is_empty() || rewritten)
                     .then(|| rewrite_request(&id, shown));
                 // No deadline while the user decides: the client's approval
                 // dialog and the completion are one round trip to us.
@@ -1472,23 +1475,6 @@ fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
     })
     .to_string()
     .into_bytes()
-}
-
-/// Whether the server wrote `maxTokens` other than as a plain integer
-/// (`9e3`, `1.0`, `-0`). Validation reads such a spelling as the integer it
-/// means, and the request goes on with that integer: a client whose
-/// `maxTokens` is integer-typed (rmcp's is a `u32`) refuses `9e3`.
-fn max_tokens_respelt(line: &[u8]) -> bool {
-    #[derive(Deserialize)]
-    struct Envelope {
-        params: Params,
-    }
-    #[derive(Deserialize)]
-    struct Params {
-        #[serde(rename = "maxTokens")]
-        max_tokens: serde_json::Number,
-    }
-    serde_json::from_slice::<Envelope>(body(line)).is_ok_and(|e| !e.params.max_tokens.is_u64())
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
