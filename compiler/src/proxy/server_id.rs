@@ -115,12 +115,14 @@ fn step(words: &[String]) -> Result<Step<'_>, String> {
     let id = match name.as_str() {
         "env" => return env(args).map(Step::Wrapped),
         "npx" | "bunx" => npm_runner(args, &NPX)?,
-        "npm" => npm_subcommand(args, &["exec", "x"], &NPX)?,
-        "pnpm" => npm_subcommand(args, &["dlx"], &PNPM_DLX)?,
-        "yarn" => npm_subcommand(args, &["dlx"], &PNPM_DLX)?,
+        "npm" => npm_subcommand(args, "npm", &["exec", "x"], &NPX)?,
+        "pnpm" | "yarn" => npm_subcommand(args, &name, &["dlx"], &PNPM_DLX)?,
         "uvx" => python_tool(args, &UVX)?,
         "uv" => return uv(args),
-        "pipx" => python_tool(subcommand(args, "pipx", &["run"], &PIPX_GLOBAL)?, &PIPX_RUN)?,
+        "pipx" => python_tool(
+            subcommand(args, "pipx", &["run"], &PIPX_GLOBAL)?.1,
+            &PIPX_RUN,
+        )?,
         "docker" | "podman" => image(args, &name)?,
         "java" => java(args)?,
         "deno" => deno(args)?,
@@ -407,28 +409,40 @@ fn npm_runner(args: &[String], options: &Options) -> Derivation {
     npm_package(spec)
 }
 
-fn npm_subcommand(args: &[String], subcommands: &[&str], options: &Options) -> Derivation {
-    const NO_GLOBALS: Options = Options {
-        long_flags: &[],
-        long_valued: &[],
-        short_flags: "",
-        short_valued: "",
-        extends: None,
-    };
-    npm_runner(subcommand(args, "npm", subcommands, &NO_GLOBALS)?, options)
+/// A launcher whose global options mcpc does not read: its subcommand must
+/// come first.
+const NO_GLOBALS: Options = Options {
+    long_flags: &[],
+    long_valued: &[],
+    short_flags: "",
+    short_valued: "",
+    extends: None,
+};
+
+/// `npm exec …`, `pnpm dlx …`, `yarn dlx …`: read as `npx …`.
+fn npm_subcommand(
+    args: &[String],
+    launcher: &str,
+    subcommands: &[&str],
+    options: &Options,
+) -> Derivation {
+    npm_runner(
+        subcommand(args, launcher, subcommands, &NO_GLOBALS)?.1,
+        options,
+    )
 }
 
-/// The words after `launcher [global options] SUBCOMMAND`, when the
-/// subcommand is one of `accepted`.
+/// The subcommand of `launcher [global options] SUBCOMMAND …`, when it is
+/// one of `accepted`, and the words after it.
 fn subcommand<'a>(
     args: &'a [String],
     launcher: &str,
     accepted: &[&str],
     globals: &Options,
-) -> Result<&'a [String], String> {
+) -> Result<(&'a str, &'a [String]), String> {
     let read = globals.read(args, &[])?;
     match read.rest.split_first() {
-        Some((word, rest)) if accepted.contains(&word.as_str()) => Ok(rest),
+        Some((word, rest)) if accepted.contains(&word.as_str()) => Ok((word, rest)),
         Some((word, _)) => Err(format!(
             "`{launcher} {word}` does not name a package to run (only `{launcher} {}` does)",
             accepted.join("|")
@@ -711,17 +725,17 @@ fn image(args: &[String], launcher: &str) -> Derivation {
         short_valued: "cHl",
         extends: None,
     };
-    let mut rest = subcommand(args, launcher, &["run", "container"], &GLOBALS)?;
-    if args.iter().any(|word| word == "container") {
-        rest = match rest.split_first() {
+    let rest = match subcommand(args, launcher, &["run", "container"], &GLOBALS)? {
+        ("container", rest) => match rest.split_first() {
             Some((run, rest)) if run == "run" => rest,
             _ => {
                 return Err(format!(
                     "only `{launcher} container run` names an image to run"
                 ));
             }
-        };
-    }
+        },
+        (_, rest) => rest,
+    };
     let read = DOCKER_RUN.read(rest, &[])?;
     let reference = read
         .rest
@@ -991,14 +1005,7 @@ fn deno(args: &[String]) -> Derivation {
         short_valued: "c",
         extends: None,
     };
-    const NO_GLOBALS: Options = Options {
-        long_flags: &[],
-        long_valued: &[],
-        short_flags: "",
-        short_valued: "",
-        extends: None,
-    };
-    let rest = subcommand(args, "deno", &["run"], &NO_GLOBALS)?;
+    let (_, rest) = subcommand(args, "deno", &["run"], &NO_GLOBALS)?;
     let read = DENO_RUN.read(rest, &[])?;
     let spec = read
         .rest
