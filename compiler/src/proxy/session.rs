@@ -482,8 +482,12 @@ impl Session {
                     "server sent a frame that is {what} ({error}); answered {code}, not forwarded"
                 ));
                 let message = format!("Invalid frame from the server: {what} ({error})");
-                let id = request::recover_id(line)
-                    .filter(|id| contains(line, br#""method""#) && self.answerable(Some(id)));
+                // Only a request is answered with its id; a response's id
+                // names one of the client's calls.
+                let id = contains(line, br#""method""#)
+                    .then(|| request::recover_id(line))
+                    .flatten()
+                    .filter(|id| self.answerable(Some(id)));
                 self.send_server(
                     frame::request_error_response(id.as_ref(), code, &message).as_bytes(),
                 );
