@@ -443,6 +443,42 @@ proptest! {
             }
         }
     }
+
+    /// A model hint is allowed, in every normal form, exactly when its NFC
+    /// spelling matches the NFC spelling of a `models` pattern, however
+    /// the patterns are written: the `models` trim keeps it or drops it
+    /// alike, and `model_allowed` agrees.
+    #[test]
+    fn model_hints_match_in_every_normal_form(
+        patterns in prop::collection::vec(pattern(), 1..4),
+        name in piece_string(5),
+    ) {
+        let mut block = open_block();
+        block.models = Some(patterns.clone());
+        let h = Harness::new(table(vec![("s", block)]));
+        let nfc_name: String = name.nfc().collect();
+        let allowed = patterns.iter().any(|p| {
+            mcpolicy_runtime::glob::matches(&p.nfc().collect::<String>(), &nfc_name)
+        });
+        for spelling in [name.clone(), nfc_name.clone(), name.nfd().collect::<String>()] {
+            let request = params(serde_json::json!({
+                "messages": [],
+                "maxTokens": 10,
+                "modelPreferences": {"hints": [{"name": spelling}]},
+            }));
+            match h.decide("s", &request) {
+                Decision::Allow(grant) => {
+                    prop_assert!(allowed, "{:?} kept against {:?}", spelling, patterns);
+                    prop_assert!(h.engine.model_allowed(&grant.ticket, &spelling));
+                }
+                Decision::Trim(grant) => {
+                    prop_assert!(!allowed, "{:?} dropped against {:?}", spelling, patterns);
+                    prop_assert!(!h.engine.model_allowed(&grant.ticket, &spelling));
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+        }
+    }
 }
 
 /// Model names are compared in NFC too: a hint spelt in NFD is the model a
