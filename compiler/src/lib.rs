@@ -14,6 +14,5 @@ pub mod line_index;
 pub mod lower;
 pub mod model;
 pub mod parse;
-pub mod proxy;
 pub mod render;
 pub mod syntax;

@@ -7,13 +7,13 @@
 //! Thin on purpose: it drives only `Session::new`, `from_server`,
 //! `from_client` and `expire`, so it follows the session's refactoring.
 
-use mcpolicy_compiler::proxy::capture::Captured as Buf;
+use mcpolicy_proxy::capture::Captured as Buf;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use mcpolicy_compiler::proxy::log::{Audit, Log};
-use mcpolicy_compiler::proxy::session::Session;
+use mcpolicy_proxy::log::{Audit, Log};
+use mcpolicy_proxy::session::Session;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::frame;

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use mcpolicy_compiler::proxy::log::{Audit, Log};
-use mcpolicy_compiler::proxy::session::Session;
-use mcpolicy_compiler::proxy::{self, default_store_path, server_id};
+use mcpolicy_proxy::log::{Audit, Log};
+use mcpolicy_proxy::session::Session;
+use mcpolicy_proxy::{self as proxy, default_store_path, server_id};
 use mcpolicy_runtime::clock::SystemClock;
 use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::store::SqliteStore;

@@ -1522,7 +1522,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::db::{self, Database, SourceText};
+    use mcpolicy_compiler::db::{self, Database, SourceText};
 
     const POLICY: &str = r#"
 mcpolicy 1
@@ -1558,7 +1558,7 @@ server "tight" {
 }
 "#;
 
-    use crate::proxy::capture::Captured as Buf;
+    use crate::capture::Captured as Buf;
 
     struct Rig {
         session: Session,

@@ -1,17 +1,20 @@
+//! `mcpc`: check, format, compile, test and explain `.mcpolicy` files, and run
+//! an MCP server behind a policy (`mcpc proxy`, the `mcpolicy-proxy` crate).
+//!
 //! The command line. Exit codes: 0 clean, 1 findings, 2 usage or I/O error.
 
 /// `eprint!` that never panics: standard error closed by its reader
 /// (`mcpc … 2>&1 | head`) is never fatal to a command.
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::cli::emit_err(&format!($($arg)*))
+        $crate::emit_err(&format!($($arg)*))
     };
 }
 
 /// `eprintln!` that never panics (see [`say!`]).
 macro_rules! sayln {
     ($($arg:tt)*) => {
-        $crate::cli::emit_err(&format!("{}\n", format_args!($($arg)*)))
+        $crate::emit_err(&format!("{}\n", format_args!($($arg)*)))
     };
 }
 
@@ -113,7 +116,7 @@ pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

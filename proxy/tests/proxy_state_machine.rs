@@ -23,7 +23,7 @@
 //!
 //! A failure prints the seed and the minimal case (proptest shrinks it).
 //! Fast by default (64 cases); long mode:
-//! `PROPTEST_CASES=20000 cargo test -p mcpolicy-compiler --test proxy_state_machine`.
+//! `PROPTEST_CASES=20000 cargo test -p mcpolicy-proxy --test proxy_state_machine`.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
-use mcpolicy_compiler::proxy::log::{Audit, Log};
-use mcpolicy_compiler::proxy::session::Session;
+use mcpolicy_proxy::log::{Audit, Log};
+use mcpolicy_proxy::session::Session;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::store::SqliteStore;
@@ -141,7 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-use mcpolicy_compiler::proxy::capture::Captured as Buf;
+use mcpolicy_proxy::capture::Captured as Buf;
 
 /// What a server request is.
 #[derive(Clone, Debug, PartialEq)]

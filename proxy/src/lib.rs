@@ -1,12 +1,16 @@
-//! `mcpc proxy`: a stdio MCP proxy that a client launches in place of a
-//! server. It starts the server as a child process and forwards
-//! newline-delimited JSON-RPC both ways, deciding every sampling request the
-//! server makes with the mcpolicy runtime (see [`session`]).
+//! `mcpolicy-proxy`, the library behind `mcpc proxy`: a stdio MCP proxy
+//! that a client launches in place of a server. It starts the server as a
+//! child process and forwards newline-delimited JSON-RPC both ways, deciding
+//! every sampling request the server makes with the mcpolicy runtime (see
+//! [`session`]).
 //!
 //! Threads, no async runtime: one reads the client (our stdin), one reads
 //! the server (the child's stdout), one answers missed deadlines. A decision
 //! is taken on the server-reading thread, so the server's frames reach the
 //! client in the order it wrote them.
+//!
+//! No command-line parsing and no store of its own: the caller (the `mcpc`
+//! crate) opens the decision store and builds the [`session::Session`].
 
 pub mod capture;
 pub mod inflight;
