@@ -1295,7 +1295,8 @@ impl Session {
             return;
         }
         pending.sort_by(|a, b| a.0.cmp(&b.0));
-        let now = Instant::now();
+        // The session's clock, as for every other deadline: a test steps it.
+        let now = self.now();
         let mut changed = false;
         let mut refusal: Option<String> = None;
         for (key, entry) in pending {
@@ -1813,6 +1814,116 @@ server "tight" {
         );
         assert!(rig.server.take().is_empty(), "the late answer is dropped");
         assert!(rig.session.next_deadline().is_none());
+    }
+
+    /// A monotonic clock that moves only when the test steps it.
+    #[derive(Clone)]
+    struct Stepped {
+        base: Instant,
+        offset: Arc<Mutex<Duration>>,
+    }
+
+    impl Stepped {
+        fn now(&self) -> Instant {
+            self.base + *self.offset.lock().unwrap()
+        }
+
+        fn step(&self, by: Duration) {
+            *self.offset.lock().unwrap() += by;
+        }
+    }
+
+    /// [`rig`] on a [`Stepped`] clock: deadlines are measured on it alone,
+    /// so nothing here depends on how fast the machine runs the test.
+    fn stepped_rig(server_id: &str) -> (Rig, Stepped) {
+        let clock = Stepped {
+            base: Instant::now(),
+            offset: Arc::default(),
+        };
+        let mut rig = rig(server_id);
+        let moved = clock.clone();
+        rig.session = rig.session.with_monotonic(move || moved.now());
+        (rig, clock)
+    }
+
+    /// `deadline 10ms`, on the session's clock: an answer 1 ms before the
+    /// deadline goes on; at the deadline the server is answered
+    /// `policy.deadline` and the client told to stop, not a moment before.
+    #[test]
+    fn the_deadline_is_kept_to_the_millisecond_on_the_session_clock() {
+        let (rig, clock) = stepped_rig("slow");
+        let decided_at = clock.now();
+        rig.session.from_server(sample(7, "late").as_bytes());
+        rig.session.from_server(sample(8, "on time").as_bytes());
+        assert_eq!(rig.client.take().len(), 2);
+        assert_eq!(
+            rig.session.next_deadline(),
+            Some(decided_at + Duration::from_millis(10))
+        );
+
+        clock.step(Duration::from_millis(9));
+        rig.session.expire(clock.now());
+        assert!(rig.server.take().is_empty(), "answered before the deadline");
+        assert!(rig.client.take().is_empty());
+        rig.session
+            .from_client(result_frame(8, COMPLETION).as_bytes());
+        let on_time = parse(&rig.server.take()[0]);
+        assert_eq!(on_time["id"], 8);
+        assert!(on_time.get("result").is_some(), "{on_time}");
+
+        clock.step(Duration::from_millis(1));
+        rig.session.expire(clock.now());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["data"]["reason"], "policy.deadline");
+        let cancel = parse(&rig.client.take()[0]);
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], 7);
+
+        rig.session
+            .from_client(result_frame(7, COMPLETION).as_bytes());
+        assert!(rig.server.take().is_empty(), "the late answer is dropped");
+        assert!(rig.session.next_deadline().is_none());
+    }
+
+    /// MCP 2026-07-28: a response carried by the client's retry is on time
+    /// or late by the session's clock too (it once read the wall clock).
+    #[test]
+    fn an_input_response_is_late_by_the_session_clock() {
+        let ask = |state: &str, text: &str| {
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required",
+                "inputRequests": {"s": parse(&sample(5, text))},
+                "requestState": state}})
+            .to_string()
+        };
+        let retry = |id: u64, state: &str| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "t", "requestState": state,
+                "inputResponses": {"s": parse(COMPLETION)}}})
+            .to_string()
+        };
+        let (rig, clock) = stepped_rig("slow");
+        rig.session.from_server(ask("r1", "on time").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        clock.step(Duration::from_millis(10));
+        rig.session.from_client(retry(2, "r1").as_bytes());
+        assert_eq!(
+            rig.server.take(),
+            [retry(2, "r1")],
+            "at the deadline: on time"
+        );
+
+        rig.session.from_server(ask("r2", "late").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        clock.step(Duration::from_millis(11));
+        rig.session.from_client(retry(3, "r2").as_bytes());
+        assert!(
+            rig.server.take().is_empty(),
+            "the late completion is kept back"
+        );
+        let refusal = parse(&rig.client.take()[0]);
+        assert_eq!(refusal["id"], 3, "the client's own call");
+        assert_eq!(refusal["error"]["data"]["reason"], "policy.deadline");
     }
 
     #[test]
