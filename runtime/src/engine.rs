@@ -980,10 +980,15 @@ impl Engine {
         ctx: &ClientContext,
     ) -> Result<Decision, Error> {
         // NFC once, here: the id matches, keys the store and is reported in this form.
-        let server_id = glob::nfc(server_id);
+        let nfc_id = glob::nfc(server_id);
         let identity =
-            identity::request_identity(&server_id, &request.params, &self.table().identity);
-        self.decide_with_identity(&server_id, identity.into_string(), &request.params, ctx)
+            identity::request_identity(&nfc_id, &request.params, &self.table().identity);
+        self.decide_with_identity(&nfc_id, identity.into_string(), &request.params, ctx)
+            .map_err(|error| match error {
+                // The fail-closed reply names the server as the caller did.
+                Error::Store { source, .. } => Error::store(server_id, source),
+                other => other,
+            })
     }
 
     /// Steps 3–10 for a request whose identity is already known: what the
