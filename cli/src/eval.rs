@@ -11,15 +11,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::ValueEnum;
-use mcpolicy_runtime::calendar;
-use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock};
-use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Engine};
+use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock, parse_rfc3339};
+use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Denial};
+use mcpolicy_runtime::{Engine, jsonrpc};
 use mcpolicy_runtime::store::{DecisionStore, MemoryStore, SqliteStore};
 use serde_json::{Value, json};
 
 use super::identity::{read_request, refuse};
-use super::policy::{LoadFailure, load_table};
-use super::{ColorChoice, emit, fail};
+use super::policy::{LoadFailure, load_policy};
+use super::{ColorChoice, emit, emit_line, fail};
 
 /// How to answer a consent prompt, since `eval` cannot ask anyone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,13 +62,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let table = match load_table(&args.policy, args.color) {
-        Ok(table) => table,
+    let policy = match load_policy(&args.policy, args.color) {
+        Ok(policy) => policy,
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => return ExitCode::from(1),
     };
     let clock: Arc<dyn Clock> = match &args.now {
-        Some(text) => match calendar::parse_rfc3339(text) {
+        Some(text) => match parse_rfc3339(text) {
             Some(ms) => Arc::new(FixedClock(ms)),
             None => {
                 return fail(format!(
@@ -88,24 +88,26 @@ pub fn run(args: Args) -> ExitCode {
     };
     let bytes = match read_request(&args.request) {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(rejection)) => return refuse(&rejection.frame(), rejection.code()),
+        Ok(Err(rejection)) => return refuse(&rejection),
         Err(error) => return fail(format!("cannot read {}: {error}", args.request)),
     };
-    let engine = Engine::new(table, store, clock);
+    let engine = Engine::new(policy, store, clock);
     let ctx = ClientContext::with_sampling_context(args.sampling_context);
-    let (request, mut decision) = match engine.decide_bytes(&args.server, &bytes, &ctx) {
-        Answer::Invalid { frame, code } => return refuse(&frame, code),
-        Answer::Failed { frame, error } => {
+    let (request, decision) = match engine.decide(&args.server, &bytes, &ctx) {
+        Answer::Invalid(rejection) => return refuse(&rejection),
+        Answer::Failed { reply, error } => {
             sayln!("mcpc: error: {error}");
-            emit(&format!("{frame}\n"));
+            emit_line(&reply);
             return ExitCode::from(2);
         }
         Answer::Decided { request, decision } => (request, decision),
     };
-    if let Decision::NeedsConsent(pending) = decision {
-        let identity = pending.identity().to_owned();
-        match args.consent {
+    let grant = match decision {
+        Decision::Deny(denial) => return denied(&denial, request.id.as_ref()),
+        Decision::Allow(grant) | Decision::Trim(grant) => grant,
+        Decision::NeedsConsent(pending) => match args.consent {
             ConsentAnswer::Pending => {
+                let identity = pending.identity();
                 sayln!("consent required for {identity} (answer with --consent approve|deny)");
                 emit(&format!(
                     "{}\n",
@@ -113,55 +115,56 @@ pub fn run(args: Args) -> ExitCode {
                 ));
                 return ExitCode::SUCCESS;
             }
-            answer => match engine.resolve_consent(pending, answer == ConsentAnswer::Approve) {
-                Ok(resolved) => decision = resolved,
+            ConsentAnswer::Approve => match pending.approve() {
+                Ok(grant) => grant,
                 Err(error) => return fail(error),
             },
+            ConsentAnswer::Deny => match pending.refuse() {
+                Ok(denial) => return denied(&denial, request.id.as_ref()),
+                Err(error) => return fail(error),
+            },
+        },
+    };
+    let params = grant.params(&request.params);
+    let out = match &request.id {
+        Some(id) => {
+            json!({ "jsonrpc": "2.0", "id": id, "method": jsonrpc::SAMPLING_METHOD, "params": params })
         }
-    }
-    match decision {
-        Decision::Deny(denial) => {
-            sayln!(
-                "deny {} ({}{})",
-                denial.reason,
-                if denial.replayed { "replayed, " } else { "" },
-                if denial.retryable {
-                    "retryable"
-                } else {
-                    "not retryable"
-                },
-            );
-            emit(&format!("{}\n", denial.frame(request.id.as_ref())));
-            ExitCode::from(1)
+        None => Value::Object(params),
+    };
+    let outcome = if grant.lowered().is_empty() {
+        "allow"
+    } else {
+        "trim"
+    };
+    let annotations = grant.annotations().to_meta();
+    let deadline = grant
+        .deadline_ms()
+        .map_or(String::new(), |ms| format!(", deadline {ms} ms"));
+    sayln!(
+        "{outcome}{deadline}{}",
+        if annotations.is_empty() {
+            String::new()
+        } else {
+            format!(", result _meta {}", Value::Object(annotations))
         }
-        Decision::Allow(grant) | Decision::Trim(grant) => {
-            let params = grant.params(&request.params);
-            let out = match &request.id {
-                Some(id) => {
-                    json!({ "jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params })
-                }
-                None => Value::Object(params),
-            };
-            let outcome = if grant.lowered.is_empty() {
-                "allow"
-            } else {
-                "trim"
-            };
-            let annotations = grant.annotations.to_meta();
-            let deadline = grant
-                .deadline_ms
-                .map_or(String::new(), |ms| format!(", deadline {ms} ms"));
-            sayln!(
-                "{outcome}{deadline}{}",
-                if annotations.is_empty() {
-                    String::new()
-                } else {
-                    format!(", result _meta {}", Value::Object(annotations))
-                }
-            );
-            emit(&format!("{out}\n"));
-            ExitCode::SUCCESS
-        }
-        Decision::NeedsConsent(_) => ExitCode::SUCCESS,
-    }
+    );
+    emit(&format!("{out}\n"));
+    ExitCode::SUCCESS
+}
+
+/// A denial: the summary on stderr, the reply on stdout, exit code 1.
+fn denied(denial: &Denial, id: Option<&Value>) -> ExitCode {
+    sayln!(
+        "deny {} ({}{})",
+        denial.reason(),
+        if denial.replayed() { "replayed, " } else { "" },
+        if denial.retryable() {
+            "retryable"
+        } else {
+            "not retryable"
+        },
+    );
+    emit_line(&denial.reply(id));
+    ExitCode::from(1)
 }

@@ -102,6 +102,16 @@ pub(crate) fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Writes a frame (or any bytes) and a newline to stdout, treating a closed
+/// pipe as success.
+pub(crate) fn emit_line(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_all(bytes)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+}
+
 /// Writes to stderr, treating a closed pipe as success: `eprint!` panics
 /// when the reader of a log pipe has gone (`mcpc proxy … 2>&1 | head`), and a
 /// closed log is never fatal.

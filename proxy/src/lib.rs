@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Instant;
 
-use mcpolicy_runtime::request;
+use mcpolicy_runtime::jsonrpc;
 use session::Session;
 
 /// The longest line accepted from the server (64 MiB). A longer one is
@@ -218,7 +218,7 @@ fn pump_server(session: &Session, out: impl Read, wake: &mpsc::Sender<()>) {
                     "server sent a line over {MAX_SERVER_LINE} bytes; discarded and answered -32600"
                 ));
                 session.reject_server_line(
-                    request::INVALID_REQUEST,
+                    jsonrpc::INVALID_REQUEST,
                     &format!("Invalid frame from the server: longer than {MAX_SERVER_LINE} bytes"),
                 );
             }

@@ -7,12 +7,11 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use mcpolicy_runtime::calendar;
-use mcpolicy_runtime::clock::{Clock, SystemClock};
+use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
 use serde_json::{Map, Value};
 
 fn now_rfc3339() -> String {
-    calendar::format_rfc3339(SystemClock.now())
+    format_rfc3339(SystemClock.now())
 }
 
 fn append(path: &Path) -> io::Result<File> {
@@ -108,7 +107,7 @@ pub struct Entry<'a> {
     /// The params as forwarded (after trims).
     pub applied: Option<&'a Map<String, Value>>,
     /// A JSON-RPC error code, for `invalid` and `error` events.
-    pub code: Option<i64>,
+    pub code: Option<i32>,
 }
 
 /// `includeContext` and `maxTokens` of a params object, `null` when absent.

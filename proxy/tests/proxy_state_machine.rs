@@ -35,8 +35,8 @@ use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_proxy::log::{Audit, Log};
 use mcpolicy_proxy::session::Session;
 use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::store::SqliteStore;
+use mcpolicy_runtime::{Engine, Policy};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
@@ -214,10 +214,10 @@ struct World {
     trace: Vec<String>,
 }
 
-fn table() -> mcpolicy_runtime::table::Table {
+fn policy() -> Policy {
     let db = Database::default();
     let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
-    db::lower_file(&db, source).clone().unwrap()
+    Policy::verify(db::lower_file(&db, source).clone().unwrap()).unwrap()
 }
 
 fn session(
@@ -228,7 +228,7 @@ fn session(
     bufs: [&Buf; 4],
 ) -> Session {
     let store = SqliteStore::open(store).unwrap();
-    let engine = Engine::new(table(), Arc::new(store), clock.clone());
+    let engine = Engine::new(policy(), Arc::new(store), clock.clone());
     let [server, client, log, audit] = bufs;
     let mono = mono.clone();
     Session::new(

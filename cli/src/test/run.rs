@@ -1,63 +1,37 @@
 //! Running cases: each against a fresh in-memory store and its own clock,
-//! through the same engine calls an embedding client makes (`decide_bytes`,
-//! `resolve_consent`, `settle`, `report_deadline_miss`).
+//! through the calls an embedding client makes (`Engine::decide`,
+//! `PendingConsent::approve`/`refuse`, `Grant::complete`,
+//! `Grant::deadline_missed`).
 //!
 //! Besides the observed result, every step records what the coverage report
-//! needs: which effect of the effective block decided it (see
-//! [`Effect`]) and which reasons it carried.
+//! needs: which statement of which table entry each decision exercised, read
+//! from the decision's [`Cause`] (block, statement, step), and which reasons
+//! it carried.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{
-    Answer, ClientContext, Decision, Denial, Engine, Grant, carries_tools,
+    Answer, Cause, ClientContext, Decision, Denial, Grant, Statement, Step,
 };
 use mcpolicy_runtime::frame::Annotations;
-use mcpolicy_runtime::glob;
-use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, MemoryStore, Millis, Reservation,
-    ServerStats, StoreError, StoredDecision,
-};
+use mcpolicy_runtime::store::MemoryStore;
 use mcpolicy_runtime::table::{Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table};
+use mcpolicy_runtime::{Engine, Policy, jsonrpc};
 use serde_json::{Map, Value, json};
 
-use super::spec::{Case, Expectation, Location, Step};
+use super::spec::{Case, Expectation, Location, Step as CaseStep};
 
-/// What a fresh decision exercised in its effective block. Coverage maps
-/// each to the source statement that block inherited it from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Effect {
-    /// `sampling on` let the request through, or `sampling off` denied it.
-    Sampling,
-    /// `tools on` let a request with tools through, or `tools off` denied it.
-    Tools,
-    /// `max_messages` denied.
-    MaxMessages,
-    /// `max_input` denied.
-    MaxInput,
-    /// `max_context` trimmed `includeContext`.
-    MaxContext,
-    /// `max_tokens` clamped `maxTokens`.
-    MaxTokens,
-    /// `models` dropped model hints.
-    Models,
-    /// `rate` denied.
-    Rate,
-    /// The effective block's budget at this index denied.
-    Budget(usize),
-    /// A deadline miss was reported and denied under `deadline`.
-    Deadline,
-    /// `consent always|first` asked, or `consent never` granted unasked.
-    Consent,
-}
-
-/// One effect in one table entry (`servers.len()` is the defaults fallback).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One statement exercised in one table entry (`servers.len()` is the
+/// defaults fallback). Coverage maps it to the source statement that
+/// entry's effective block inherited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hit {
-    /// The table entry that governed the server.
+    /// The table entry that governed the server (the cause's block).
     pub entry: usize,
     /// What it exercised.
-    pub effect: Effect,
+    pub statement: Statement,
 }
 
 /// An expectation that did not hold.
@@ -91,83 +65,17 @@ pub struct CaseResult {
     pub failures: Vec<Failure>,
     /// The last step's observed result (for reports).
     pub observed: Value,
-    /// Effects exercised by all steps.
+    /// Statements exercised by all steps, each once.
     pub hits: Vec<Hit>,
     /// Reasons carried by all steps' outcomes.
     pub reasons: Vec<String>,
-    /// Fresh denials whose statement could not be derived (should stay 0).
+    /// Fresh decisions whose cause names no statement where one must (should stay 0).
     pub unattributed: Vec<String>,
 }
 
-/// A memory store that remembers which admission check refused last, so a
-/// rate or budget denial is traced to the exact budget that produced it
-/// (two budgets may share a reason).
-#[derive(Debug, Default)]
-struct RecordingStore {
-    inner: MemoryStore,
-    refusal: Mutex<Option<(usize, String)>>,
-}
-
-impl RecordingStore {
-    fn take_refusal(&self) -> Option<(usize, String)> {
-        self.refusal.lock().ok().and_then(|mut r| r.take())
-    }
-}
-
-impl DecisionStore for RecordingStore {
-    fn replay(
-        &self,
-        key: &DecisionKey,
-        digest: &str,
-        now: Millis,
-    ) -> Result<Option<StoredDecision>, StoreError> {
-        self.inner.replay(key, digest, now)
-    }
-    fn admit(
-        &self,
-        server_id: &str,
-        checks: &[LimitCheck],
-        now: Millis,
-    ) -> Result<Admission, StoreError> {
-        let admission = self.inner.admit(server_id, checks, now)?;
-        if let Admission::Refused { index, counter, .. } = &admission
-            && let Ok(mut slot) = self.refusal.lock()
-        {
-            *slot = Some((*index, counter.clone()));
-        }
-        Ok(admission)
-    }
-    fn settle(
-        &self,
-        server_id: &str,
-        reservation: Reservation,
-        counter: &str,
-        actual: u64,
-    ) -> Result<(), StoreError> {
-        self.inner.settle(server_id, reservation, counter, actual)
-    }
-    fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
-        self.inner.record(key, decision)
-    }
-    fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError> {
-        self.inner.get(key)
-    }
-    fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
-        self.inner.purge_stale(server_id, digest, now)
-    }
-    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
-        self.inner.server_stats(server_id)
-    }
-}
-
-/// The table entry governing `server_id`, as the engine finds it: the first
-/// block whose pattern matches, else the defaults (`servers.len()`).
-pub fn entry_index(table: &Table, server_id: &str) -> usize {
-    table
-        .servers
-        .iter()
-        .position(|e| glob::matches(&e.pattern, server_id))
-        .unwrap_or(table.servers.len())
+/// The table entry a cause names (`servers.len()` for the fallback).
+fn entry_of(table: &Table, cause: &Cause) -> usize {
+    cause.block.entry.unwrap_or(table.servers.len())
 }
 
 fn block_of(table: &Table, entry: usize) -> &EffectiveBlock {
@@ -178,10 +86,13 @@ fn block_of(table: &Table, entry: usize) -> &EffectiveBlock {
 }
 
 /// Runs one case against a fresh store.
-pub fn run_case(table: &Table, case: &Case) -> CaseResult {
-    let store = Arc::new(RecordingStore::default());
+pub fn run_case(policy: &Policy, case: &Case) -> CaseResult {
     let clock = Arc::new(ManualClock::new(case.step.now));
-    let engine = Engine::new(table.clone(), store.clone(), clock.clone());
+    let engine = Engine::new(
+        policy.clone(),
+        Arc::new(MemoryStore::new()),
+        clock.clone(),
+    );
     let mut result = CaseResult {
         name: case.name.clone(),
         at: case.at.clone(),
@@ -191,46 +102,77 @@ pub fn run_case(table: &Table, case: &Case) -> CaseResult {
         reasons: Vec::new(),
         unattributed: Vec::new(),
     };
+    let mut hits = HashSet::new();
     for step in case.before.iter().chain(std::iter::once(&case.step)) {
         clock.set(step.now);
-        let observed = run_step(&engine, &store, step, &case.at, &mut result);
+        let mut exercised = Exercised {
+            table: policy.table(),
+            hits: &mut hits,
+        };
+        let observed = decide_step(&engine, step, &case.at, &mut result, &mut exercised);
         for expectation in &step.expect {
             check(&step.label, expectation, &observed, &mut result.failures);
         }
         result.observed = Value::Object(observed);
     }
-    result.hits.sort_unstable();
-    result.hits.dedup();
+    result.hits = hits.into_iter().collect();
     result.reasons.sort_unstable();
     result.reasons.dedup();
     result
 }
 
-fn run_step(
-    engine: &Engine,
-    store: &RecordingStore,
-    step: &Step,
-    case_at: &Location,
-    result: &mut CaseResult,
-) -> Map<String, Value> {
-    let mut effects = Vec::new();
-    let entry = entry_index(engine.table(), &step.server);
-    let observed = decide_step(engine, store, step, case_at, result, &mut effects);
-    result
-        .hits
-        .extend(effects.into_iter().map(|effect| Hit { entry, effect }));
-    observed
+/// What a case's decisions exercised, read from their causes. Every
+/// decision has one deciding statement; a decision that got past a step
+/// also exercised the statements of that step which let it through.
+struct Exercised<'a> {
+    table: &'a Table,
+    hits: &'a mut HashSet<Hit>,
+}
+
+impl Exercised<'_> {
+    fn hit(&mut self, entry: usize, statement: Statement) {
+        self.hits.insert(Hit { entry, statement });
+    }
+
+    /// A decision as it came from `decide` (before any consent answer).
+    /// A replayed denial exercises no statement: the decision it repeats did.
+    /// Returns the entry the decision was taken in.
+    fn decided(&mut self, cause: &Cause) -> Option<usize> {
+        if cause.step == Step::Replay {
+            return None;
+        }
+        let entry = entry_of(self.table, cause);
+        let block = block_of(self.table, entry);
+        // Step 4 let the request through: `sampling on` took part (it is
+        // evaluated before `tools`), and `tools on` when the request got
+        // past both switches. `sampling off` and `tools off` are credited
+        // only when they deny: the cause names them.
+        let past_switches = cause.step > Step::Switches;
+        if block.sampling.enabled && (past_switches || cause.statement == Some(Statement::Tools)) {
+            self.hit(entry, Statement::Sampling);
+        }
+        if block.tools.enabled && past_switches {
+            self.hit(entry, Statement::Tools);
+        }
+        match cause.statement {
+            // The trims are credited from the grant's annotations
+            // ([`trims_hits`]): a request may be narrowed by several, and
+            // the cause names the first only.
+            Some(Statement::MaxContext | Statement::MaxTokens | Statement::Models) | None => {}
+            Some(statement) => self.hit(entry, statement),
+        }
+        Some(entry)
+    }
 }
 
 fn decide_step(
     engine: &Engine,
-    store: &RecordingStore,
-    step: &Step,
+    step: &CaseStep,
     case_at: &Location,
     result: &mut CaseResult,
-    effects: &mut Vec<Effect>,
+    exercised: &mut Exercised<'_>,
 ) -> Map<String, Value> {
-    let table = engine.table();
+    let table = exercised.table;
     let ctx = ClientContext::with_sampling_context(step.sampling_context);
     let mut observed = Map::new();
     let problem = |result: &mut CaseResult, note: String| {
@@ -244,20 +186,13 @@ fn decide_step(
             detail: None,
         });
     };
-    store.take_refusal();
-    let (request, decision) = match engine.decide_bytes(&step.server, &step.bytes, &ctx) {
-        Answer::Invalid { frame, code } => {
-            let frame: Value = serde_json::from_str(&frame).unwrap_or(Value::String(frame));
+    let (request, decision) = match engine.decide(&step.server, &step.bytes, &ctx) {
+        Answer::Invalid(rejection) => {
             observed.insert("outcome".into(), "invalid".into());
-            observed.insert("code".into(), Value::from(code));
-            if let Some(error) = frame.get("error") {
-                for key in ["message", "data"] {
-                    if let Some(v) = error.get(key) {
-                        observed.insert(key.into(), v.clone());
-                    }
-                }
-            }
-            observed.insert("frame".into(), frame);
+            observed.insert("code".into(), Value::from(rejection.code()));
+            // A validation error carries no `data`.
+            observed.insert("message".into(), rejection.error.to_string().into());
+            observed.insert("frame".into(), frame_value(&rejection.reply()));
             if step.deadline_missed {
                 problem(
                     result,
@@ -266,205 +201,178 @@ fn decide_step(
             }
             return observed;
         }
-        Answer::Failed { frame, error } => {
+        Answer::Failed { reply, error } => {
             observed.insert("outcome".into(), "error".into());
             observed.insert("message".into(), error.to_string().into());
-            observed.insert(
-                "frame".into(),
-                serde_json::from_str(&frame).unwrap_or(Value::String(frame)),
-            );
+            observed.insert("frame".into(), frame_value(&reply));
             return observed;
         }
         Answer::Decided { request, decision } => (request, decision),
     };
-    let entry = entry_index(table, &step.server);
-    let block = block_of(table, entry);
-    let mut hit = |effect: Effect| effects.push(effect);
-
-    let replayed_denial = matches!(&decision, Decision::Deny(d) if d.replayed);
-    let tools = carries_tools(&request.params);
-    if !replayed_denial && block.sampling.enabled {
-        hit(Effect::Sampling);
-        if tools && block.tools.enabled {
-            hit(Effect::Tools);
-        }
-    }
-
-    // A fresh denial straight from `decide`: trace it to its statement.
-    if let Decision::Deny(denial) = &decision
-        && !denial.replayed
+    let cause = decision.cause();
+    let fresh_entry = exercised.decided(&cause);
+    if fresh_entry.is_some()
+        && cause.statement.is_none()
+        && matches!(&decision, Decision::Deny(_))
     {
-        match attribute_denial(block, store.take_refusal(), &request.params, &denial.reason) {
-            Some(effect) => hit(effect),
-            None => result.unattributed.push(format!(
-                "{}: `{}` for {}",
-                step.label, denial.reason, step.server
-            )),
-        }
+        result.unattributed.push(format!(
+            "{}: a denial for {} names no statement",
+            step.label, step.server
+        ));
     }
+    let entry = entry_of(table, &cause);
+    let block = block_of(table, entry);
 
     let mut consent_asked = false;
     let mut approved = false;
-    let decision = match decision {
+    let grant = match decision {
+        Decision::Deny(denial) => {
+            observed.insert("consent_asked".into(), false.into());
+            denied(&denial, step, case_at, request.id.as_ref(), result, &mut observed);
+            return observed;
+        }
+        Decision::Allow(grant) | Decision::Trim(grant) => grant,
         Decision::NeedsConsent(pending) => {
             consent_asked = true;
-            hit(Effect::Consent);
             match step.consent {
                 None => {
                     let annotations = pending.annotations().clone();
                     trims_hits(
                         table,
-                        block,
+                        entry,
                         &request.params,
                         &annotations,
                         step.sampling_context,
-                        &mut hit,
+                        exercised,
                     );
-                    let mut params = request.params.clone();
-                    pending.lowered().apply(&mut params);
                     observed.insert("outcome".into(), "consent".into());
                     observed.insert("consent_asked".into(), true.into());
                     observed.insert("meta".into(), Value::Object(annotations.to_meta()));
-                    observed.insert("params".into(), Value::Object(params));
+                    observed.insert(
+                        "params".into(),
+                        Value::Object(pending.params(&request.params)),
+                    );
                     let reasons = trim_reasons(&annotations);
                     result.reasons.extend(reasons.iter().cloned());
                     observed.insert("reasons".into(), json!(reasons));
                     if step.deadline_missed {
                         problem(result, "`deadline_missed`: consent is pending (no `consent` answer), so nothing was granted".into());
                     }
+                    // Dropped unanswered: its reservation stays counted.
+                    drop(pending);
                     return observed;
                 }
-                Some(answer) => {
-                    approved = answer;
-                    match engine.resolve_consent(pending, answer) {
-                        Ok(decision) => decision,
-                        Err(error) => {
-                            problem(result, format!("resolving consent failed: {error}"));
-                            observed.insert("outcome".into(), "error".into());
-                            return observed;
-                        }
+                Some(true) => match pending.approve() {
+                    Ok(grant) => {
+                        approved = true;
+                        grant
                     }
-                }
+                    Err(error) => {
+                        problem(result, format!("resolving consent failed: {error}"));
+                        observed.insert("outcome".into(), "error".into());
+                        return observed;
+                    }
+                },
+                Some(false) => match pending.refuse() {
+                    Ok(denial) => {
+                        observed.insert("consent_asked".into(), true.into());
+                        denied(&denial, step, case_at, request.id.as_ref(), result, &mut observed);
+                        return observed;
+                    }
+                    Err(error) => {
+                        problem(result, format!("resolving consent failed: {error}"));
+                        observed.insert("outcome".into(), "error".into());
+                        return observed;
+                    }
+                },
             }
         }
-        other => other,
     };
     observed.insert("consent_asked".into(), consent_asked.into());
 
-    match decision {
-        Decision::Deny(denial) => {
-            deny_fields(&denial, request.id.as_ref(), &mut observed);
-            result.reasons.push(denial.reason.to_string());
-            if step.deadline_missed {
-                problem(
-                    result,
-                    format!(
-                        "`deadline_missed`: the request was denied ({}), so nothing was granted",
-                        denial.reason
-                    ),
-                );
-            }
-        }
-        Decision::Allow(grant) | Decision::Trim(grant) => {
-            if !consent_asked && block.consent == Consent::Never {
-                hit(Effect::Consent);
-            }
-            trims_hits(
-                table,
-                block,
-                &request.params,
-                &grant.annotations,
-                step.sampling_context,
-                &mut hit,
+    // Step 9 let the request through unasked: `consent never` took part.
+    if !consent_asked && block.consent == Consent::Never {
+        exercised.hit(entry, Statement::Consent);
+    }
+    trims_hits(
+        table,
+        entry,
+        &request.params,
+        grant.annotations(),
+        step.sampling_context,
+        exercised,
+    );
+    grant_fields(&grant, &request.params, request.id.as_ref(), &mut observed);
+    let reasons = trim_reasons(grant.annotations());
+    result.reasons.extend(reasons.iter().cloned());
+    let consented = approved || (grant.replayed() && block.consent != Consent::Never);
+    if consented {
+        result
+            .reasons
+            .push(mcpolicy_runtime::table::builtin::USER_APPROVED.to_owned());
+        if reasons.is_empty() {
+            observed.insert(
+                "reason".into(),
+                mcpolicy_runtime::table::builtin::USER_APPROVED.into(),
             );
-            grant_fields(&grant, &request.params, request.id.as_ref(), &mut observed);
-            let reasons = trim_reasons(&grant.annotations);
-            result.reasons.extend(reasons.iter().cloned());
-            let consented = approved || (grant.replayed && block.consent != Consent::Never);
-            if consented {
-                result
-                    .reasons
-                    .push(mcpolicy_runtime::table::builtin::USER_APPROVED.to_owned());
-                if reasons.is_empty() {
-                    observed.insert(
-                        "reason".into(),
-                        mcpolicy_runtime::table::builtin::USER_APPROVED.into(),
-                    );
-                }
-            }
-            if let Some(usage) = step.usage
-                && let Err(error) = engine.settle(&grant.ticket, usage)
-            {
-                problem(result, format!("settling usage {usage} failed: {error}"));
-            }
-            if step.deadline_missed {
-                match engine.report_deadline_miss(&grant.ticket) {
-                    Ok(denial) => {
-                        hit(Effect::Deadline);
-                        observed.clear();
-                        observed.insert("consent_asked".into(), consent_asked.into());
-                        deny_fields(&denial, request.id.as_ref(), &mut observed);
-                        result.reasons.push(denial.reason.to_string());
-                    }
-                    Err(error) => problem(
-                        result,
-                        format!("reporting the deadline miss failed: {error}"),
-                    ),
-                }
-            }
         }
-        Decision::NeedsConsent(_) => {
-            // resolve_consent never asks again.
-            problem(result, "consent was asked twice for one request".into());
+    }
+    if step.deadline_missed {
+        // The miss is reported instead of a completion: the usage of a
+        // completion that never came is not settled.
+        if let Some(usage) = step.usage {
+            problem(
+                result,
+                format!("`usage = {usage}` with `deadline_missed`: a missed deadline settles nothing"),
+            );
         }
+        match grant.deadline_missed() {
+            Ok(denial) => {
+                exercised.decided(&denial.cause());
+                observed.clear();
+                observed.insert("consent_asked".into(), consent_asked.into());
+                deny_fields(&denial, request.id.as_ref(), &mut observed);
+                result.reasons.push(denial.reason().to_owned());
+            }
+            Err(error) => problem(
+                result,
+                format!("reporting the deadline miss failed: {error}"),
+            ),
+        }
+    } else if let Some(usage) = step.usage
+        && let Err(error) = grant.complete(usage)
+    {
+        problem(result, format!("settling usage {usage} failed: {error}"));
     }
     observed
 }
 
-/// Which statement a fresh denial from `decide` came from: the store names
-/// the refusing admission check (rate first, then budgets in block order);
-/// otherwise the engine's order of switches and input limits decides, and
-/// the derived statement's reason must be the one the engine gave.
-fn attribute_denial(
-    block: &EffectiveBlock,
-    refusal: Option<(usize, String)>,
-    params: &Map<String, Value>,
-    reason: &str,
-) -> Option<Effect> {
-    if let Some((index, counter)) = refusal {
-        let has_rate = usize::from(block.rate.is_some());
-        if counter == "rate" {
-            return block
-                .rate
-                .as_ref()
-                .filter(|r| r.reason == reason)
-                .map(|_| Effect::Rate);
-        }
-        let budget = index.checked_sub(has_rate)?;
-        return block
-            .budgets
-            .get(budget)
-            .filter(|b| b.reason == reason)
-            .map(|_| Effect::Budget(budget));
+/// A denial from `decide` or from the user's refusal: its fields, its
+/// reason, and a `deadline_missed` that cannot apply.
+fn denied(
+    denial: &Denial,
+    step: &CaseStep,
+    case_at: &Location,
+    id: Option<&Value>,
+    result: &mut CaseResult,
+    observed: &mut Map<String, Value>,
+) {
+    deny_fields(denial, id, observed);
+    result.reasons.push(denial.reason().to_owned());
+    if step.deadline_missed {
+        result.failures.push(Failure {
+            step: step.label.clone(),
+            field: "run".to_owned(),
+            expected: None,
+            actual: None,
+            at: case_at.clone(),
+            note: Some(format!(
+                "`deadline_missed`: the request was denied ({}), so nothing was granted",
+                denial.reason()
+            )),
+            detail: None,
+        });
     }
-    let (effect, expected) = if !block.sampling.enabled {
-        (Effect::Sampling, block.sampling.reason.as_str())
-    } else if !block.tools.enabled && carries_tools(params) {
-        (Effect::Tools, block.tools.reason.as_str())
-    } else if let Some(limit) = block.max_messages.as_ref().filter(|l| {
-        let count = params
-            .get("messages")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len) as u64;
-        count > l.max
-    }) {
-        (Effect::MaxMessages, limit.reason.as_str())
-    } else if let Some(limit) = &block.max_input {
-        (Effect::MaxInput, limit.reason.as_str())
-    } else {
-        return None;
-    };
-    (expected == reason).then_some(effect)
 }
 
 /// Trims the grant carries, traced to `max_context`, `max_tokens`, `models`.
@@ -476,27 +384,28 @@ fn attribute_denial(
 /// request for `allServers` through untouched.
 fn trims_hits(
     table: &Table,
-    block: &EffectiveBlock,
+    entry: usize,
     params: &Map<String, Value>,
     annotations: &Annotations,
     sampling_context: bool,
-    hit: &mut impl FnMut(Effect),
+    exercised: &mut Exercised<'_>,
 ) {
+    let block = block_of(table, entry);
     let protocol_rule = table.protocol >= ProtocolRevision::V2026_07_28 && !sampling_context;
     if let Some(context) = &annotations.context {
         if !protocol_rule || context.applied == block.max_context {
-            hit(Effect::MaxContext);
+            exercised.hit(entry, Statement::MaxContext);
         }
     } else if block.max_context == ContextScope::AllServers
         && params.get("includeContext").and_then(Value::as_str) == Some("allServers")
     {
-        hit(Effect::MaxContext);
+        exercised.hit(entry, Statement::MaxContext);
     }
     if annotations.max_tokens.is_some() {
-        hit(Effect::MaxTokens);
+        exercised.hit(entry, Statement::MaxTokens);
     }
     if annotations.model.is_some() {
-        hit(Effect::Models);
+        exercised.hit(entry, Statement::Models);
     }
 }
 
@@ -510,21 +419,25 @@ fn trim_reasons(annotations: &Annotations) -> Vec<String> {
         .collect()
 }
 
+/// The reply bytes as JSON, for `frame` expectations: a test file states
+/// what the far side receives, so this is the one place the bytes are read
+/// back (every other field comes from the runtime's typed values).
+fn frame_value(reply: &[u8]) -> Value {
+    serde_json::from_slice(reply)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(reply).into_owned()))
+}
+
 fn deny_fields(denial: &Denial, id: Option<&Value>, observed: &mut Map<String, Value>) {
-    let frame_text = denial.frame(id);
-    let frame: Value = serde_json::from_str(&frame_text).unwrap_or(Value::String(frame_text));
-    let data: Value = serde_json::from_str(&denial.data)
-        .unwrap_or_else(|_| Value::String(denial.data.to_string()));
     observed.insert("outcome".into(), "deny".into());
-    observed.insert("reason".into(), Value::from(&*denial.reason));
-    observed.insert("reasons".into(), json!([&*denial.reason]));
-    observed.insert("code".into(), Value::from(denial.code));
+    observed.insert("reason".into(), Value::from(denial.reason()));
+    observed.insert("reasons".into(), json!([denial.reason()]));
+    observed.insert("code".into(), Value::from(denial.code()));
     observed.insert("message".into(), denial.message().into());
-    observed.insert("retryable".into(), denial.retryable.into());
-    observed.insert("replayed".into(), denial.replayed.into());
-    observed.insert("represented".into(), Value::from(denial.represented));
-    observed.insert("data".into(), data);
-    observed.insert("frame".into(), frame);
+    observed.insert("retryable".into(), denial.retryable().into());
+    observed.insert("replayed".into(), denial.replayed().into());
+    observed.insert("represented".into(), Value::from(denial.represented()));
+    observed.insert("data".into(), denial.data().to_value());
+    observed.insert("frame".into(), frame_value(&denial.reply(id)));
 }
 
 fn grant_fields(
@@ -534,10 +447,10 @@ fn grant_fields(
     observed: &mut Map<String, Value>,
 ) {
     let params = grant.params(original);
-    let reasons = trim_reasons(&grant.annotations);
+    let reasons = trim_reasons(grant.annotations());
     observed.insert(
         "outcome".into(),
-        if grant.annotations.is_empty() {
+        if grant.annotations().is_empty() {
             "allow"
         } else {
             "trim"
@@ -548,14 +461,14 @@ fn grant_fields(
         observed.insert("reason".into(), reasons[0].clone().into());
     }
     observed.insert("reasons".into(), json!(reasons));
-    observed.insert("replayed".into(), grant.replayed.into());
-    if let Some(ms) = grant.deadline_ms {
+    observed.insert("replayed".into(), grant.replayed().into());
+    if let Some(ms) = grant.deadline_ms() {
         observed.insert("deadline_ms".into(), Value::from(ms));
     }
-    observed.insert("meta".into(), Value::Object(grant.annotations.to_meta()));
+    observed.insert("meta".into(), Value::Object(grant.annotations().to_meta()));
     let frame = match id {
         Some(id) => {
-            json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params})
+            json!({"jsonrpc": "2.0", "id": id, "method": jsonrpc::SAMPLING_METHOD, "params": params})
         }
         None => Value::Object(params.clone()),
     };
