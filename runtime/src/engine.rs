@@ -299,7 +299,6 @@ impl Ticket {
 /// Dropping it (a completion abandoned, a provider failure with unknown
 /// usage) keeps its reservation counted, the safe side.
 #[derive(Debug)]
-#[must_use = "a grant is completed with its usage or reported as a missed deadline"]
 pub struct Grant {
     ticket: Ticket,
     deadline_ms: Option<u64>,
@@ -364,6 +363,12 @@ impl Grant {
         &self.ticket.identity
     }
 
+    /// The store's handle of what the admission counted
+    /// ([`Reservation::NONE`] when the block has neither rate nor budgets).
+    pub fn reservation(&self) -> Reservation {
+        self.ticket.reservation
+    }
+
     /// The model globs (`models`) the request may run on, `None` when the
     /// block allows any. The client picks its model from these, whether or
     /// not the request carried hints.
@@ -406,7 +411,6 @@ impl Grant {
 /// reservation until it is approved, refused or abandoned (dropped
 /// unresolved, it keeps it).
 #[derive(Debug)]
-#[must_use = "a consent is approved, refused or abandoned"]
 pub struct PendingConsent {
     grant: Grant,
 }
