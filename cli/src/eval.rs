@@ -13,8 +13,8 @@ use std::sync::Arc;
 use clap::ValueEnum;
 use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock, parse_rfc3339};
 use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Denial};
-use mcpolicy_runtime::{Engine, jsonrpc};
 use mcpolicy_runtime::store::{DecisionStore, MemoryStore, SqliteStore};
+use mcpolicy_runtime::{Engine, jsonrpc};
 use serde_json::{Value, json};
 
 use super::identity::{read_request, refuse};

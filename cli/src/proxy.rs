@@ -13,8 +13,8 @@ use std::sync::Arc;
 use mcpolicy_proxy::log::{Audit, Log};
 use mcpolicy_proxy::session::Session;
 use mcpolicy_proxy::{self as proxy, default_store_path, server_id};
-use mcpolicy_runtime::clock::SystemClock;
 use mcpolicy_runtime::Engine;
+use mcpolicy_runtime::clock::SystemClock;
 use mcpolicy_runtime::store::SqliteStore;
 
 use super::policy::{LoadFailure, load_policy};

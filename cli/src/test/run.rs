@@ -88,11 +88,7 @@ fn block_of(table: &Table, entry: usize) -> &EffectiveBlock {
 /// Runs one case against a fresh store.
 pub fn run_case(policy: &Policy, case: &Case) -> CaseResult {
     let clock = Arc::new(ManualClock::new(case.step.now));
-    let engine = Engine::new(
-        policy.clone(),
-        Arc::new(MemoryStore::new()),
-        clock.clone(),
-    );
+    let engine = Engine::new(policy.clone(), Arc::new(MemoryStore::new()), clock.clone());
     let mut result = CaseResult {
         name: case.name.clone(),
         at: case.at.clone(),
@@ -211,9 +207,7 @@ fn decide_step(
     };
     let cause = decision.cause();
     let fresh_entry = exercised.decided(&cause);
-    if fresh_entry.is_some()
-        && cause.statement.is_none()
-        && matches!(&decision, Decision::Deny(_))
+    if fresh_entry.is_some() && cause.statement.is_none() && matches!(&decision, Decision::Deny(_))
     {
         result.unattributed.push(format!(
             "{}: a denial for {} names no statement",
@@ -228,7 +222,14 @@ fn decide_step(
     let grant = match decision {
         Decision::Deny(denial) => {
             observed.insert("consent_asked".into(), false.into());
-            denied(&denial, step, case_at, request.id.as_ref(), result, &mut observed);
+            denied(
+                &denial,
+                step,
+                case_at,
+                request.id.as_ref(),
+                result,
+                &mut observed,
+            );
             return observed;
         }
         Decision::Allow(grant) | Decision::Trim(grant) => grant,
@@ -276,7 +277,14 @@ fn decide_step(
                 Some(false) => match pending.refuse() {
                     Ok(denial) => {
                         observed.insert("consent_asked".into(), true.into());
-                        denied(&denial, step, case_at, request.id.as_ref(), result, &mut observed);
+                        denied(
+                            &denial,
+                            step,
+                            case_at,
+                            request.id.as_ref(),
+                            result,
+                            &mut observed,
+                        );
                         return observed;
                     }
                     Err(error) => {
@@ -323,7 +331,9 @@ fn decide_step(
         if let Some(usage) = step.usage {
             problem(
                 result,
-                format!("`usage = {usage}` with `deadline_missed`: a missed deadline settles nothing"),
+                format!(
+                    "`usage = {usage}` with `deadline_missed`: a missed deadline settles nothing"
+                ),
             );
         }
         match grant.deadline_missed() {
