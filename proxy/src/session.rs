@@ -1968,6 +1968,28 @@ server "tight" {
         );
     }
 
+    /// An `inputRequests` key spelt `method` beside a sampling entry: a
+    /// client reads every key as an entry, so the entry is decided (here
+    /// refused under `sampling off`), never forwarded undecided. The fuzzer's
+    /// oracle found it once it read the map on its own.
+    #[test]
+    fn an_input_requests_key_named_method_hides_no_entry() {
+        let rig = rig("off");
+        let result = json!({"jsonrpc": "2.0", "id": "a", "result": {
+            "resultType": "input_required", "requestState": "s",
+            "inputRequests": {
+                "k0": parse(SAMPLE),
+                "method": {"status": "working", "taskId": "t1"}}}});
+        rig.session.from_server(result.to_string().as_bytes());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], "a", "{answer}");
+        assert_eq!(
+            answer["error"]["data"]["reason"],
+            "policy.sampling_disabled"
+        );
+        assert!(rig.server.take().is_empty());
+    }
+
     #[test]
     fn input_required_trim_is_annotated_in_the_retry() {
         let rig = rig("any");

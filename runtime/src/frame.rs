@@ -444,9 +444,12 @@ impl InputRequest<'_> {
 /// map from server-assigned keys to requests; a list is accepted too, keyed
 /// by index. Anything else yields no entries.
 pub(crate) fn input_requests(result: &Value) -> Vec<InputRequest<'_>> {
-    let requests = match result.get("inputRequests") {
-        Some(inner) => inner,
-        None => result,
+    // Under a result's `inputRequests` member every key is an entry, a key
+    // spelt `method` included: a client reads the map that way, so an entry
+    // beside such a key must still be decided (`sampling off` was bypassed).
+    let (requests, member) = match result.get("inputRequests") {
+        Some(inner) => (inner, true),
+        None => (result, false),
     };
     fn make(key: String, entry: &Value) -> InputRequest<'_> {
         InputRequest {
@@ -456,7 +459,8 @@ pub(crate) fn input_requests(result: &Value) -> Vec<InputRequest<'_>> {
         }
     }
     match requests {
-        Value::Object(map) if !map.contains_key("method") => {
+        // Given directly, an object with a `method` is one request, not a map.
+        Value::Object(map) if member || !map.contains_key("method") => {
             map.iter().map(|(k, v)| make(k.clone(), v)).collect()
         }
         Value::Array(list) => list
