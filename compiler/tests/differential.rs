@@ -3,17 +3,18 @@
 //! written as JSON and loaded back with `Table::from_json`) and executed by
 //! the runtime's `Engine`, and the same policy text is interpreted directly
 //! from its checked syntax tree by `differential/interp.rs`, a reference
-//! written from DESIGN.md that shares no code with the model, the lowering
-//! or the engine. Three engines run in lockstep, each over its own store:
-//! a `MemoryStore` and an `SqliteStore` fed JSON-RPC requests
-//! (`decide_bytes`; the SQLite store takes the engine's one-transaction
-//! `replay_then_admit` path, the memory store the two-call path), and a
-//! `MemoryStore` fed the same requests as MCP 2026-07-28
-//! `InputRequiredResult` entries (`decide_input_required`).
+//! written from the specification that shares no code with the model, the
+//! lowering or the engine. Three engines run in lockstep, each over its own
+//! store: a `MemoryStore` and an `SqliteStore` fed JSON-RPC requests
+//! (`Engine::decide`; each store implements the one atomic
+//! `replay_or_admit`), and a `MemoryStore` fed the same requests as MCP
+//! 2026-07-28 `InputRequiredResult` entries (`decide_input_required`).
 //!
 //! Over a random sequence of requests from a few server ids, user answers
-//! (approve, refuse, never), token settlements, deadline misses and clock
-//! advances, every engine must agree with the interpreter at every step on:
+//! (approve, refuse, never), token settlements (`Grant::complete`), deadline
+//! misses (`Grant::deadline_missed`, which settles nothing: a grant ends one
+//! way) and clock advances, every engine must agree with the interpreter at
+//! every step on:
 //! validation class and code, verdict, reason, error code, `retryable`,
 //! `error.data` (with `resetsAt`/`retryAfter`), replay and `represented`,
 //! whether consent was asked, every trim (requested/applied), the params the
@@ -58,16 +59,15 @@ use std::sync::Arc;
 
 use mcpolicy_compiler::codes::Severity;
 use mcpolicy_compiler::db::{self, Database, SourceText};
+use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{
-    Answer as EngineAnswer, ClientContext, Decision, Denial, Engine, Grant, InputOutcome,
+    Answer as EngineAnswer, ClientContext, Decision, Denial, Grant, InputOutcome,
 };
 use mcpolicy_runtime::frame::Annotations;
-use mcpolicy_runtime::identity;
 use mcpolicy_runtime::store::{
     DecisionKey, DecisionStore, MemoryStore, SqliteOptions, SqliteStore, Verdict,
 };
-use mcpolicy_runtime::table::Table;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
 use serde_json::Value;
@@ -76,7 +76,12 @@ use interp::{Answer, DenyView, GrantView, Observed, Policy, State};
 
 /// The policy compiled as `mcpc compile` would, and its syntax tree;
 /// `None` when the checker finds an error.
-fn compile(text: &str) -> Option<(Table, mcpolicy_compiler::syntax::SourceFile)> {
+fn compile(
+    text: &str,
+) -> Option<(
+    mcpolicy_runtime::Policy,
+    mcpolicy_compiler::syntax::SourceFile,
+)> {
     let db = Database::default();
     let source = SourceText::new(&db, "random.mcpolicy".into(), text.to_owned());
     if db::diagnostics(&db, source)
@@ -87,8 +92,9 @@ fn compile(text: &str) -> Option<(Table, mcpolicy_compiler::syntax::SourceFile)>
     }
     let table = db::lower_file(&db, source).clone()?;
     // Through the table's file form, exactly as the runtime loads it.
-    let table = Table::from_json(table.to_json().as_bytes()).expect("a lowered table verifies");
-    Some((table, db::parse_file(&db, source).file.clone()))
+    let policy = mcpolicy_runtime::Policy::from_json(table.to_json().as_bytes())
+        .expect("a lowered table verifies");
+    Some((policy, db::parse_file(&db, source).file.clone()))
 }
 
 fn scope_name(scope: mcpolicy_runtime::table::ContextScope) -> String {
@@ -98,12 +104,13 @@ fn scope_name(scope: mcpolicy_runtime::table::ContextScope) -> String {
 fn deny_view(denial: &Denial, consent_asked: bool) -> DenyView {
     DenyView {
         consent_asked,
-        reason: denial.reason.to_string(),
-        code: denial.code,
-        retryable: denial.retryable,
-        data: serde_json::from_str(&denial.data).unwrap_or(Value::Null),
-        replayed: denial.replayed,
-        represented: denial.represented,
+        reason: denial.reason().to_owned(),
+        code: i64::from(denial.code()),
+        retryable: denial.retryable(),
+        // The typed data, not the reply's bytes read back.
+        data: denial.data().to_value(),
+        replayed: denial.replayed(),
+        represented: denial.represented(),
     }
 }
 
@@ -126,12 +133,12 @@ fn grant_view(
     let mut view = GrantView {
         consent_asked,
         pending: false,
-        replayed: grant.replayed,
-        deadline_ms: grant.deadline_ms,
+        replayed: grant.replayed(),
+        deadline_ms: grant.deadline_ms(),
         params: Value::Object(grant.params(params)),
         ..GrantView::default()
     };
-    trims(&mut view, &grant.annotations);
+    trims(&mut view, grant.annotations());
     view
 }
 
@@ -148,8 +155,9 @@ fn engine_step(
     let (request, decision) = match path {
         Path::Request => {
             let bytes = serde_json::to_vec(request).expect("a Value serialises");
-            match engine.decide_bytes(server, &bytes, ctx) {
-                EngineAnswer::Invalid { code, .. } => {
+            match engine.decide(server, &bytes, ctx) {
+                EngineAnswer::Invalid(rejection) => {
+                    let code = i64::from(rejection.code());
                     return (Observed::Invalid { code }, None, None);
                 }
                 EngineAnswer::Failed { error, .. } => panic!("the store failed: {error}"),
@@ -171,7 +179,8 @@ fn engine_step(
                 .expect("a well-formed InputRequiredResult");
             assert_eq!(decided.len(), 1, "one entry in, one decision out");
             match decided.remove(0).outcome {
-                InputOutcome::Invalid { code, .. } => {
+                InputOutcome::Invalid(error) => {
+                    let code = i64::from(error.code());
                     return (Observed::Invalid { code }, None, None);
                 }
                 InputOutcome::Decided { request, decision } => (request, decision),
@@ -182,7 +191,7 @@ fn engine_step(
     };
     let key = DecisionKey::new(
         server,
-        identity::request_identity(server, &request.params, &engine.table().identity).into_string(),
+        engine.identity(server, &request.params).into_string(),
     );
     let (decision, asked) = match decision {
         Decision::NeedsConsent(pending) => match answer {
@@ -193,27 +202,27 @@ fn engine_step(
                     ..GrantView::default()
                 };
                 trims(&mut view, pending.annotations());
-                let mut params = request.params.clone();
-                pending.lowered().apply(&mut params);
-                view.params = Value::Object(params);
+                view.params = Value::Object(pending.params(&request.params));
                 return (Observed::Grant(view), None, Some(key));
             }
-            Answer::Approve | Answer::Refuse => (
-                engine
-                    .resolve_consent(pending, answer == Answer::Approve)
-                    .expect("the memory store does not fail"),
+            Answer::Approve => (
+                Ok(pending.approve().expect("the store does not fail")),
+                true,
+            ),
+            Answer::Refuse => (
+                Err(pending.refuse().expect("the store does not fail")),
                 true,
             ),
         },
-        other => (other, false),
+        Decision::Allow(grant) | Decision::Trim(grant) => (Ok(grant), false),
+        Decision::Deny(denial) => (Err(denial), false),
     };
     match decision {
-        Decision::Deny(denial) => (Observed::Deny(deny_view(&denial, asked)), None, Some(key)),
-        Decision::Allow(grant) | Decision::Trim(grant) => {
+        Err(denial) => (Observed::Deny(deny_view(&denial, asked)), None, Some(key)),
+        Ok(grant) => {
             let view = grant_view(&grant, &request.params, asked);
             (Observed::Grant(view), Some(grant), Some(key))
         }
-        Decision::NeedsConsent(_) => panic!("resolve_consent asked again"),
     }
 }
 
@@ -232,7 +241,7 @@ fn memory_agrees(
         .expect("the memory store does not fail")
         .filter(|d| !d.is_expired(now))
         // A decision made under another block digest is dead (a replay misses it).
-        .filter(|d| *d.digest == *engine.table().entry_for(&ekey.server_id).digest);
+        .filter(|d| *d.digest == *engine.policy().table().entry_for(&ekey.server_id).digest);
     match (mine, theirs) {
         (None, None) => Ok(()),
         (Some(m), Some(t)) => {
@@ -287,7 +296,7 @@ fn tally(observed: &Observed) {
 /// How a request reaches the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
-    /// A server-to-client JSON-RPC request (`decide_bytes`).
+    /// A server-to-client JSON-RPC request (`Engine::decide`).
     Request,
     /// An entry of an MCP 2026-07-28 `InputRequiredResult`
     /// (`decide_input_required`); only for a well-formed envelope, whose
@@ -304,7 +313,7 @@ struct Engines {
 }
 
 impl Engines {
-    fn new(table: &Table, start: i64) -> Engines {
+    fn new(policy: &mcpolicy_runtime::Policy, start: i64) -> Engines {
         // A RAM disk where there is one: the SQLite store's fsyncs at open
         // would otherwise cost more than the whole run.
         let shm = std::path::Path::new("/dev/shm");
@@ -336,17 +345,17 @@ impl Engines {
             engines: Vec::new(),
             _dir: dir,
         };
-        engines.load(table);
+        engines.load(policy);
         engines
     }
 
-    /// A (new) table over the same stores, as a client does after an edit.
-    fn load(&mut self, table: &Table) {
+    /// A (new) policy over the same stores, as a client does after an edit.
+    fn load(&mut self, policy: &mcpolicy_runtime::Policy) {
         self.engines = self
             .stores
             .iter()
             .map(|(name, path, store)| {
-                let engine = Engine::new(table.clone(), store.clone(), self.clock.clone());
+                let engine = Engine::new(policy.clone(), store.clone(), self.clock.clone());
                 (*name, *path, engine)
             })
             .collect();
@@ -440,7 +449,7 @@ fn differential(
             if *path == Path::InputRequest && !envelope_ok {
                 continue;
             }
-            let theirs = engine_step(engine, *path, server, request, &ctx, *answer);
+            let mut theirs = engine_step(engine, *path, server, request, &ctx, *answer);
             prop_assert_eq!(
                 &mine.observed,
                 &theirs.0,
@@ -454,20 +463,20 @@ fn differential(
             if let (Some(ikey), Some(ekey)) = (mine.key.clone(), theirs.2.clone()) {
                 keys.insert(ikey, ekey);
             }
-            // What a granted request reports back.
-            let (Some(grant), Observed::Grant(view)) = (&theirs.1, &mine.observed) else {
+            // What a granted request reports back: its deadline missed, or
+            // its usage (a grant ends one way).
+            let (Some(grant), Observed::Grant(view)) = (theirs.1.take(), &mine.observed) else {
                 continue;
             };
             if view.pending {
                 continue;
             }
-            if let Some(usage) = usage {
-                engine.settle(&grant.ticket, *usage).expect("settle");
-            }
-            if *missed {
-                let denial = engine
-                    .report_deadline_miss(&grant.ticket)
-                    .expect("deadline miss");
+            if !*missed {
+                if let Some(usage) = usage {
+                    grant.complete(*usage).expect("settle");
+                }
+            } else {
+                let denial = grant.deadline_missed().expect("deadline miss");
                 let ikey = mine.key.clone().expect("a decided request has a key");
                 let expected = deadline
                     .get_or_insert_with(|| state.deadline_missed(&policy, &ikey, now))
@@ -482,6 +491,7 @@ fn differential(
             }
         }
         if let (Some(usage), Some(admitted)) = (usage, &mine.admitted)
+            && !*missed
             && matches!(&mine.observed, Observed::Grant(v) if !v.pending)
         {
             state.settle(admitted, *usage);
@@ -589,15 +599,23 @@ fn outcome_coverage() {
 
 /// One engine over a memory store for `text`, at `now`.
 fn engine_for(text: &str, store: Arc<MemoryStore>, clock: Arc<ManualClock>) -> Engine {
-    let (table, _) = compile(text).expect("the policy checks clean");
-    Engine::new(table, store, clock)
+    let (policy, _) = compile(text).expect("the policy checks clean");
+    Engine::new(policy, store, clock)
+}
+
+/// The reason of a denial.
+fn deny_reason(decision: &Decision) -> Option<&str> {
+    match decision {
+        Decision::Deny(denial) => Some(denial.reason()),
+        _ => None,
+    }
 }
 
 fn decide(engine: &Engine, server: &str, params: Value) -> Decision {
     let request = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
     });
-    match engine.decide_bytes(
+    match engine.decide(
         server,
         request.to_string().as_bytes(),
         &ClientContext::default(),
@@ -624,15 +642,9 @@ fn redeclaring_policy_deadline_invalidates_servers_without_a_deadline() {
     let Decision::Allow(grant) = decide(&engine, "notes", params.clone()) else {
         panic!("allowed at first");
     };
-    let denial = engine
-        .report_deadline_miss(&grant.ticket)
-        .expect("a miss is recorded");
-    assert_eq!(&*denial.reason, "policy.deadline");
-    assert!(
-        decide(&engine, "notes", params.clone())
-            .deny_reason()
-            .is_some()
-    );
+    let denial = grant.deadline_missed().expect("a miss is recorded");
+    assert_eq!(denial.reason(), "policy.deadline");
+    assert!(deny_reason(&decide(&engine, "notes", params.clone())).is_some());
     // The edit: `policy.deadline` is now retryable after 30 s. The denial
     // stored under the old meaning must not answer any more.
     let engine = engine_for(after, store, clock);
@@ -665,11 +677,11 @@ fn shared_tools_reason_input_denial_is_replayed() {
         return;
     };
     let params = serde_json::json!({"messages": [{"role": "user", "content": {"type": "text", "text": "a"}}, {"role": "user", "content": {"type": "text", "text": "b"}}], "maxTokens": 10});
-    assert!(decide(&engine, "x", params.clone()).deny_reason().is_some());
+    assert!(deny_reason(&decide(&engine, "x", params.clone())).is_some());
     let Decision::Deny(again) = decide(&engine, "x", params) else {
         panic!("denied again");
     };
-    assert!(again.replayed, "the stored denial was not replayed");
+    assert!(again.replayed(), "the stored denial was not replayed");
 }
 
 /// The same finding the other way round: with `sampling on as R` and
@@ -683,7 +695,7 @@ fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
     };
     let with_tools = serde_json::json!({"messages": [], "maxTokens": 10, "tools": [{"name": "t", "inputSchema": {"type": "object"}}]});
     assert_eq!(
-        decide(&engine, "x", with_tools).deny_reason(),
+        deny_reason(&decide(&engine, "x", with_tools)),
         Some("acme.no")
     );
     let without = serde_json::json!({"messages": [], "maxTokens": 10});
@@ -716,13 +728,13 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         let request = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
         });
-        let answer = engine.decide_bytes(
+        let answer = engine.decide(
             "x",
             request.to_string().as_bytes(),
             &ClientContext::default(),
         );
         assert!(
-            matches!(answer, EngineAnswer::Invalid { code: -32602, .. }),
+            matches!(&answer, EngineAnswer::Invalid(r) if r.code() == -32602),
             "`{field}: {value}` was not refused as invalid params: {answer:?}"
         );
     }
@@ -825,7 +837,7 @@ fn lengthened_rate_window_counts_earlier_requests() {
         let engine = load("mcpolicy 1\ndefaults {\n  rate 2 per 1h\n  consent never\n}\n");
         clock.set(t0 + 2_000);
         assert_eq!(
-            decide(&engine, "x", params).deny_reason(),
+            deny_reason(&decide(&engine, "x", params)),
             Some("policy.rate_limit"),
             "{name} store: two requests in the last hour, a third is over `rate 2 per 1h`"
         );
