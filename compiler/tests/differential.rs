@@ -18,8 +18,12 @@
 //! validation class and code, verdict, reason, error code, `retryable`,
 //! `error.data` (with `resetsAt`/`retryAfter`), replay and `represented`,
 //! whether consent was asked, every trim (requested/applied), the params the
-//! completion runs with, the deadline, and the decision each side remembers
-//! for every identity seen so far (verdict, reason, expiry, count). A second
+//! completion runs with, the deadline, the decision's cause (the server
+//! block, the deciding statement, the evaluation step; for a replay only
+//! when one statement of the block gives its reason, since the engine
+//! derives a replay's cause from the stored reason and timing), and the
+//! decision each side remembers for every identity seen so far (verdict,
+//! reason, expiry, count). A second
 //! property edits the policy in the middle of the run (re-compiled, the same
 //! stores): the stored decisions of exactly the servers whose meaning
 //! changed must be gone, and spend must stay.
@@ -62,17 +66,18 @@ use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{
-    Answer as EngineAnswer, ClientContext, Decision, Denial, Grant, InputOutcome,
+    Answer as EngineAnswer, Cause, ClientContext, Decision, Denial, Grant, InputOutcome, Statement,
 };
 use mcpolicy_runtime::frame::Annotations;
 use mcpolicy_runtime::store::{
     DecisionKey, DecisionStore, MemoryStore, SqliteOptions, SqliteStore, Verdict,
 };
+use mcpolicy_runtime::table::{BudgetMetric, CalendarUnit, Table, Window};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
 use serde_json::Value;
 
-use interp::{Answer, DenyView, GrantView, Observed, Policy, State};
+use interp::{Answer, CauseView, DenyView, GrantView, Observed, Policy, State};
 
 /// The policy compiled as `mcpc compile` would, and its syntax tree;
 /// `None` when the checker finds an error.
@@ -101,7 +106,45 @@ fn scope_name(scope: mcpolicy_runtime::table::ContextScope) -> String {
     scope.as_str().to_owned()
 }
 
-fn deny_view(denial: &Denial, consent_asked: bool) -> DenyView {
+/// The engine's cause in the interpreter's terms: the server block's index,
+/// the statement's keyword (a budget by metric, limit and window, which
+/// names it in the block whatever the order of its budgets), the step.
+fn cause_view(table: &Table, cause: &Cause) -> CauseView {
+    let statement = cause.statement.map(|statement| match statement {
+        Statement::Budget(i) => {
+            let block = cause
+                .block
+                .entry
+                .and_then(|e| table.servers.get(e))
+                .map_or(&table.fallback.block, |e| &e.block);
+            block.budgets.get(i).map_or_else(
+                || format!("budget #{i} (not in the block)"),
+                |b| {
+                    let metric = match b.metric {
+                        BudgetMetric::Tokens => "tokens",
+                        BudgetMetric::Requests => "requests",
+                    };
+                    let window = match b.window {
+                        Window::Calendar(CalendarUnit::Hour) => "hour".to_owned(),
+                        Window::Calendar(CalendarUnit::Day) => "day".to_owned(),
+                        Window::Calendar(CalendarUnit::Week) => "week".to_owned(),
+                        Window::Calendar(CalendarUnit::Month) => "month".to_owned(),
+                        Window::RollingMs(ms) => format!("{ms}ms"),
+                    };
+                    format!("budget {} {metric} per {window}", b.limit)
+                },
+            )
+        }
+        other => other.name().to_owned(),
+    });
+    CauseView {
+        block: cause.block.entry,
+        statement,
+        step: cause.step.number(),
+    }
+}
+
+fn deny_view(table: &Table, denial: &Denial, consent_asked: bool) -> DenyView {
     DenyView {
         consent_asked,
         reason: denial.reason().to_owned(),
@@ -111,6 +154,7 @@ fn deny_view(denial: &Denial, consent_asked: bool) -> DenyView {
         data: denial.data().to_value(),
         replayed: denial.replayed(),
         represented: denial.represented(),
+        cause: Some(cause_view(table, &denial.cause())),
     }
 }
 
@@ -126,11 +170,13 @@ fn trims(view: &mut GrantView, annotations: &Annotations) {
 }
 
 fn grant_view(
+    table: &Table,
     grant: &Grant,
     params: &serde_json::Map<String, Value>,
     consent_asked: bool,
 ) -> GrantView {
     let mut view = GrantView {
+        cause: Some(cause_view(table, grant.cause())),
         consent_asked,
         pending: false,
         replayed: grant.replayed(),
@@ -193,12 +239,14 @@ fn engine_step(
         server,
         engine.identity(server, &request.params).into_string(),
     );
+    let table = engine.policy().table();
     let (decision, asked) = match decision {
         Decision::NeedsConsent(pending) => match answer {
             Answer::Never => {
                 let mut view = GrantView {
                     consent_asked: true,
                     pending: true,
+                    cause: Some(cause_view(table, pending.cause())),
                     ..GrantView::default()
                 };
                 trims(&mut view, pending.annotations());
@@ -218,9 +266,13 @@ fn engine_step(
         Decision::Deny(denial) => (Err(denial), false),
     };
     match decision {
-        Err(denial) => (Observed::Deny(deny_view(&denial, asked)), None, Some(key)),
+        Err(denial) => (
+            Observed::Deny(deny_view(table, &denial, asked)),
+            None,
+            Some(key),
+        ),
         Ok(grant) => {
-            let view = grant_view(&grant, &request.params, asked);
+            let view = grant_view(table, &grant, &request.params, asked);
             (Observed::Grant(view), Some(grant), Some(key))
         }
     }
@@ -450,6 +502,13 @@ fn differential(
                 continue;
             }
             let mut theirs = engine_step(engine, *path, server, request, &ctx, *answer);
+            // A cause the interpreter does not claim (a replay whose reason
+            // more than one statement gives) is not compared.
+            if let (Observed::Deny(DenyView { cause: None, .. }), Observed::Deny(d)) =
+                (&mine.observed, &mut theirs.0)
+            {
+                d.cause = None;
+            }
             prop_assert_eq!(
                 &mine.observed,
                 &theirs.0,
@@ -483,7 +542,7 @@ fn differential(
                     .clone();
                 prop_assert_eq!(
                     &expected,
-                    &Observed::Deny(deny_view(&denial, false)),
+                    &Observed::Deny(deny_view(engine.policy().table(), &denial, false)),
                     "step {} deadline miss: interpreter left, {} engine right",
                     i,
                     name
