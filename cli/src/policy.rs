@@ -23,7 +23,7 @@ pub(crate) enum LoadFailure {
 /// source to check.
 enum Read {
     Policy(Policy),
-    Source(input::Loaded),
+    Source(Box<input::Loaded>),
 }
 
 /// Reads `path`, recognising a compiled table by its JSON.
@@ -35,7 +35,7 @@ fn read(path: &str) -> Result<Read, LoadFailure> {
             .map(Read::Policy)
             .map_err(|e| LoadFailure::Usage(format!("{path}: {e}")));
     }
-    Ok(Read::Source(loaded))
+    Ok(Read::Source(Box::new(loaded)))
 }
 
 /// Reads `path` as a compiled table when it is JSON, otherwise as a policy.
@@ -44,7 +44,7 @@ pub(crate) fn load_policy(path: &str, color: ColorChoice) -> Result<Policy, Load
         Read::Policy(policy) => Ok(policy),
         Read::Source(loaded) => {
             let path = loaded.path.clone();
-            compile_loaded(loaded, color).and_then(|table| verify(&path, table))
+            compile_loaded(*loaded, color).and_then(|table| verify(&path, table))
         }
     }
 }
@@ -58,7 +58,7 @@ pub(crate) fn load_policy_with_source(
     match read(path)? {
         Read::Policy(policy) => Ok((policy, None)),
         Read::Source(loaded) => {
-            let (table, source) = compile_with_source(loaded, color)?;
+            let (table, source) = compile_with_source(*loaded, color)?;
             Ok((verify(&source.path, table)?, Some(source)))
         }
     }
