@@ -3,7 +3,9 @@
 //! Decides one request the way an embedding client would and prints what
 //! would be sent: the error frame for a denial, the (possibly narrowed)
 //! request for an allow or a trim, the JSON-RPC error frame for a request
-//! the runtime refuses (as `mcpc identity` does). A summary goes to stderr.
+//! the runtime refuses (as `mcpc identity` does). A summary goes to stderr;
+//! with `--explain`, also the decision's cause: the evaluation step, the
+//! block and the statement that decided, with its source line.
 //! Exit codes: 0 allow, trim or consent pending; 1 deny or invalid request;
 //! 2 usage, I/O or store failure.
 
@@ -12,13 +14,14 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock, parse_rfc3339};
-use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Denial};
+use mcpolicy_runtime::engine::{Answer, Cause, ClientContext, Decision, Denial, Statement, Step};
 use mcpolicy_runtime::store::{DecisionStore, MemoryStore, SqliteStore};
 use mcpolicy_runtime::{Engine, jsonrpc};
 use serde_json::{Value, json};
 
 use super::identity::{read_request, refuse};
-use super::policy::{LoadFailure, load_policy};
+use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
+use super::test::coverage::StatementMap;
 use super::{ColorChoice, emit, emit_line, fail};
 
 /// How to answer a consent prompt, since `eval` cannot ask anyone.
@@ -56,16 +59,25 @@ pub struct Args {
     /// The client declared the `sampling.context` capability (matters under MCP 2026-07-28).
     #[arg(long)]
     sampling_context: bool,
+    /// Also say why: the evaluation step, the block and the statement that
+    /// decided (with its line when POLICY is source), on standard error.
+    #[arg(long)]
+    explain: bool,
     /// Colour for policy diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let policy = match load_policy(&args.policy, args.color) {
-        Ok(policy) => policy,
+    let (policy, source) = match load_policy_with_source(&args.policy, args.color) {
+        Ok(loaded) => loaded,
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => return ExitCode::from(1),
+    };
+    let explainer = Explainer {
+        on: args.explain,
+        table: policy.table().clone(),
+        source,
     };
     let clock: Arc<dyn Clock> = match &args.now {
         Some(text) => match parse_rfc3339(text) {
@@ -103,12 +115,13 @@ pub fn run(args: Args) -> ExitCode {
         Answer::Decided { request, decision } => (request, decision),
     };
     let grant = match decision {
-        Decision::Deny(denial) => return denied(&denial, request.id.as_ref()),
+        Decision::Deny(denial) => return denied(&denial, request.id.as_ref(), &explainer),
         Decision::Allow(grant) | Decision::Trim(grant) => grant,
         Decision::NeedsConsent(pending) => match args.consent {
             ConsentAnswer::Pending => {
                 let identity = pending.identity();
                 sayln!("consent required for {identity} (answer with --consent approve|deny)");
+                explainer.explain(pending.cause());
                 emit(&format!(
                     "{}\n",
                     json!({ "consent": "required", "server": args.server, "identity": identity })
@@ -120,7 +133,7 @@ pub fn run(args: Args) -> ExitCode {
                 Err(error) => return fail(error),
             },
             ConsentAnswer::Deny => match pending.refuse() {
-                Ok(denial) => return denied(&denial, request.id.as_ref()),
+                Ok(denial) => return denied(&denial, request.id.as_ref(), &explainer),
                 Err(error) => return fail(error),
             },
         },
@@ -149,12 +162,13 @@ pub fn run(args: Args) -> ExitCode {
             format!(", result _meta {}", Value::Object(annotations))
         }
     );
+    explainer.explain(grant.cause());
     emit(&format!("{out}\n"));
     ExitCode::SUCCESS
 }
 
 /// A denial: the summary on stderr, the reply on stdout, exit code 1.
-fn denied(denial: &Denial, id: Option<&Value>) -> ExitCode {
+fn denied(denial: &Denial, id: Option<&Value>, explainer: &Explainer) -> ExitCode {
     sayln!(
         "deny {} ({}{})",
         denial.reason(),
@@ -165,6 +179,77 @@ fn denied(denial: &Denial, id: Option<&Value>) -> ExitCode {
             "not retryable"
         },
     );
+    explainer.explain(&denial.cause());
     emit_line(&denial.reply(id));
     ExitCode::from(1)
+}
+
+/// `--explain`: says what the runtime's [`Cause`] names, in the policy's
+/// words. Nothing is re-derived here: the block, the statement and the step
+/// are the engine's; the source only gives the statement's line and text.
+struct Explainer {
+    on: bool,
+    table: mcpolicy_runtime::table::Table,
+    source: Option<PolicySource>,
+}
+
+impl Explainer {
+    fn explain(&self, cause: &Cause) {
+        if self.on {
+            sayln!("{}", self.describe(cause));
+        }
+    }
+
+    fn describe(&self, cause: &Cause) -> String {
+        let entry = cause.block.entry.unwrap_or(self.table.servers.len());
+        let block = match cause.block.entry {
+            Some(_) => format!("server \"{}\"", cause.block.pattern),
+            None => "defaults".to_owned(),
+        };
+        let map = self
+            .source
+            .as_ref()
+            .and_then(|source| StatementMap::new(source, &self.table).ok());
+        let statement = match cause.statement {
+            None => "no statement stops it".to_owned(),
+            Some(statement) => {
+                let written = map.as_ref().and_then(|map| map.statement(entry, statement));
+                match written {
+                    Some(s) => format!("`{}` ({}, line {})", s.text, s.block, s.line),
+                    None => match statement {
+                        Statement::Budget(i) => format!("budget #{} (built in)", i + 1),
+                        other => format!("`{}` (built in)", other.name()),
+                    },
+                }
+            }
+        };
+        let replay = if cause.step == Step::Replay {
+            ", answered from the store (the statement is derived from the stored reason)"
+        } else if cause.replayed {
+            ", on a stored approval"
+        } else {
+            ""
+        };
+        format!(
+            "explain: step {} ({}) for {block}: {statement}{replay}",
+            cause.step.number(),
+            step_name(cause.step),
+        )
+    }
+}
+
+/// The evaluation step's name, as `docs/spec/evaluation.md` lists them.
+fn step_name(step: Step) -> &'static str {
+    match step {
+        Step::Validation => "validation",
+        Step::Identity => "identity",
+        Step::Replay => "replay",
+        Step::Switches => "switches",
+        Step::InputLimits => "input limits",
+        Step::Trims => "trims",
+        Step::Rate => "rate",
+        Step::Budgets => "budgets",
+        Step::Consent => "consent",
+        Step::Allow => "allow",
+    }
 }

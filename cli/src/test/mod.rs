@@ -9,7 +9,7 @@
 //! case failed, coverage fell short, or the policy has errors; 2 usage, I/O,
 //! or a malformed test file.
 
-mod coverage;
+pub(crate) mod coverage;
 mod report;
 mod run;
 mod spec;
