@@ -57,7 +57,10 @@ fn reason_of(block: &EffectiveBlock, statement: Statement) -> Option<&str> {
 fn block_ref(table: &Table, server: &str) -> BlockRef {
     let entry = table.entry_for(server);
     BlockRef {
-        entry: table.servers.iter().position(|e| e.pattern == entry.pattern),
+        entry: table
+            .servers
+            .iter()
+            .position(|e| e.pattern == entry.pattern),
         pattern: entry.pattern.as_str().into(),
     }
 }
@@ -157,15 +160,15 @@ fn table_of(p: &Policy) -> Table {
     block.models = p.models.then(|| vec!["a*".to_owned()]);
     block.rate = p.rate.and_then(|n| rate(n, 60_000));
     block.budgets = [
-        p.request_budget
-            .map(|n| budget(BudgetMetric::Requests, n, Window::Calendar(CalendarUnit::Day))),
-        p.token_budget.map(|n| {
+        p.request_budget.map(|n| {
             budget(
-                BudgetMetric::Tokens,
+                BudgetMetric::Requests,
                 n,
-                Window::RollingMs(3_600_000),
+                Window::Calendar(CalendarUnit::Day),
             )
         }),
+        p.token_budget
+            .map(|n| budget(BudgetMetric::Tokens, n, Window::RollingMs(3_600_000))),
     ]
     .into_iter()
     .flatten()
@@ -203,7 +206,12 @@ fn request() -> impl Strategy<Value = Request> {
         0usize..3,
         0usize..4,
         prop::bool::weighted(0.3),
-        prop::sample::select(vec![None, Some("none"), Some("thisServer"), Some("allServers")]),
+        prop::sample::select(vec![
+            None,
+            Some("none"),
+            Some("thisServer"),
+            Some("allServers"),
+        ]),
         1u64..100,
         prop::sample::select(vec![None, Some("abc"), Some("xyz")]),
         any::<bool>(),
@@ -212,7 +220,18 @@ fn request() -> impl Strategy<Value = Request> {
         prop::sample::select(vec![0i64, 500, 20_000, 4_000_000]),
     )
         .prop_map(
-            |(prompt, messages, tools, context, max_tokens, hint, approve, miss, usage, wait_ms)| {
+            |(
+                prompt,
+                messages,
+                tools,
+                context,
+                max_tokens,
+                hint,
+                approve,
+                miss,
+                usage,
+                wait_ms,
+            )| {
                 Request {
                     prompt,
                     messages,
@@ -269,7 +288,12 @@ fn fresh_denial(
     prop_assert!(!cause.replayed);
     let statement = cause.statement.expect("a denial names its statement");
     prop_assert_eq!(cause.step, step_of(statement), "{:?}", cause);
-    prop_assert_eq!(reason_of(block, statement), Some(denial.reason()), "{:?}", cause);
+    prop_assert_eq!(
+        reason_of(block, statement),
+        Some(denial.reason()),
+        "{:?}",
+        cause
+    );
     if denial.expiry() != Expiry::NotStored {
         stored.insert(identity.to_owned(), statement);
     }

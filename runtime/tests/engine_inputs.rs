@@ -247,7 +247,11 @@ fn input_requests_are_decided_entry_by_entry() {
     let list = json!({"inputRequests": [{"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 1}}]});
     let decisions = h
         .engine
-        .decide_input_required("srv", list.to_string().as_bytes(), &ClientContext::default())
+        .decide_input_required(
+            "srv",
+            list.to_string().as_bytes(),
+            &ClientContext::default(),
+        )
         .expect("well-formed result");
     assert_eq!(decisions.len(), 1);
     assert_eq!(decisions[0].key, "0");
@@ -315,14 +319,13 @@ fn float_spelled_max_tokens_is_allowed_or_lowered() {
         )
     };
     for (spelled, forwarded) in [("1E0", json!(1)), ("9.0", json!(5)), ("5e0", json!(5))] {
-        let answer =
-            h.engine
-                .decide("s", request(spelled).as_bytes(), &ClientContext::default());
+        let answer = h
+            .engine
+            .decide("s", request(spelled).as_bytes(), &ClientContext::default());
         let Answer::Decided { request, decision } = &answer else {
             panic!("{spelled}: {answer:?}");
         };
-        let grant = grant_of(decision)
-            .unwrap_or_else(|| panic!("{spelled}: {decision:?}"));
+        let grant = grant_of(decision).unwrap_or_else(|| panic!("{spelled}: {decision:?}"));
         let lowered = grant.params(&request.params);
         assert_eq!(lowered.get("maxTokens"), Some(&forwarded), "{spelled}");
         assert!(integral_at_most(&forwarded, 5));

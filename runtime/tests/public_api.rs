@@ -27,9 +27,9 @@ struct Crate {
 }
 
 fn is_test_only(attrs: &[Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        a.path().is_ident("cfg") && a.to_token_stream().to_string().contains("test")
-    })
+    attrs
+        .iter()
+        .any(|a| a.path().is_ident("cfg") && a.to_token_stream().to_string().contains("test"))
 }
 
 fn load(path: &Path, module: &str, modules: &mut BTreeMap<String, Vec<Item>>) {
@@ -125,7 +125,11 @@ fn fields(fields: &Fields, all: bool) -> String {
         .iter()
         .filter(|f| all || is_pub(&f.vis))
         .map(|f| {
-            let name = f.ident.as_ref().map(|i| format!("{i}: ")).unwrap_or_default();
+            let name = f
+                .ident
+                .as_ref()
+                .map(|i| format!("{i}: "))
+                .unwrap_or_default();
             format!("{}{name}{}", contract_attrs(&f.attrs), text(&f.ty))
         })
         .collect();
@@ -236,7 +240,10 @@ impl Crate {
 
     /// The item named `name` in `module`, if the crate defines one there.
     fn find(&self, module: &str, name: &str) -> Option<&Item> {
-        self.modules.get(module)?.iter().find(|item| item_name(item).as_deref() == Some(name))
+        self.modules
+            .get(module)?
+            .iter()
+            .find(|item| item_name(item).as_deref() == Some(name))
     }
 }
 
@@ -270,7 +277,11 @@ fn render(
         }
     };
     match item {
-        Item::Fn(f) => out.push(format!("{}{path}: {}", contract_attrs(&f.attrs), text(&f.sig))),
+        Item::Fn(f) => out.push(format!(
+            "{}{path}: {}",
+            contract_attrs(&f.attrs),
+            text(&f.sig)
+        )),
         Item::Const(c) => out.push(format!("{path}: const {}", text(&c.ty))),
         Item::Static(s) => out.push(format!("{path}: static {}", text(&s.ty))),
         Item::Type(t) => out.push(format!("{path}: type = {}", text(&t.ty))),
@@ -284,7 +295,11 @@ fn render(
             type_lines(&s.ident.to_string(), out);
         }
         Item::Enum(e) => {
-            out.push(format!("{}{path}: enum{}", contract_attrs(&e.attrs), text(&e.generics)));
+            out.push(format!(
+                "{}{path}: enum{}",
+                contract_attrs(&e.attrs),
+                text(&e.generics)
+            ));
             for v in &e.variants {
                 let discriminant = v
                     .discriminant
@@ -304,11 +319,19 @@ fn render(
             let mut head = t.clone();
             head.items.clear();
             head.attrs.clear();
-            out.push(format!("{}{path}: {}", contract_attrs(&t.attrs), text(&head)));
+            out.push(format!(
+                "{}{path}: {}",
+                contract_attrs(&t.attrs),
+                text(&head)
+            ));
             for member in &t.items {
                 match member {
                     TraitItem::Fn(f) => {
-                        let provided = if f.default.is_some() { " (provided)" } else { "" };
+                        let provided = if f.default.is_some() {
+                            " (provided)"
+                        } else {
+                            ""
+                        };
                         out.push(format!("{path}::{}{provided}", text(&f.sig)));
                     }
                     TraitItem::Type(ty) => out.push(format!("{path}::type {}", ty.ident)),
@@ -316,7 +339,11 @@ fn render(
                     _ => {}
                 }
             }
-            for line in traits.get(&format!("trait {}", t.ident)).into_iter().flatten() {
+            for line in traits
+                .get(&format!("trait {}", t.ident))
+                .into_iter()
+                .flatten()
+            {
                 out.push(format!("{path}: {line}"));
             }
         }
@@ -394,7 +421,13 @@ fn public_api() -> String {
                 continue;
             }
             let name = item_name(item).unwrap_or_default();
-            render(&format!("{module}::{name}"), item, &methods, &traits, &mut out);
+            render(
+                &format!("{module}::{name}"),
+                item,
+                &methods,
+                &traits,
+                &mut out,
+            );
         }
     }
     out.join("\n") + "\n"
