@@ -192,7 +192,9 @@ fn bench(c: &mut Criterion) {
 
     // Fresh: each server is visited every ~1,000 iterations, 60 ms apart, so
     // its rate window holds a row or two and its hourly budget about 60.
-    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let engine = Engine::new(policy(true), Arc::new(MemoryStore::new()), clock.clone());
     let mut n = 0usize;
     group.bench_function("fresh", |b| {
@@ -210,7 +212,8 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             n = (n + 1) % ids.len();
             clock.advance(60);
-            let identity = identity::request_identity(&ids[n], &params, &engine.policy().table().identity);
+            let identity =
+                identity::request_identity(&ids[n], &params, &engine.policy().table().identity);
             black_box(
                 engine
                     .decide_with_identity(&ids[n], identity.into_string(), &params, &ctx)
@@ -220,7 +223,9 @@ fn bench(c: &mut Criterion) {
     });
 
     // Replay: every server has sampling off and one stored denial.
-    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let engine = Engine::new(policy(false), Arc::new(MemoryStore::new()), clock);
     for (id, identity) in ids.iter().zip(&identities) {
         let first = engine
@@ -241,7 +246,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     const ITERS: u64 = 2_000_000;
-    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let fresh = Engine::new(policy(true), Arc::new(MemoryStore::new()), clock.clone());
     let fresh_ns = cpu_per_iter(ITERS, || {
         n = (n + 1) % ids.len();
@@ -267,7 +274,9 @@ fn bench(c: &mut Criterion) {
     // The same with the SQLite store.
     let dir = tempfile::tempdir().expect("tempdir");
     let mut group = c.benchmark_group("decide_sqlite");
-    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let store = Arc::new(SqliteStore::open(dir.path().join("fresh.db")).expect("open store"));
     let fresh = Engine::new(policy(true), store, clock.clone());
     let mut f = 0usize;
@@ -282,7 +291,9 @@ fn bench(c: &mut Criterion) {
         black_box(decision);
     };
     group.bench_function("fresh", |b| b.iter(&mut fresh_op));
-    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let store = Arc::new(SqliteStore::open(dir.path().join("replay.db")).expect("open store"));
     let replays = Engine::new(policy(false), store, clock);
     for (id, identity) in ids.iter().zip(&identities) {

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore, Millis,
-    SqliteOptions, SqliteStore, StoredDecision, Synchronous, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore,
+    Millis, SqliteOptions, SqliteStore, StoredDecision, Synchronous, Verdict,
 };
 
 /// Servers the decisions are spread over (each has its own counters).

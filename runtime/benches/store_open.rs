@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis, SCHEMA_VERSION,
-    SqliteOptions, SqliteStore, StoredDecision, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
+    SCHEMA_VERSION, SqliteOptions, SqliteStore, StoredDecision, Verdict,
 };
 
 const SERVERS: u64 = 100;

@@ -585,13 +585,8 @@ impl Denial {
                 messages,
             } => {
                 let block = engine.block(*entry);
-                let statement = replay_statement(
-                    block,
-                    &self.reason,
-                    self.timing(),
-                    *messages,
-                    *decided_at,
-                );
+                let statement =
+                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at);
                 Cause {
                     block: engine.block_ref(*entry),
                     statement,
@@ -985,8 +980,7 @@ impl Engine {
     ) -> Result<Decision, Error> {
         // NFC once, here: the id matches, keys the store and is reported in this form.
         let nfc_id = glob::nfc(server_id);
-        let identity =
-            identity::request_identity(&nfc_id, &request.params, &self.table().identity);
+        let identity = identity::request_identity(&nfc_id, &request.params, &self.table().identity);
         self.decide_with_identity(&nfc_id, identity.into_string(), &request.params, ctx)
             .map_err(|error| match error {
                 // The fail-closed reply names the server as the caller did.
@@ -1071,8 +1065,9 @@ impl Engine {
                         server_id,
                         StoreError::BadRow {
                             path: "<store>".into(),
-                            detail: "replay_or_admit answered neither a stored denial nor an evaluation"
-                                .to_owned(),
+                            detail:
+                                "replay_or_admit answered neither a stored denial nor an evaluation"
+                                    .to_owned(),
                         },
                     )),
                 };
@@ -1579,7 +1574,14 @@ impl Engine {
                 .map(|d| frame::format_duration(d.ms)),
             ..Produced::new(Statement::Deadline, Step::Allow)
         };
-        self.denial(ticket.key(), ticket.entry, &ticket.plan, reason, produced, now)
+        self.denial(
+            ticket.key(),
+            ticket.entry,
+            &ticket.plan,
+            reason,
+            produced,
+            now,
+        )
     }
 
     /// MCP 2026-07-28: decides every sampling entry of an
@@ -1953,7 +1955,9 @@ fn replay_statement(
             .then_some(Statement::Deadline)
     };
     match timing {
-        Some(Timing::ResetsAt(at)) => replay_budget(block, reason, at, decided_at).map(Statement::Budget),
+        Some(Timing::ResetsAt(at)) => {
+            replay_budget(block, reason, at, decided_at).map(Statement::Budget)
+        }
         Some(Timing::RetryAfter(_)) => {
             if block.rate.as_ref().is_some_and(|r| r.reason == reason) {
                 Some(Statement::Rate)
@@ -2036,7 +2040,10 @@ mod tests {
             timing(data),
             Some(Timing::ResetsAt(calendar::timestamp(2026, 3, 11, 0, 0, 0)))
         );
-        assert_eq!(timing(r#"{"reason":"r","server":"s","retryable":true}"#), None);
+        assert_eq!(
+            timing(r#"{"reason":"r","server":"s","retryable":true}"#),
+            None
+        );
         assert_eq!(DenialData::from_json(r#"{"reason":"r"}"#), None);
     }
 
@@ -2048,7 +2055,10 @@ mod tests {
         assert_eq!(expiry(Ttl::UntilReset, 0, None), Expiry::UntilBlockChanges);
         assert_eq!(expiry(Ttl::AfterMs(10), 0, Some(5)), Expiry::At(5));
         assert_eq!(expiry(Ttl::AfterMs(10), 0, None), Expiry::At(10));
-        assert_eq!(expiry(Ttl::AfterMs(u64::MAX), 1, None), Expiry::At(i64::MAX));
+        assert_eq!(
+            expiry(Ttl::AfterMs(u64::MAX), 1, None),
+            Expiry::At(i64::MAX)
+        );
     }
 
     #[test]

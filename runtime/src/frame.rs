@@ -18,9 +18,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::jsonrpc;
 use crate::store::Millis;
 use crate::table::ContextScope;
-use crate::jsonrpc;
 use crate::{calendar, table::builtin};
 
 /// When a denied request may be tried again, as the frame states it.

@@ -17,8 +17,8 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use crate::frame;
-use crate::jsonrpc;
 use crate::identity::nfc;
+use crate::jsonrpc;
 
 mod literal;
 mod recover;

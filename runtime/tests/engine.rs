@@ -6,8 +6,8 @@ mod engine_support;
 use std::sync::Arc;
 
 use engine_support::*;
-use mcpolicy_runtime::clock::timestamp;
 use mcpolicy_runtime::clock::Clock;
+use mcpolicy_runtime::clock::timestamp;
 use mcpolicy_runtime::engine::{Decision, Denial, Expiry, Grant, PendingConsent};
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, MemoryStore, Verdict};
 use mcpolicy_runtime::table::{
@@ -221,7 +221,7 @@ fn sampling_off_denies_forever_until_the_block_changes() {
     off.sampling.enabled = false;
     let h = Harness::new(table(vec![("github-*", off.clone())]));
     let d = denial(h.decide("github-enterprise", &simple("x")));
-    assert_eq!(&*d.reason(), builtin::SAMPLING_DISABLED);
+    assert_eq!(d.reason(), builtin::SAMPLING_DISABLED);
     assert_eq!(d.code(), CODE_I32);
     assert!(!d.retryable());
     assert_eq!(d.expiry(), Expiry::UntilBlockChanges);
@@ -253,14 +253,14 @@ fn tools_off_denies_requests_that_carry_tools_in(store: Arc<dyn DecisionStore>) 
         "tools": [{"name": "get_weather", "inputSchema": {"type": "object"}}],
     }));
     assert_eq!(
-        &*denial(h.decide("s", &with_tools)).reason(),
+        denial(h.decide("s", &with_tools)).reason(),
         builtin::TOOLS_DISABLED
     );
     let choice = params(json!({
         "messages": [], "maxTokens": 10, "toolChoice": {"mode": "auto"},
     }));
     assert_eq!(
-        &*denial(h.decide("s", &choice)).reason(),
+        denial(h.decide("s", &choice)).reason(),
         builtin::TOOLS_DISABLED
     );
     let empty = params(json!({"messages": [], "maxTokens": 10, "tools": []}));
@@ -285,7 +285,7 @@ fn input_limits_deny_in(store: Arc<dyn DecisionStore>) {
         {"role": "assistant", "content": {"type": "text", "text": "2"}},
         {"role": "user", "content": {"type": "text", "text": "3"}}], "maxTokens": 5}));
     let d = denial(h.decide("s", &three));
-    assert_eq!(&*d.reason(), builtin::INPUT_TOO_LARGE);
+    assert_eq!(d.reason(), builtin::INPUT_TOO_LARGE);
     assert_eq!(
         d.message(),
         "Sampling denied: the request from server 's' exceeds 2 messages"
@@ -407,20 +407,28 @@ fn context_capability_rule_of_2026_07_28() {
     let h = Harness::new(t);
     let request = params(json!({"messages": [], "maxTokens": 1, "includeContext": "thisServer"}));
     let without = mcpolicy_runtime::engine::ClientContext::with_sampling_context(false);
-    let grant = match h.engine.decide_request("s", &request, &without).expect("decide") {
+    let grant = match h
+        .engine
+        .decide_request("s", &request, &without)
+        .expect("decide")
+    {
         Decision::Trim(g) => g,
         other => panic!("{other:?}"),
     };
     assert_eq!(grant.params(&request.params)["includeContext"], "none");
     let with = mcpolicy_runtime::engine::ClientContext::with_sampling_context(true);
     assert!(matches!(
-        h.engine.decide_request("s", &request, &with).expect("decide"),
+        h.engine
+            .decide_request("s", &request, &with)
+            .expect("decide"),
         Decision::Allow(_)
     ));
     // Earlier revisions do not apply the rule.
     let old = Harness::new(table(vec![("s", block)]));
     assert!(matches!(
-        old.engine.decide_request("s", &request, &without).expect("decide"),
+        old.engine
+            .decide_request("s", &request, &without)
+            .expect("decide"),
         Decision::Allow(_)
     ));
 }
@@ -434,7 +442,7 @@ fn rate_limit_denies_retryably_and_expires() {
     h.clock.advance(10_500);
     allowed(h.decide("s", &simple("b")));
     let d = denial(h.decide("s", &simple("c")));
-    assert_eq!(&*d.reason(), builtin::RATE_LIMIT);
+    assert_eq!(d.reason(), builtin::RATE_LIMIT);
     assert!(d.retryable());
     // "a" leaves the window 60 s after it was admitted: 49.5 s from now, rounded up.
     assert_eq!(
@@ -506,7 +514,7 @@ fn budget_denial_expires_at_resets_at_in(store: Arc<dyn DecisionStore>) {
     allowed(h.decide("release-notes", &simple("1")));
     allowed(h.decide("release-notes", &simple("2")));
     let d = denial(h.decide("release-notes", &simple("3")));
-    assert_eq!(&*d.reason(), builtin::BUDGET_EXHAUSTED);
+    assert_eq!(d.reason(), builtin::BUDGET_EXHAUSTED);
     assert!(!d.retryable());
     assert_eq!(
         d.message(),
@@ -537,8 +545,15 @@ fn calendar_windows_reset_in_utc() {
         allowed(h.decide("s", &simple("1")));
         let d = denial(h.decide("s", &simple("2")));
         assert_eq!(d.expiry(), Expiry::At(reset), "{unit:?}");
-        let expected = format!(r#""resetsAt":"{}"}}"#, mcpolicy_runtime::clock::format_rfc3339(reset));
-        assert!(data_text(&d).ends_with(&expected), "{unit:?}: {}", data_text(&d));
+        let expected = format!(
+            r#""resetsAt":"{}"}}"#,
+            mcpolicy_runtime::clock::format_rfc3339(reset)
+        );
+        assert!(
+            data_text(&d).ends_with(&expected),
+            "{unit:?}: {}",
+            data_text(&d)
+        );
         h.clock.set(reset);
         allowed(h.decide("s", &simple("2")));
     }
@@ -595,19 +610,19 @@ fn tokens_in(store: Arc<dyn DecisionStore>) {
     let first = trimmed(h.decide("s", &ask("1", 9000)));
     // 600 + 600 > 1000.
     assert_eq!(
-        &*denial(h.decide("s", &ask("2", 600))).reason(),
+        denial(h.decide("s", &ask("2", 600))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
     // The first completion used 100 tokens: 900 more fit now.
     first.complete(100).expect("settle");
     allowed(h.decide("s", &ask("3", 600)));
     assert_eq!(
-        &*denial(h.decide("s", &ask("4", 301))).reason(),
+        denial(h.decide("s", &ask("4", 301))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
     allowed(h.decide("s", &ask("5", 300)));
     assert_eq!(
-        &*denial(h.decide("s", &ask("6", 1))).reason(),
+        denial(h.decide("s", &ask("6", 1))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
 }
@@ -650,7 +665,7 @@ fn consent_first_is_asked_once_and_stored_approval_still_counts_rate_in(
     // Second time: no question, but the rate counts it.
     assert!(allowed(h.decide("s", &request)).replayed());
     assert_eq!(
-        &*denial(h.decide("s", &request)).reason(),
+        denial(h.decide("s", &request)).reason(),
         builtin::RATE_LIMIT
     );
 }
@@ -832,7 +847,7 @@ fn editing_a_block_keeps_what_was_spent() {
     let h2 = h.reload(table(vec![("s", block)]));
     allowed(h2.decide("s", &simple("3")));
     assert_eq!(
-        &*denial(h2.decide("s", &simple("4"))).reason(),
+        denial(h2.decide("s", &simple("4"))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
 }

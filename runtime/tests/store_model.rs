@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore, Millis,
-    Reservation, ServerStats, StoredDecision, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore,
+    Millis, Reservation, ServerStats, StoredDecision, Verdict,
 };
 use proptest::prelude::*;
 

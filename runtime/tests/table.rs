@@ -15,10 +15,10 @@ mod engine_support;
 
 use engine_support::*;
 use mcpolicy_runtime::engine::Decision;
-use mcpolicy_runtime::{Error, Policy};
 use mcpolicy_runtime::table::{
     EffectiveBlock, ReasonSpec, Switch, TABLE_FORMAT, Table, TableError, Ttl, builtin,
 };
+use mcpolicy_runtime::{Error, Policy};
 use proptest::prelude::*;
 use unicode_normalization::UnicodeNormalization;
 

@@ -240,14 +240,12 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, ErrorData> {
-        tokio::task::spawn_blocking(job)
-            .await
-            .map_err(|err| {
-                internal(
-                    &self.server_id,
-                    &format!("policy engine task failed: {err}"),
-                )
-            })
+        tokio::task::spawn_blocking(job).await.map_err(|err| {
+            internal(
+                &self.server_id,
+                &format!("policy engine task failed: {err}"),
+            )
+        })
     }
 
     /// Decides one request and carries the decision out. Every path answers

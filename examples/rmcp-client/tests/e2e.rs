@@ -87,7 +87,9 @@ server "slow" {
 
 /// 2026-03-10T12:00:00Z, frozen: windows and retryAfter are deterministic.
 fn clock() -> Arc<ManualClock> {
-    Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(2026, 3, 10, 12, 0, 0)))
+    Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 12, 0, 0,
+    )))
 }
 
 /// The policy compiled by the compiler, loaded as a client loads `mcpc compile` output.

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, Evaluation, EvictionKey,
-    LimitCheck, LimitWindow, Millis, PRUNE_BATCH, ReplayOrAdmit, Reservation, ServerStats, StoreError,
-    StoredDecision, eviction_key, must_free, retention, rolling_available_at, unknown_available_at,
-    window_changed, window_floor,
+    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, Evaluation,
+    EvictionKey, LimitCheck, LimitWindow, Millis, PRUNE_BATCH, ReplayOrAdmit, Reservation,
+    ServerStats, StoreError, StoredDecision, eviction_key, must_free, retention,
+    rolling_available_at, unknown_available_at, window_changed, window_floor,
 };
 
 /// Number of shards; a power of two so a hash picks one with a mask.

@@ -24,9 +24,10 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params}
 
 use super::checkpointer::Checkpointer;
 use super::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, PRUNE_BATCH,
-    Evaluation, ReplayOrAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict, WALK_LIMIT,
-    must_free, retention, rolling_available_at, unknown_available_at, window_changed, window_floor,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
+    PRUNE_BATCH, ReplayOrAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict,
+    WALK_LIMIT, must_free, retention, rolling_available_at, unknown_available_at, window_changed,
+    window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
