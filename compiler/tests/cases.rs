@@ -65,7 +65,7 @@ fn findings(report: &FileReport) -> Vec<String> {
         .diagnostics
         .iter()
         .map(|d| {
-            let at = index.position(d.span.start);
+            let at = index.position(&report.text, d.span.start);
             format!("{}@{}:{}", d.code, at.line, at.column)
         })
         .collect()

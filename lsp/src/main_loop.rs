@@ -55,12 +55,12 @@ use lsp_types::{
     TextDocumentSyncSaveOptions, Uri,
 };
 use mcpolicy_compiler::db::Database;
+use mcpolicy_compiler::line_index::Encoding;
 use salsa::{Cancelled, Database as _};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::handlers::{self, ResponseError};
-use crate::line_index::Encoding;
 use crate::world::{CheckJob, World};
 
 /// Errors that end the server: the connection is gone.

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use lsp_server::{ErrorCode, ResponseError};
 use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
 use mcpolicy_compiler::db::{Database, SourceText};
+use mcpolicy_compiler::line_index::{Encoding, LineColumn, LineIndex};
 use mcpolicy_compiler::syntax::Span;
 use salsa::Setter;
 
-use crate::line_index::{Encoding, LineIndex};
 use crate::uri;
 
 /// An open document.
@@ -100,29 +100,50 @@ impl<'a> Snapshot<'a> {
         self.document.source.text(self.db)
     }
 
-    /// A byte offset as a position.
+    /// A byte offset as a position (clamped to the text).
     pub fn position(&self, offset: usize) -> Position {
-        self.document
-            .index
-            .position(self.text(), offset, self.encoding)
+        position(&self.document.index, self.text(), offset, self.encoding)
     }
 
     /// A span as a range.
     pub fn range(&self, span: Span) -> Range {
-        self.document.index.range(self.text(), span, self.encoding)
+        Range::new(self.position(span.start), self.position(span.end))
     }
 
-    /// A position as a byte offset.
+    /// A position as a byte offset (clamped to the text, see
+    /// [`LineIndex::offset`]).
     pub fn offset(&self, position: Position) -> usize {
-        self.document
-            .index
-            .offset(self.text(), position, self.encoding)
+        offset(&self.document.index, self.text(), position, self.encoding)
     }
 
-    /// A range as a span.
+    /// A range as a span (start and end ordered).
     pub fn span(&self, range: Range) -> Span {
-        self.document.index.span(self.text(), range, self.encoding)
+        span(&self.document.index, self.text(), range, self.encoding)
     }
+}
+
+/// An LSP position in `text`, indexed by `index`.
+fn position(index: &LineIndex, text: &str, offset: usize, encoding: Encoding) -> Position {
+    let at = index.line_column(text, offset, encoding);
+    Position::new(saturate(at.line), saturate(at.column))
+}
+
+/// The byte offset of an LSP position in `text`, indexed by `index`.
+fn offset(index: &LineIndex, text: &str, position: Position, encoding: Encoding) -> usize {
+    let at = LineColumn::new(position.line as usize, position.character as usize);
+    index.offset(text, at, encoding)
+}
+
+/// An LSP range in `text` as a span, start and end ordered.
+fn span(index: &LineIndex, text: &str, range: Range, encoding: Encoding) -> Span {
+    let a = offset(index, text, range.start, encoding);
+    let b = offset(index, text, range.end, encoding);
+    Span::new(a.min(b), a.max(b))
+}
+
+/// A count as an LSP `uinteger`, the largest one if it does not fit.
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl World {
@@ -245,7 +266,7 @@ impl World {
         for change in changes {
             match change.range {
                 Some(range) => {
-                    let span = index.span(&text, range, self.encoding);
+                    let span = span(&index, &text, range, self.encoding);
                     text.replace_range(span.start..span.end, &change.text);
                 }
                 None => text = change.text,
