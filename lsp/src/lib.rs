@@ -8,6 +8,7 @@
 //! spans into LSP positions (with the compiler's `line_index`).
 
 pub mod diagnostics;
+pub mod fault;
 pub mod handlers;
 pub mod main_loop;
 pub mod transport;

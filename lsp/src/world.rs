@@ -166,11 +166,15 @@ impl World {
     /// document that was never opened gets.
     pub fn snapshot(&self, uri: &Uri) -> Result<Snapshot<'_>, ResponseError> {
         match self.documents.get(uri.as_str()) {
-            Some(document) => Ok(Snapshot {
-                db: &self.db,
-                document,
-                encoding: self.encoding,
-            }),
+            Some(document) => {
+                let snapshot = Snapshot {
+                    db: &self.db,
+                    document,
+                    encoding: self.encoding,
+                };
+                crate::fault::inject(snapshot.text(), "a request");
+                Ok(snapshot)
+            }
             None => Err(ResponseError {
                 code: ErrorCode::RequestFailed as i32,
                 message: format!("document not open: {}", uri.as_str()),
