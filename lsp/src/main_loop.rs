@@ -196,7 +196,13 @@ pub fn run(connection: &Connection) -> Result<Exit, Error> {
 /// [`run`] with [`Hooks`].
 pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
     record_panic_locations();
-    let (id, params) = connection.initialize_start()?;
+    // Most often someone ran the binary by hand: say what it expects.
+    let (id, params) = connection.initialize_start().map_err(|e| {
+        format!(
+            "no `initialize` request from the client ({e}); \
+             an editor starts this server, see `mcpolicy-lsp --help`"
+        )
+    })?;
     // Unreadable initialize params are treated as a client with no capabilities.
     let params: InitializeParams = serde_json::from_value(params).unwrap_or_default();
     let encoding = negotiate(&params);
