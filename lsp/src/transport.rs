@@ -30,7 +30,7 @@ use std::io::{self, BufRead, Read, Write};
 use std::thread;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use lsp_server::{Connection, Message};
+use lsp_server::{Connection, ErrorCode, Message};
 use serde_json::{Value, json};
 
 /// The largest frame body read, in bytes (64 MiB). Far above any document an
@@ -42,10 +42,11 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// `Content-Length` header glued after garbage on the same line.
 pub const HEADER_TAIL: usize = 1024;
 
-/// JSON-RPC 2.0 "Parse error".
-const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0 "Parse error", as lsp-server defines it (one definition of
+/// the protocol's codes for the whole server).
+const PARSE_ERROR: i64 = ErrorCode::ParseError as i64;
 /// JSON-RPC 2.0 "Invalid Request".
-const INVALID_REQUEST: i64 = -32600;
+const INVALID_REQUEST: i64 = ErrorCode::InvalidRequest as i64;
 
 /// The writer thread; join it after the session to flush the last replies.
 #[derive(Debug)]

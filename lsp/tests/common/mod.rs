@@ -38,9 +38,12 @@ enum Transport {
         stdin: Option<ChildStdin>,
         receiver: Receiver<Value>,
         /// What the binary wrote to stderr, when it was captured.
-        stderr: Option<(Arc<Mutex<Vec<u8>>>, JoinHandle<()>)>,
+        stderr: Option<Captured>,
     },
 }
+
+/// A child's stderr as it is read, and the thread reading it.
+type Captured = (Arc<Mutex<Vec<u8>>>, JoinHandle<()>);
 
 /// One client session.
 pub struct Client {
@@ -110,7 +113,7 @@ impl Client {
         Client::over(child, Some((captured, reader)))
     }
 
-    fn over(mut child: Child, stderr: Option<(Arc<Mutex<Vec<u8>>>, JoinHandle<()>)>) -> Client {
+    fn over(mut child: Child, stderr: Option<Captured>) -> Client {
         let stdout = child.stdout.take().unwrap();
         let stdin = child.stdin.take();
         let (sender, receiver) = unbounded();
