@@ -203,14 +203,28 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
              an editor starts this server, see `mcpolicy-lsp --help`"
         )
     })?;
-    // Unreadable initialize params are treated as a client with no capabilities.
-    let params: InitializeParams = serde_json::from_value(params).unwrap_or_default();
+    // Unreadable initialize params are treated as a client with no
+    // capabilities, and the log says so once the handshake is over.
+    let (params, unreadable) = match serde_json::from_value::<InitializeParams>(params) {
+        Ok(params) => (params, None),
+        Err(e) => (InitializeParams::default(), Some(e)),
+    };
     let encoding = negotiate(&params);
     let result = serde_json::json!({
         "capabilities": capabilities(encoding),
         "serverInfo": { "name": "mcpolicy-lsp", "version": env!("CARGO_PKG_VERSION") },
     });
     connection.initialize_finish(id, result)?;
+    if let Some(e) = unreadable {
+        log(
+            connection,
+            MessageType::WARNING,
+            format!(
+                "unreadable `initialize` params ({e}); \
+                 serving as to a client with no capabilities (UTF-16 positions)"
+            ),
+        )?;
+    }
     let mut world = World::new(encoding);
     let mut checks = Checks::new(hooks);
     let outcome = main_loop(connection, &mut world, &mut checks);

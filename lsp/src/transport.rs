@@ -67,10 +67,14 @@ pub fn stdio() -> (Connection, Writer) {
     // coalesce it (see `main_loop`).
     let (reader_sender, receiver) = unbounded::<Message>();
     let (sender, writer_receiver) = unbounded::<Message>();
-    thread::Builder::new()
+    // Without a reader the session ends at once (the main loop sees the
+    // channel closed): say why rather than exit quietly.
+    if let Err(e) = thread::Builder::new()
         .name("mcpolicy-lsp-reader".to_owned())
         .spawn(move || read_loop(&mut io::stdin().lock(), &reader_sender))
-        .ok();
+    {
+        eprintln!("mcpolicy-lsp: cannot start the thread reading stdin: {e}");
+    }
     let writer = thread::Builder::new()
         .name("mcpolicy-lsp-writer".to_owned())
         .spawn(move || write_loop(&writer_receiver))

@@ -1,6 +1,6 @@
 //! The server answers per the protocol and never dies: malformed frames,
 //! unknown methods, documents never opened, bad params, a 10 MB document,
-//! a burst of 1,000 edits.
+//! a burst of 1,000 edits, unreadable `initialize` params (logged).
 
 #![allow(clippy::unwrap_used)]
 
@@ -53,6 +53,53 @@ fn protocol_errors_in_process() {
     let mut client = Client::memory();
     client.initialize(&[]);
     protocol_errors(&mut client);
+    assert!(client.shutdown());
+}
+
+/// Unreadable `initialize` params: served as a client with no
+/// capabilities (UTF-16), and the log says so, rather than silently.
+#[test]
+fn unreadable_initialize_params_are_logged() {
+    let mut client = Client::memory();
+    let result = client.ok(
+        "initialize",
+        json!({ "processId": "not a number", "capabilities": { "general": { "positionEncodings": ["utf-8"] } } }),
+    );
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-16");
+    client.notify("initialized", json!({}));
+    let Message::Notification(log) = client.recv() else {
+        panic!("expected a log line: {:?}", client.transcript);
+    };
+    assert_eq!(log.method, "window/logMessage");
+    assert_eq!(log.params["type"], 2, "MessageType::WARNING");
+    let message = log.params["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("unreadable `initialize` params ("),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("); serving as to a client with no capabilities (UTF-16 positions)"),
+        "{message}"
+    );
+    assert!(client.shutdown());
+}
+
+/// The control: readable params, no log line before the first answer.
+#[test]
+fn readable_initialize_params_log_nothing() {
+    let mut client = Client::memory();
+    let result = client.initialize(&["utf-8"]);
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-8");
+    // A log line would come before this answer, in the transcript.
+    let _ = client.request("textDocument/hover", at(URI, 0, 0));
+    assert!(
+        client
+            .transcript
+            .iter()
+            .all(|m| m["method"] != "window/logMessage"),
+        "{:?}",
+        client.transcript
+    );
     assert!(client.shutdown());
 }
 
