@@ -631,7 +631,13 @@ fn record_panic_locations() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let at = info.location().map(ToString::to_string);
-            PANIC_AT.with(|slot| *slot.borrow_mut() = at);
+            // `try_with`: a panic while the thread's locals are torn down
+            // must not panic again here (that would abort).
+            let _ = PANIC_AT.try_with(|slot| {
+                if let Ok(mut slot) = slot.try_borrow_mut() {
+                    *slot = at;
+                }
+            });
             previous(info);
         }));
     });
