@@ -299,3 +299,104 @@ impl World {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The byte offset of an LSP position, by hand: split the text into
+    /// lines at `\r\n`, `\n` and a lone `\r`, clamp the line to the last one
+    /// and the column to the line's end, and snap a column inside a
+    /// character back to its start.
+    fn model_offset(text: &str, position: Position, encoding: Encoding) -> usize {
+        let mut starts = vec![0];
+        let bytes = text.as_bytes();
+        for i in 0..bytes.len() {
+            let ends_line =
+                bytes[i] == b'\n' || (bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+            if ends_line {
+                starts.push(i + 1);
+            }
+        }
+        let Some(&start) = starts.get(position.line as usize) else {
+            return text.len();
+        };
+        let rest = &text[start..];
+        let line = &rest[..rest.find(['\r', '\n']).unwrap_or(rest.len())];
+        let mut units = 0;
+        for (i, c) in line.char_indices() {
+            units += match encoding {
+                Encoding::Utf8 => c.len_utf8(),
+                Encoding::Utf16 => c.len_utf16(),
+            };
+            if units > position.character as usize {
+                return start + i;
+            }
+        }
+        start + line.len()
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec!["a", "é", "€", "😀", "\n", "\r\n", "\r", "xy", " "]);
+        prop::collection::vec(piece, 0..80).prop_map(|p| p.concat())
+    }
+
+    fn position() -> impl Strategy<Value = Position> {
+        // Mostly in range, sometimes far out of it.
+        let n = prop_oneof![6 => 0u32..12, 1 => Just(u32::MAX), 1 => 12u32..100_000];
+        (n.clone(), n).prop_map(|(line, character)| Position::new(line, character))
+    }
+
+    proptest! {
+        /// A `didChange` applies each edit, in order, to the text the
+        /// previous one left, at the offsets the positions name in the
+        /// negotiated encoding (out-of-range positions clamped, a range's
+        /// ends in either order), exactly as the hand-split model does.
+        /// Long mode: `PROPTEST_CASES=20000 cargo test -p mcpolicy-lsp --lib`.
+        #[test]
+        fn edits_apply_where_their_positions_point(
+            initial in text(),
+            edits in prop::collection::vec((position(), position(), text(), any::<bool>()), 1..6),
+            utf8 in any::<bool>(),
+        ) {
+            let encoding = if utf8 { Encoding::Utf8 } else { Encoding::Utf16 };
+            let uri: Uri = "file:///p.mcpolicy".parse().expect("a URI");
+            let mut world = World::new(encoding);
+            world.open(uri.clone(), 1, initial.clone());
+            let mut model = initial;
+            let mut changes = Vec::new();
+            for (a, b, new_text, whole) in edits {
+                let range = (!whole).then_some(Range::new(a, b));
+                match range {
+                    Some(_) => {
+                        let (x, y) = (
+                            model_offset(&model, a, encoding),
+                            model_offset(&model, b, encoding),
+                        );
+                        model.replace_range(x.min(y)..x.max(y), &new_text);
+                    }
+                    None => model = new_text.clone(),
+                }
+                changes.push(TextDocumentContentChangeEvent {
+                    range,
+                    range_length: None,
+                    text: new_text,
+                });
+            }
+            prop_assert!(world.change(&uri, 2, changes));
+            let document = &world.documents[&uri::key(&uri)];
+            prop_assert_eq!(document.source.text(&world.db), &model);
+            // And positions read back from the final text agree with it.
+            let snapshot = world.snapshot(&uri).expect("open");
+            for offset in (0..=model.len()).filter(|&o| model.is_char_boundary(o)) {
+                let inside_crlf = offset > 0
+                    && model.as_bytes()[offset - 1] == b'\r'
+                    && model.as_bytes().get(offset) == Some(&b'\n');
+                if !inside_crlf {
+                    prop_assert_eq!(model_offset(&model, snapshot.position(offset), encoding), offset);
+                }
+            }
+        }
+    }
+}
