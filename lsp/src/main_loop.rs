@@ -555,45 +555,52 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
     }
 }
 
-/// Runs a notification handler on readable params; unknown notifications
-/// and unreadable params are ignored, as the protocol asks.
+/// Runs a notification handler on readable params. Unknown notifications
+/// are ignored, as the protocol asks; unreadable params of a known one,
+/// and a change to a document not open, are ignored too but logged: the
+/// server's text may no longer be the editor's.
 fn notify(
     connection: &Connection,
     world: &mut World,
     notification: Notification,
 ) -> Result<(), Error> {
-    fn params<P: DeserializeOwned>(n: Notification) -> Option<P> {
-        serde_json::from_value(n.params).ok()
+    fn params<P: DeserializeOwned>(n: Notification) -> Result<P, String> {
+        let Notification { method, params } = n;
+        serde_json::from_value(params)
+            .map_err(|e| format!("unreadable `{method}` params ({e}); ignored"))
     }
     let method = notification.method.clone();
     forget_panic_location();
-    let outcome = catch_unwind(AssertUnwindSafe(|| match notification.method.as_str() {
+    let outcome = catch_unwind(AssertUnwindSafe(|| match method.as_str() {
         DidOpenTextDocument::METHOD => {
-            if let Some(p) = params(notification) {
-                handlers::did_open::handle(world, p);
-            }
-            None
+            handlers::did_open::handle(world, params(notification)?);
+            Ok(None)
         }
         DidChangeTextDocument::METHOD => {
-            if let Some(p) = params(notification) {
-                handlers::did_change::handle(world, p);
+            let p: lsp_types::DidChangeTextDocumentParams = params(notification)?;
+            let uri = p.text_document.uri.clone();
+            if handlers::did_change::handle(world, p) {
+                Ok(None)
+            } else {
+                Err(format!(
+                    "`{method}` for a document not open ({}); ignored",
+                    uri.as_str()
+                ))
             }
-            None
         }
         DidSaveTextDocument::METHOD => {
-            if let Some(p) = params(notification) {
-                handlers::did_save::handle(world, p);
-            }
-            None
+            handlers::did_save::handle(world, params(notification)?);
+            Ok(None)
         }
         DidCloseTextDocument::METHOD => {
-            params(notification).and_then(|p| handlers::did_close::handle(world, p))
+            Ok(handlers::did_close::handle(world, params(notification)?))
         }
-        _ => None,
+        _ => Ok(None),
     }));
     match outcome {
-        Ok(Some(closed)) => publish(connection, closed, None, Vec::new())?,
-        Ok(None) => {}
+        Ok(Ok(Some(closed))) => publish(connection, closed, None, Vec::new())?,
+        Ok(Ok(None)) => {}
+        Ok(Err(warning)) => log(connection, MessageType::WARNING, warning)?,
         Err(payload) => log(
             connection,
             MessageType::ERROR,

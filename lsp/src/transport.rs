@@ -118,8 +118,16 @@ pub fn error_frame(id: Value, code: i64, message: String) -> Value {
 /// `sender`, unreadable frames are answered on stdout.
 pub fn read_loop(input: &mut impl BufRead, sender: &Sender<Message>) {
     // A read error (stdin closed under us) ends the session like end of
-    // input: the main loop sees the channel close.
-    while let Ok(Some(incoming)) = read_incoming(input) {
+    // input, the main loop seeing the channel close; stderr says which.
+    loop {
+        let incoming = match read_incoming(input) {
+            Ok(Some(incoming)) => incoming,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("mcpolicy-lsp: reading stdin failed, ending the session: {e}");
+                break;
+            }
+        };
         match incoming {
             Incoming::Rejected(answer) => write_raw(&answer),
             Incoming::Message(message) => {

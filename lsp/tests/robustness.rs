@@ -26,6 +26,8 @@ fn protocol_errors(client: &mut Client) {
     assert_eq!(error_code(&response), ErrorCode::MethodNotFound as i32);
     client.notify("$/unknownNotification", json!({ "x": 1 }));
     client.notify("textDocument/didChange", json!("not params"));
+    // A change to a document never opened.
+    client.change("file:///never-opened.mcpolicy", 2, json!([{ "text": "x" }]));
     // A request for a document never opened: an error, not a crash.
     let response = client.request(
         "textDocument/hover",
@@ -40,6 +42,27 @@ fn protocol_errors(client: &mut Client) {
     // Params of the wrong shape: InvalidParams.
     let response = client.request("textDocument/hover", json!([1, 2, 3]));
     assert_eq!(error_code(&response), ErrorCode::InvalidParams as i32);
+    // The unreadable didChange and the change to a document not open were
+    // ignored, and logged (the server's text may no longer be the
+    // editor's); the unknown `$/` notification was not.
+    let logged: Vec<&str> = client
+        .transcript
+        .iter()
+        .filter(|m| m["method"] == "window/logMessage")
+        .map(|m| {
+            assert_eq!(m["params"]["type"], 2, "a warning: {m}");
+            m["params"]["message"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert!(
+        logged[0].starts_with("unreadable `textDocument/didChange` params ("),
+        "{logged:?}"
+    );
+    assert_eq!(
+        logged[1],
+        "`textDocument/didChange` for a document not open (file:///never-opened.mcpolicy); ignored"
+    );
     // Positions far outside the document are clamped.
     client.open(URI, &fixture("session.mcpolicy"));
     let response = client.request("textDocument/completion", at(URI, 4_000_000, 4_000_000));
