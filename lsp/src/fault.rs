@@ -2,7 +2,8 @@
 //! builds only, the environment variable [`PANIC_ON`]
 //! (`MCPOLICY_LSP_PANIC_ON=<marker>`) makes every analysis of a document
 //! whose text contains `<marker>` panic: the diagnostics check on the
-//! worker, and every request on that document. An unset or empty variable
+//! worker, every request on that document, and a `didChange` whose result
+//! contains it (before the document changes). An unset or empty variable
 //! injects nothing. Release builds (`cargo build --release`, what
 //! `cargo install` ships) compile it out: [`inject`] does nothing there.
 //!

@@ -277,6 +277,7 @@ impl World {
             }
             index = Arc::new(LineIndex::new(&text));
         }
+        crate::fault::inject(&text, "an edit");
         document.index = index;
         document.version = version;
         document.generation = generation;

@@ -8,7 +8,8 @@
 //!   panic's message and location.
 //! - The crash is not sticky: the next version without the marker gets the
 //!   compiler's findings.
-//! - A panicking request answers `InternalError` and is logged.
+//! - A panicking request answers `InternalError` and is logged; a panicking
+//!   notification handler is logged.
 //! - Without the variable, the same text is checked normally: the control
 //!   that shows the variable, not the text, makes the crash.
 
@@ -151,6 +152,42 @@ fn a_checker_panic_is_a_diagnostic_and_a_log_line() {
             .lines()
             .any(|l| l.starts_with("thread 'mcpolicy-check'")
                 && l.contains(" panicked at lsp/src/fault.rs:")),
+        "{stderr}"
+    );
+}
+
+/// A notification handler that panics has no one to answer: it is logged,
+/// and the server goes on with the text it had.
+#[test]
+fn a_notification_panic_is_a_log_line() {
+    let mut client = Client::stdio_with_env(&[(PANIC_ON, MARKER)]);
+    client.initialize(&[]);
+    let clean = crashing_text().replace(MARKER, "fine");
+    client.open(URI, &clean);
+    assert_eq!(codes(&client.diagnostics_for(URI, 1)), ["E0107"]);
+    client.change(URI, 2, json!([{ "text": crashing_text() }]));
+    // Answered, over the text before the edit that crashed.
+    let response = client.request("textDocument/hover", at(URI, 3, 3));
+    assert!(response.response_result.is_ok(), "{response:?}");
+    let logged = log_lines(&client);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0].0, 1, "MessageType::ERROR");
+    assert!(
+        logged[0]
+            .1
+            .starts_with("textDocument/didChange crashed: panicked at lsp/src/fault.rs:"),
+        "{logged:?}"
+    );
+    assert!(
+        logged[0].1.contains("an edit of a text containing"),
+        "{logged:?}"
+    );
+    let (code, stderr) = client.exit_and_stderr();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "mcpolicy-lsp: textDocument/didChange crashed: panicked at lsp/src/fault.rs:"
+        ),
         "{stderr}"
     );
 }
