@@ -109,7 +109,7 @@ impl<'a> StatementMap<'a> {
                         .join(" ");
                     statements.push(StatementCoverage {
                         block: label.clone(),
-                        line: lines.position(stmt.span.start).line,
+                        line: lines.position(&source.text, stmt.span.start).line,
                         text,
                         live: false,
                         hits: 0,
@@ -282,7 +282,7 @@ impl<'a> StatementMap<'a> {
             .filter_map(|item| match &item.kind {
                 ItemKind::Reason(decl) => Some((
                     decl.name.value.as_str(),
-                    lines.position(item.span.start).line,
+                    lines.position(&self.source.text, item.span.start).line,
                 )),
                 _ => None,
             })
