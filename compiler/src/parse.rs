@@ -820,6 +820,34 @@ server "github-*" { sampling off }
         assert!(matches!(parsed.file.items[2].kind, ItemKind::Server(_)));
     }
 
+    /// `starts_item` is the grammar's `top_start`, byte for byte.
+    fn agrees_with_top_start(text: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        let grammar = PolicyParser::parse(Rule::top_start, text).is_ok();
+        proptest::prop_assert_eq!(starts_item(text.as_bytes()), grammar, "{:?}", text);
+        Ok(())
+    }
+
+    #[test]
+    fn starts_item_agrees_with_top_start_on_every_keyword() {
+        for word in crate::statements::item_keywords()
+            .chain(crate::statements::policy_keywords())
+            .chain(crate::statements::reason_keywords())
+        {
+            for tail in ["", " ", "x", "_", "1", " \"", "\t\"", "\u{feff}\"", " # \"", "\n\""] {
+                agrees_with_top_start(&format!("{word}{tail}")).expect("agrees");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn starts_item_agrees_with_top_start(
+            text in "(mcpolicy|protocol|error_code|identity|reason|defaults|server|serve|max_tokens|#)?[ \t\u{feff}\"#a_1\n]{0,4}[a-z\"]?"
+        ) {
+            agrees_with_top_start(&text)?;
+        }
+    }
+
     #[test]
     fn escapes() {
         assert_eq!(unescape(r"a\u{e9}\n", 0).0, "aé\n");

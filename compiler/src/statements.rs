@@ -1179,6 +1179,83 @@ mod tests {
         }
     }
 
+    /// Each statement's example is read by the grammar rule and the shape
+    /// its declaration names, checks clean, is stated by the block, and is
+    /// already in canonical layout; with `as`, if it denies. A grammar edit
+    /// that the declaration does not follow fails here.
+    #[test]
+    fn every_example_reads_checks_and_formats_as_declared() {
+        for statement in Statement::ALL {
+            let decl = statement.decl();
+            let mut examples = vec![decl.example.to_owned()];
+            if decl.denies() {
+                examples.push(format!("{} as acme.denied", decl.example));
+            }
+            for example in examples {
+                let reason = if example.contains(" as ") {
+                    "reason acme.denied { retryable false; ttl forever }\n"
+                } else {
+                    ""
+                };
+                let text = format!("mcpolicy 1\n{reason}\ndefaults {{\n  {example}\n}}\n");
+                let parsed = crate::parse::parse(&text);
+                assert!(parsed.diagnostics.is_empty(), "{example}");
+                let Some(crate::syntax::ItemKind::Defaults(block)) =
+                    parsed.file.items.last().map(|i| &i.kind)
+                else {
+                    panic!("{example}: no defaults block");
+                };
+                let crate::syntax::StmtKind::Known(read, args) = &block.stmts[0].kind else {
+                    panic!("{example}: not read as a statement: {:?}", block.stmts[0]);
+                };
+                assert_eq!(read, statement);
+                assert_eq!(args.reason().is_some(), example.contains(" as "));
+                let analysis = crate::check::check(&parsed.file);
+                assert!(analysis.diagnostics.is_empty(), "{example}: {:?}", analysis.diagnostics);
+                assert!(analysis.model.defaults.states(*statement), "{example}");
+                assert_eq!(crate::format::format(&text).as_deref(), Ok(text.as_str()));
+                // Written back, the effective line means the same again.
+                let effective = crate::lower::effective_defaults(&analysis.model);
+                let lines = effective_lines(&effective);
+                let line = lines
+                    .iter()
+                    .find(|(s, _)| s == statement)
+                    .map(|(_, line)| line.clone())
+                    .unwrap_or_default();
+                assert!(!line.is_empty(), "{example}: no effective line in {lines:?}");
+                let again = text.replace(example.as_str(), &line);
+                let reread = crate::check::check(&crate::parse::parse(&again).file);
+                assert!(reread.diagnostics.is_empty(), "{again}");
+                assert_eq!(crate::lower::effective_defaults(&reread.model), effective);
+            }
+        }
+    }
+
+    /// The editor grammar colours every keyword.
+    #[test]
+    fn the_textmate_grammar_names_every_keyword() {
+        let grammar = include_str!("../../lsp/editors/vscode/syntaxes/mcpolicy.tmLanguage.json");
+        for keyword in policy_keywords().chain(reason_keywords()).chain(item_keywords()) {
+            assert!(
+                grammar.contains(&format!("|{keyword}|"))
+                    || grammar.contains(&format!("({keyword}|"))
+                    || grammar.contains(&format!("|{keyword})")),
+                "{keyword} is missing from mcpolicy.tmLanguage.json"
+            );
+        }
+    }
+
+    #[test]
+    fn the_e0101_explanation_is_filled_in_as_written_before() {
+        assert_eq!(
+            Code::E0101.explanation(),
+            "The word does not name any statement. Blocks (`defaults`, `server`) accept
+`sampling`, `tools`, `max_context`, `max_input`, `max_messages`, `max_tokens`,
+`rate`, `budget`, `deadline`, `consent` and `models`; `reason` blocks accept
+`retryable`, `ttl`, `message` and `code`."
+        );
+    }
+
     #[test]
     fn the_e0101_explanation_lists_every_statement() {
         let text = Code::E0101.explanation();
