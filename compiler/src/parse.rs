@@ -364,7 +364,10 @@ impl Builder {
             }
             Rule::protocol_decl => {
                 let kw = c.take(Rule::kw_protocol)?;
-                (ItemKind::Protocol(spanned_str(&c.take(Rule::revision)?)), kw)
+                (
+                    ItemKind::Protocol(spanned_str(&c.take(Rule::revision)?)),
+                    kw,
+                )
             }
             Rule::error_code_decl => {
                 let kw = c.take(Rule::kw_error_code)?;
@@ -533,7 +536,10 @@ impl Builder {
             }
             Rule::message_stmt => {
                 let kw = c.take(Rule::kw_message)?;
-                (ReasonStmtKind::Message(self.string(&c.take(Rule::string)?)), kw)
+                (
+                    ReasonStmtKind::Message(self.string(&c.take(Rule::string)?)),
+                    kw,
+                )
             }
             Rule::code_stmt => {
                 let kw = c.take(Rule::kw_code)?;
@@ -805,7 +811,10 @@ server "github-*" { sampling off }
             panic!("server expected")
         };
         assert!(matches!(a.body.stmts[0].kind, StmtKind::Bad(_)));
-        assert!(matches!(a.body.stmts[1].kind, StmtKind::Known(Statement::Rate, Args::Rate { .. })));
+        assert!(matches!(
+            a.body.stmts[1].kind,
+            StmtKind::Known(Statement::Rate, Args::Rate { .. })
+        ));
         assert!(matches!(items[3].kind, ItemKind::Bad(_)));
     }
 
@@ -833,7 +842,18 @@ server "github-*" { sampling off }
             .chain(crate::statements::policy_keywords())
             .chain(crate::statements::reason_keywords())
         {
-            for tail in ["", " ", "x", "_", "1", " \"", "\t\"", "\u{feff}\"", " # \"", "\n\""] {
+            for tail in [
+                "",
+                " ",
+                "x",
+                "_",
+                "1",
+                " \"",
+                "\t\"",
+                "\u{feff}\"",
+                " # \"",
+                "\n\"",
+            ] {
                 agrees_with_top_start(&format!("{word}{tail}")).expect("agrees");
             }
         }

@@ -1211,7 +1211,11 @@ mod tests {
                 assert_eq!(read, statement);
                 assert_eq!(args.reason().is_some(), example.contains(" as "));
                 let analysis = crate::check::check(&parsed.file);
-                assert!(analysis.diagnostics.is_empty(), "{example}: {:?}", analysis.diagnostics);
+                assert!(
+                    analysis.diagnostics.is_empty(),
+                    "{example}: {:?}",
+                    analysis.diagnostics
+                );
                 assert!(analysis.model.defaults.states(*statement), "{example}");
                 assert_eq!(crate::format::format(&text).as_deref(), Ok(text.as_str()));
                 // Written back, the effective line means the same again.
@@ -1222,7 +1226,10 @@ mod tests {
                     .find(|(s, _)| s == statement)
                     .map(|(_, line)| line.clone())
                     .unwrap_or_default();
-                assert!(!line.is_empty(), "{example}: no effective line in {lines:?}");
+                assert!(
+                    !line.is_empty(),
+                    "{example}: no effective line in {lines:?}"
+                );
                 let again = text.replace(example.as_str(), &line);
                 let reread = crate::check::check(&crate::parse::parse(&again).file);
                 assert!(reread.diagnostics.is_empty(), "{again}");
@@ -1235,7 +1242,10 @@ mod tests {
     #[test]
     fn the_textmate_grammar_names_every_keyword() {
         let grammar = include_str!("../../lsp/editors/vscode/syntaxes/mcpolicy.tmLanguage.json");
-        for keyword in policy_keywords().chain(reason_keywords()).chain(item_keywords()) {
+        for keyword in policy_keywords()
+            .chain(reason_keywords())
+            .chain(item_keywords())
+        {
             assert!(
                 grammar.contains(&format!("|{keyword}|"))
                     || grammar.contains(&format!("({keyword}|"))

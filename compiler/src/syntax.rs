@@ -185,6 +185,9 @@ pub type AsClause = Option<Spanned<String>>;
 /// A statement of a policy block: which one, and its values, whose shape
 /// the statement's declaration fixes (`statements.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+// `Known` is the common case; boxing it would cost an allocation per statement
+// to save space only on unreadable ones.
+#[allow(clippy::large_enum_variant)]
 pub enum StmtKind {
     /// A statement the grammar read.
     Known(Statement, Args),

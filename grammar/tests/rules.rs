@@ -21,7 +21,10 @@ fn check(rule: Rule, accepts: &[&str], refuses: &[&str]) {
         assert!(matches_all(rule, input), "{rule:?} should accept {input:?}");
     }
     for input in refuses {
-        assert!(!matches_all(rule, input), "{rule:?} should refuse {input:?}");
+        assert!(
+            !matches_all(rule, input),
+            "{rule:?} should refuse {input:?}"
+        );
     }
 }
 
@@ -66,7 +69,11 @@ fn statements(input: &str) -> Vec<(Rule, String)> {
 
 #[test]
 fn values() {
-    check(Rule::int, &["0", "-32010", "1_000", "7__"], &["_1", "-", "1.5", "x"]);
+    check(
+        Rule::int,
+        &["0", "-32010", "1_000", "7__"],
+        &["_1", "-", "1.5", "x"],
+    );
     check(
         Rule::count,
         &["4096", "200k", "1M", "1_000"],
@@ -149,7 +156,11 @@ fn keywords_are_whole_words() {
         check(
             rule,
             &[word],
-            &[&format!("{word}x"), &format!("{word}_"), &format!("{word}1")],
+            &[
+                &format!("{word}x"),
+                &format!("{word}_"),
+                &format!("{word}1"),
+            ],
         );
         assert!(PolicyParser::parse(rule, &format!("{word} x")).is_ok());
     }
@@ -160,7 +171,12 @@ fn policy_statements() {
     check(
         Rule::sampling_stmt,
         &["sampling on", "sampling off as acme.off", "sampling  off"],
-        &["sampling", "sampling maybe", "sampling off as", "sampling off x"],
+        &[
+            "sampling",
+            "sampling maybe",
+            "sampling off as",
+            "sampling off x",
+        ],
     );
     check(
         Rule::tools_stmt,
@@ -198,7 +214,11 @@ fn policy_statements() {
             "budget 50 requests per day",
             "budget 200k tokens per 24h as a.b",
         ],
-        &["budget 50 per day", "budget 50 requests per year", "budget 50 requests"],
+        &[
+            "budget 50 per day",
+            "budget 50 requests per year",
+            "budget 50 requests",
+        ],
     );
     check(
         Rule::deadline_stmt,
@@ -212,7 +232,11 @@ fn policy_statements() {
     );
     check(
         Rule::models_stmt,
-        &[r#"models "a""#, r#"models "claude-*", "gpt-4o""#, r#"models "a" , "b""#],
+        &[
+            r#"models "a""#,
+            r#"models "claude-*", "gpt-4o""#,
+            r#"models "a" , "b""#,
+        ],
         &["models a", r#"models "a","#, "models"],
     );
 }
@@ -243,9 +267,21 @@ fn reason_properties() {
 
 #[test]
 fn top_level_items() {
-    check(Rule::version_decl, &["mcpolicy 1", "mcpolicy 2"], &["mcpolicy", "mcpolicy one"]);
-    check(Rule::protocol_decl, &["protocol 2025-11-25"], &["protocol latest"]);
-    check(Rule::error_code_decl, &["error_code -32010"], &["error_code x"]);
+    check(
+        Rule::version_decl,
+        &["mcpolicy 1", "mcpolicy 2"],
+        &["mcpolicy", "mcpolicy one"],
+    );
+    check(
+        Rule::protocol_decl,
+        &["protocol 2025-11-25"],
+        &["protocol latest"],
+    );
+    check(
+        Rule::error_code_decl,
+        &["error_code -32010"],
+        &["error_code x"],
+    );
     check(
         Rule::identity_decl,
         &["identity messages", "identity systemPrompt, messages"],
@@ -271,7 +307,12 @@ fn top_level_items() {
 #[test]
 fn top_start_is_what_starts_an_item() {
     for word in [
-        "mcpolicy", "protocol", "error_code", "identity", "reason", "defaults",
+        "mcpolicy",
+        "protocol",
+        "error_code",
+        "identity",
+        "reason",
+        "defaults",
     ] {
         assert!(PolicyParser::parse(Rule::top_start, &format!("{word} x")).is_ok());
         assert!(PolicyParser::parse(Rule::top_start, &format!("{word}x")).is_err());
@@ -279,7 +320,13 @@ fn top_start_is_what_starts_an_item() {
     for yes in [r#"server "a""#, "server\t\"", "server \u{feff} \""] {
         assert!(PolicyParser::parse(Rule::top_start, yes).is_ok(), "{yes:?}");
     }
-    for no in ["server x", "serverx \"", "max_tokens 1", "server # \"\n\"", " server \""] {
+    for no in [
+        "server x",
+        "serverx \"",
+        "max_tokens 1",
+        "server # \"\n\"",
+        " server \"",
+    ] {
         assert!(PolicyParser::parse(Rule::top_start, no).is_err(), "{no:?}");
     }
 }

@@ -372,9 +372,10 @@ impl Checker {
                 if !block.shares_tools_reason(statement, reason) {
                     continue;
                 }
-                if let (Some(at), Some(other)) =
-                    (clause(*id, Statement::Tools.keyword(), tools), clause(*id, statement, reason))
-                    && seen.insert((at, other))
+                if let (Some(at), Some(other)) = (
+                    clause(*id, Statement::Tools.keyword(), tools),
+                    clause(*id, statement, reason),
+                ) && seen.insert((at, other))
                 {
                     found.push((at, other, statement, reason.to_owned()));
                 }
@@ -833,8 +834,7 @@ impl Checker {
                         .copied()
                         .unwrap_or(stmt.span);
                     self.push(
-                        duplicate(decl.keyword(), stmt.span, first)
-                            .help(statement.repeated_help()),
+                        duplicate(decl.keyword(), stmt.span, first).help(statement.repeated_help()),
                     );
                 }
             }
@@ -890,7 +890,8 @@ impl Checker {
                     reason: _,
                 },
             ) => {
-                let count = values::quantity(self, count, Unit::Count, keyword, values::Zero::Refuses);
+                let count =
+                    values::quantity(self, count, Unit::Count, keyword, values::Zero::Refuses);
                 let window = values::quantity(
                     self,
                     window,
@@ -930,7 +931,8 @@ impl Checker {
                     )
                     .map(Window::RollingMs),
                 };
-                let limit = values::quantity(self, limit, Unit::Count, keyword, values::Zero::Refuses);
+                let limit =
+                    values::quantity(self, limit, Unit::Count, keyword, values::Zero::Refuses);
                 Some(Value::Budget {
                     limit: limit?,
                     metric,

@@ -3,9 +3,9 @@
 //! the first value that does not fit the statement's shape.
 
 use super::list;
-use crate::statements::{self, REASON_PROPERTIES, Shape, Statement, StatementDecl, Unit};
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::statements::{self, REASON_PROPERTIES, Shape, Statement, StatementDecl, Unit};
 use crate::syntax::{BadStmt, Span};
 
 /// Which kind of block the statement was in.
@@ -309,7 +309,9 @@ fn shape(keyword: &str) -> Option<(Vec<Want>, bool, &'static str)> {
         };
         return Some((wants, decl.denies(), decl.example));
     }
-    let property = REASON_PROPERTIES.iter().find(|p| p.doc.keyword == keyword)?;
+    let property = REASON_PROPERTIES
+        .iter()
+        .find(|p| p.doc.keyword == keyword)?;
     let wants = match keyword {
         "retryable" => vec![Bool],
         "ttl" => vec![Ttl],

@@ -6,8 +6,8 @@ use mcpolicy_runtime::table::{ProtocolRevision, builtin};
 use super::docs;
 use super::symbols::symbol_index;
 use crate::check::IDENTITY_FIELDS;
-use crate::statements::{self, Shape, Statement, Unit};
 use crate::db::{SourceText, parse_file};
+use crate::statements::{self, Shape, Statement, Unit};
 use crate::syntax::*;
 
 /// What a completion inserts.
@@ -180,7 +180,8 @@ pub fn completions(
             }
         }
         (Context::Reason, []) => {
-            for keyword in statements::reason_keywords().filter(|k| !stated.iter().any(|s| s == k)) {
+            for keyword in statements::reason_keywords().filter(|k| !stated.iter().any(|s| s == k))
+            {
                 out.keyword(keyword, CompletionKind::Statement);
             }
         }

@@ -1,10 +1,10 @@
 //! Inlay hints: after each `server` block, the statements it inherits from
 //! `defaults`.
 
-use crate::statements::{Statement, effective_lines};
 use super::{effective_blocks, overlaps, policy_model};
 use crate::db::{SourceText, parse_file};
 use crate::model::PartialBlock;
+use crate::statements::{Statement, effective_lines};
 use crate::syntax::{ItemKind, Span};
 
 /// One hint: text shown at a byte offset.
@@ -19,7 +19,12 @@ pub struct InlayHint {
 }
 
 /// Whether a server block inherits `line` of `statement` from `defaults`.
-fn inherited(own: &PartialBlock, defaults: &PartialBlock, statement: Statement, line: &str) -> bool {
+fn inherited(
+    own: &PartialBlock,
+    defaults: &PartialBlock,
+    statement: Statement,
+    line: &str,
+) -> bool {
     defaults.states_line(statement, line) && !own.states_line(statement, line)
 }
 
