@@ -1238,6 +1238,41 @@ mod tests {
         }
     }
 
+    /// Every statement rule and keyword of the grammar is declared here, so
+    /// a statement added to the grammar alone fails this test (and one
+    /// declared here alone fails `every_example_reads_checks_and_formats_as_declared`).
+    #[test]
+    fn the_grammar_has_no_undeclared_statement_or_keyword() {
+        let reason_rules = [
+            Rule::retryable_stmt,
+            Rule::ttl_stmt,
+            Rule::message_stmt,
+            Rule::code_stmt,
+        ];
+        let keywords: Vec<&str> = policy_keywords()
+            .chain(reason_keywords())
+            .chain(item_keywords())
+            .chain(CONNECTIVES.iter().map(|d| d.keyword))
+            .collect();
+        for rule in Rule::all_rules() {
+            let name = format!("{rule:?}");
+            // `policy_stmt` and `reason_stmt` are the alternatives themselves.
+            let choice = [Rule::bad_stmt, Rule::policy_stmt, Rule::reason_stmt];
+            if name.ends_with("_stmt") && !choice.contains(rule) {
+                assert!(
+                    Statement::from_rule(*rule).is_some() || reason_rules.contains(rule),
+                    "the grammar's `{name}` is not declared in statements.rs"
+                );
+            }
+            if let Some(word) = name.strip_prefix("kw_") {
+                assert!(
+                    keywords.contains(&word),
+                    "the keyword `{word}` is not declared"
+                );
+            }
+        }
+    }
+
     /// The editor grammar colours every keyword.
     #[test]
     fn the_textmate_grammar_names_every_keyword() {

@@ -405,6 +405,7 @@ impl Checker {
             .collect();
         let word_span = Span::new(span.start, span.start + word.len());
         let trimmed = text.trim();
+        let items: Vec<&str> = statements::item_keywords().collect();
         let diagnostic = if trimmed.starts_with('}') {
             Diagnostic::new(
                 Code::E0001,
@@ -433,8 +434,13 @@ impl Checker {
             .help("put it in `defaults { … }` or a `server \"ID\" { … }` block")
         } else if word.is_empty() {
             let shown: String = trimmed.chars().take(20).collect();
-            Diagnostic::new(Code::E0001, span, format!("expected a top-level item, found `{shown}`"), "not an item")
-                .help("items start with `mcpolicy`, `protocol`, `error_code`, `identity`, `reason`, `defaults` or `server`")
+            Diagnostic::new(
+                Code::E0001,
+                span,
+                format!("expected a top-level item, found `{shown}`"),
+                "not an item",
+            )
+            .help(format!("items start with {}", list(&items)))
         } else {
             let mut d = Diagnostic::new(
                 Code::E0001,
@@ -443,8 +449,12 @@ impl Checker {
                 "not a top-level item",
             );
             d = match did_you_mean(&word, statements::item_keywords()) {
-                Some(s) => d.help(format!("did you mean `{s}`?")).fix(format!("replace with `{s}`"), word_span, s),
-                None => d.help("items start with `mcpolicy`, `protocol`, `error_code`, `identity`, `reason`, `defaults` or `server`"),
+                Some(s) => d.help(format!("did you mean `{s}`?")).fix(
+                    format!("replace with `{s}`"),
+                    word_span,
+                    s,
+                ),
+                None => d.help(format!("items start with {}", list(&items))),
             };
             d
         };
@@ -779,8 +789,8 @@ impl Checker {
 
     /// Checks a `defaults` or `server` block and returns what it states.
     /// Each statement is checked by the shape of its values and recorded as
-    /// its declaration says (`statements.rs`); nothing here is written per
-    /// statement.
+    /// its declaration says (`statements.rs`). Only `sampling` is named
+    /// here: `sampling off` leaves the rest of a server block unreachable.
     fn block(&mut self, block: &Block<Stmt>, is_server: bool) -> PartialBlock {
         let mut out = PartialBlock::default();
         let mut seen: HashMap<Statement, Span> = HashMap::new();
