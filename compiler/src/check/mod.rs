@@ -69,7 +69,8 @@ pub fn check(file: &SourceFile) -> Analysis {
 struct Producers {
     /// By a statement whose windows reset (a budget).
     by_budget: bool,
-    by_other: Vec<&'static str>,
+    /// By these other statements.
+    by_other: Vec<Statement>,
     uses: Vec<Span>,
 }
 
@@ -758,7 +759,11 @@ impl Checker {
                 } else {
                     format!(
                         "`{}` produces it, and only budgets have windows that reset",
-                        others.join("`, `")
+                        others
+                            .iter()
+                            .map(|s| s.keyword())
+                            .collect::<Vec<_>>()
+                            .join("`, `")
                     )
                 };
                 self.push(
@@ -1066,8 +1071,8 @@ impl Checker {
         let entry = self.producers.entry(reason.to_owned()).or_default();
         if statement.decl().resets() {
             entry.by_budget = true;
-        } else if !entry.by_other.contains(&statement.keyword()) {
-            entry.by_other.push(statement.keyword());
+        } else if !entry.by_other.contains(&statement) {
+            entry.by_other.push(statement);
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use mcpolicy_runtime::table::builtin;
 
-use super::render::{effective_lines, ttl};
+use super::render::ttl;
 use super::symbols::symbol_index;
 use super::{docs, effective_blocks, item_at, policy_model};
 use crate::db::{SourceText, analyze};
@@ -254,9 +254,9 @@ fn block_hover(
     match server_index {
         Some(index) => {
             if let Some((pattern, effective)) = blocks.servers.get(index) {
-                let lines: Vec<String> = effective_lines(effective)
+                let lines: Vec<String> = statements::effective_lines(effective)
                     .into_iter()
-                    .filter(|(k, _)| *k == keyword)
+                    .filter(|(s, _)| s == statement)
                     .map(|(_, line)| format!("`{line}`"))
                     .collect();
                 if !lines.is_empty() {
