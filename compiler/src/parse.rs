@@ -451,7 +451,12 @@ impl Builder {
                 let on = switch(&c.take(Rule::switch)?);
                 Args::Switch(on, c.as_clause())
             }
-            Shape::Word => Args::Word(spanned_str(&c.next()?)),
+            // The declaration lists the words; the grammar must read no other.
+            Shape::Word => {
+                Args::Word(spanned_str(&c.next().filter(|w| {
+                    decl.values.iter().any(|(word, _)| *word == w.as_str())
+                })?))
+            }
             Shape::Quantity(unit) => {
                 let q = quantity(&c.take(unit.rule())?);
                 Args::Quantity(q, c.as_clause())

@@ -1188,6 +1188,12 @@ mod tests {
         for statement in Statement::ALL {
             let decl = statement.decl();
             let mut examples = vec![decl.example.to_owned()];
+            // Every word it is declared to take.
+            examples.extend(
+                decl.values
+                    .iter()
+                    .map(|(word, _)| format!("{} {word}", decl.keyword())),
+            );
             if decl.denies() {
                 examples.push(format!("{} as acme.denied", decl.example));
             }
