@@ -15,4 +15,5 @@ pub mod lower;
 pub mod model;
 pub mod parse;
 pub mod render;
+pub mod statements;
 pub mod syntax;

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use mcpolicy_compiler::line_index::LineIndex;
 use mcpolicy_compiler::model::PartialBlock;
-use mcpolicy_compiler::syntax::{Block, ItemKind, ServerDecl, Stmt, StmtKind};
+use mcpolicy_compiler::syntax::{self, Block, ItemKind, ServerDecl, Stmt, StmtKind};
 use mcpolicy_runtime::engine::Statement;
 use mcpolicy_runtime::table::{
     Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table, builtin, pattern,
@@ -110,7 +110,7 @@ impl<'a> StatementMap<'a> {
                         .join(" ");
                     statements.push(StatementCoverage {
                         block: label.clone(),
-                        line: lines.position(stmt.span.start).line,
+                        line: lines.position(&source.text, stmt.span.start).line,
                         text,
                         live: false,
                         hits: 0,
@@ -191,7 +191,7 @@ impl<'a> StatementMap<'a> {
                     .position(|b| PartialBlock::budget_key(b) == key)?;
                 stmts
                     .iter()
-                    .filter(|(_, s)| matches!(s.kind, StmtKind::Budget { .. }))
+                    .filter(|(_, s)| s.kind.statement() == Some(syntax::Statement::Budget))
                     .nth(p)
                     .map(|(i, _)| *i)
             };
@@ -279,7 +279,7 @@ impl<'a> StatementMap<'a> {
             .filter_map(|item| match &item.kind {
                 ItemKind::Reason(decl) => Some((
                     decl.name.value.as_str(),
-                    lines.position(item.span.start).line,
+                    lines.position(&self.source.text, item.span.start).line,
                 )),
                 _ => None,
             })
