@@ -403,6 +403,7 @@ impl Session {
             return;
         }
         let identity = self.identity_for_audit(params);
+        let cause = denial.cause();
         self.audit(&Entry {
             event,
             via,
@@ -415,6 +416,7 @@ impl Session {
             requested: Some(params),
             applied: None,
             code: Some(denial.code()),
+            cause: Some(&cause),
         });
     }
 
@@ -658,6 +660,7 @@ impl Session {
                     outcome: "consent",
                     requested: Some(&params),
                     applied: Some(&shown),
+                    cause: Some(pending.cause()),
                     ..Entry::default()
                 });
                 let forward = (!pending.lowered().is_empty() || rewritten)
@@ -833,6 +836,7 @@ impl Session {
                                 outcome: "consent",
                                 requested: Some(&params),
                                 applied: Some(&shown),
+                                cause: Some(pending.cause()),
                                 ..Entry::default()
                             });
                             if !pending.lowered().is_empty() {
@@ -1532,6 +1536,7 @@ fn grant_entry<'a>(
         },
         requested: Some(requested),
         applied: Some(applied),
+        cause: Some(grant.cause()),
         ..Entry::default()
     }
 }
@@ -1949,6 +1954,42 @@ server "tight" {
         let refusal = parse(&rig.client.take()[0]);
         assert_eq!(refusal["id"], 3, "the client's own call");
         assert_eq!(refusal["error"]["data"]["reason"], "policy.deadline");
+    }
+
+    /// Every decision's audit line carries the engine's cause: the server
+    /// block (`null` for `defaults`), the statement, the evaluation step.
+    #[test]
+    fn audit_lines_carry_the_cause() {
+        let cases = [
+            (
+                "off",
+                100,
+                json!({"block": "off", "statement": "sampling", "step": 4}),
+            ),
+            (
+                "any",
+                5000,
+                json!({"block": null, "statement": "max_tokens", "step": 6}),
+            ),
+            (
+                "any",
+                100,
+                json!({"block": null, "statement": null, "step": 10}),
+            ),
+            (
+                "asks",
+                100,
+                json!({"block": "asks", "statement": "consent", "step": 9}),
+            ),
+        ];
+        for (server, max_tokens, expected) in cases {
+            let rig = rig(server);
+            let mut request = parse(SAMPLE);
+            request["params"]["maxTokens"] = json!(max_tokens);
+            rig.session.from_server(request.to_string().as_bytes());
+            let audit = parse(&rig.audit.take()[0]);
+            assert_eq!(audit["cause"], expected, "{server}: {audit}");
+        }
     }
 
     #[test]

@@ -527,7 +527,8 @@ pub(crate) const PRUNE_BATCH: usize = 16;
 
 /// A counter's floor moves over at most this many rows before the store
 /// sums its window from the floor instead (both are exact; this picks the
-/// shorter walk).
+/// shorter walk). Only the SQLite store walks rows.
+#[cfg(feature = "sqlite")]
 pub(crate) const WALK_LIMIT: usize = 256;
 
 /// The floor of `window` at `now`: rows at or after it may count (a fixed
