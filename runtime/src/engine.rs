@@ -1440,6 +1440,7 @@ impl Engine {
         params: &Map<String, Value>,
     ) -> Denial {
         let rt = self.reason(&stored.reason);
+        let block = self.block(entry);
         let data = stored.data.unwrap_or_else(|| {
             // A row written without data (another tool): rebuild it.
             DenialData {
@@ -1464,7 +1465,16 @@ impl Engine {
                 engine: self.clone(),
                 entry,
                 decided_at: stored.decided_at,
-                messages: message_count(params),
+                // Read only where it tells two input limits apart: a map
+                // look-up saved on every other replay.
+                messages: match (&block.max_messages, &block.max_input) {
+                    (Some(by_messages), Some(by_input))
+                        if by_messages.reason == by_input.reason =>
+                    {
+                        message_count(params)
+                    }
+                    _ => 0,
+                },
             },
         }
     }
