@@ -47,8 +47,9 @@ macro_rules! codes {
                 match self { $(Code::$code => $summary,)* }
             }
 
-            /// The long explanation `mcpc explain` prints.
-            pub fn explanation(self) -> &'static str {
+            /// The long explanation as declared, before the statement
+            /// lists are filled in.
+            fn declared_explanation(self) -> &'static str {
                 match self { $(Code::$code => $explanation,)* }
             }
         }
@@ -56,6 +57,19 @@ macro_rules! codes {
 }
 
 impl Code {
+    /// The long explanation `mcpc explain` prints. Lists of statements are
+    /// filled in from `statements.rs`, so a new statement needs no edit here.
+    pub fn explanation(self) -> &'static str {
+        static FILLED: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+            Code::ALL
+                .iter()
+                .map(|c| crate::statements::fill_explanation(c.declared_explanation()))
+                .collect()
+        });
+        // The enum's discriminants are its positions in `ALL`.
+        FILLED.get(self as usize).map_or("", String::as_str)
+    }
+
     /// Looks a code up by its text, case-insensitively (`e0101` works).
     pub fn parse(text: &str) -> Option<Code> {
         Code::ALL
@@ -108,9 +122,7 @@ Only tabs, line breaks and printable text may appear in a policy.",
     // ---- statements: E01xx
     E0101 Error "unknown statement" =>
 "The word does not name any statement. Blocks (`defaults`, `server`) accept
-`sampling`, `tools`, `max_context`, `max_input`, `max_messages`, `max_tokens`,
-`rate`, `budget`, `deadline`, `consent` and `models`; `reason` blocks accept
-`retryable`, `ttl`, `message` and `code`.",
+{policy_statements}; `reason` blocks accept {reason_statements}.",
     E0102 Error "statement not allowed here" =>
 "The statement exists but belongs elsewhere: reason properties (`retryable`, `ttl`,
 `message`, `code`) go in a `reason` block, policy statements in `defaults` or

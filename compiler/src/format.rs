@@ -46,6 +46,7 @@ use crate::check;
 use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
 use crate::parse::{self, Parsed};
+use crate::statements::{Shape, Unit};
 use crate::syntax::*;
 
 /// Why a file was not formatted: it has syntax errors, and the formatter
@@ -498,73 +499,44 @@ fn is_blank_char(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\u{FEFF}' | ';')
 }
 
+/// A statement in canonical layout: its keyword, then its values by shape.
 fn policy_stmt(kind: &StmtKind) -> String {
-    let mut out = String::new();
-    let reason = |out: &mut String, reason: &AsClause| {
-        if let Some(reason) = reason {
-            out.push_str(" as ");
-            out.push_str(&reason.value);
-        }
+    let (statement, args) = match kind {
+        StmtKind::Known(statement, args) => (statement, args),
+        StmtKind::Bad(bad) => return bad.text.trim().to_owned(),
     };
-    match kind {
-        StmtKind::Sampling(on, r) => {
-            out.push_str(if on.value {
-                "sampling on"
-            } else {
-                "sampling off"
-            });
-            reason(&mut out, r);
+    let mut out = statement.keyword().to_owned();
+    out.push(' ');
+    match args {
+        Args::Switch(on, _) => out.push_str(if on.value { "on" } else { "off" }),
+        Args::Word(word) => out.push_str(&word.value),
+        Args::Quantity(q, _) if statement.decl().shape == Shape::Quantity(Unit::Size) => {
+            out.push_str(&apart(q));
         }
-        StmtKind::Tools(on, r) => {
-            out.push_str(if on.value { "tools on" } else { "tools off" });
-            reason(&mut out, r);
+        Args::Quantity(q, _) => out.push_str(&joined(q)),
+        Args::Rate { count, window, .. } => {
+            let _ = write!(out, "{} per {}", joined(count), joined(window));
         }
-        StmtKind::MaxContext(scope) => out = format!("max_context {}", scope.value),
-        StmtKind::MaxInput(size, r) => {
-            out = format!("max_input {}", apart(size));
-            reason(&mut out, r);
-        }
-        StmtKind::MaxMessages(count, r) => {
-            out = format!("max_messages {}", joined(count));
-            reason(&mut out, r);
-        }
-        StmtKind::MaxTokens(count) => out = format!("max_tokens {}", joined(count)),
-        StmtKind::Rate {
-            count,
-            window,
-            reason: r,
-        } => {
-            out = format!("rate {} per {}", joined(count), joined(window));
-            reason(&mut out, r);
-        }
-        StmtKind::Budget {
+        Args::Budget {
             limit,
             metric,
             window,
-            reason: r,
+            ..
         } => {
             let window = match window {
                 WindowSyntax::Calendar(unit) => unit.value.clone(),
                 WindowSyntax::Rolling(duration) => joined(duration),
             };
-            out = format!("budget {} {} per {window}", joined(limit), metric.value);
-            reason(&mut out, r);
+            let _ = write!(out, "{} {} per {window}", joined(limit), metric.value);
         }
-        StmtKind::Deadline(duration, r) => {
-            out = format!("deadline {}", joined(duration));
-            reason(&mut out, r);
+        Args::Strings(strings) => {
+            let quoted: Vec<String> = strings.iter().map(|s| quote(&s.value)).collect();
+            out.push_str(&quoted.join(", "));
         }
-        StmtKind::Consent(mode) => out = format!("consent {}", mode.value),
-        StmtKind::Models(models) => {
-            out.push_str("models ");
-            for (k, model) in models.iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                out.push_str(&quote(&model.value));
-            }
-        }
-        StmtKind::Bad(bad) => out = bad.text.trim().to_owned(),
+    }
+    if let Some(reason) = args.reason() {
+        out.push_str(" as ");
+        out.push_str(&reason.value);
     }
     out
 }

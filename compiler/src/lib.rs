@@ -16,4 +16,5 @@ pub mod model;
 pub mod parse;
 pub mod proxy;
 pub mod render;
+pub mod statements;
 pub mod syntax;

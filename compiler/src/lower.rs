@@ -1,70 +1,11 @@
 //! Lowering: merge `defaults` into every server block, statement by
-//! statement, and write the runtime's decision table.
+//! statement (the merge each statement's declaration gives, in
+//! `statements.rs`), and write the runtime's decision table.
 
-use mcpolicy_runtime::table::{
-    self, Consent, ContextScope, EffectiveBlock, ServerEntry, Switch, TABLE_FORMAT, Table, builtin,
-};
+use mcpolicy_runtime::table::{self, EffectiveBlock, ServerEntry, TABLE_FORMAT, Table};
 
 use crate::model::{PartialBlock, PolicyModel};
-
-/// What a statement nobody wrote means: no limit, except `consent first`
-/// (MCP asks clients to keep a human in the loop for sampling).
-fn built_in_defaults() -> EffectiveBlock {
-    EffectiveBlock {
-        sampling: Switch {
-            enabled: true,
-            reason: builtin::SAMPLING_DISABLED.to_owned(),
-        },
-        tools: Switch {
-            enabled: true,
-            reason: builtin::TOOLS_DISABLED.to_owned(),
-        },
-        max_context: ContextScope::AllServers,
-        max_input: None,
-        max_messages: None,
-        max_tokens: None,
-        rate: None,
-        budgets: Vec::new(),
-        deadline: None,
-        consent: Consent::First,
-        models: None,
-    }
-}
-
-/// `over` applied on top of `base`.
-fn merge(base: &EffectiveBlock, over: &PartialBlock) -> EffectiveBlock {
-    let mut budgets: Vec<_> = base
-        .budgets
-        .iter()
-        .filter(|b| {
-            !over
-                .budgets
-                .iter()
-                .any(|o| PartialBlock::budget_key(o) == PartialBlock::budget_key(b))
-        })
-        .cloned()
-        .collect();
-    budgets.extend(over.budgets.iter().cloned());
-    EffectiveBlock {
-        sampling: over
-            .sampling
-            .clone()
-            .unwrap_or_else(|| base.sampling.clone()),
-        tools: over.tools.clone().unwrap_or_else(|| base.tools.clone()),
-        max_context: over.max_context.unwrap_or(base.max_context),
-        max_input: over.max_input.clone().or_else(|| base.max_input.clone()),
-        max_messages: over
-            .max_messages
-            .clone()
-            .or_else(|| base.max_messages.clone()),
-        max_tokens: over.max_tokens.or(base.max_tokens),
-        rate: over.rate.clone().or_else(|| base.rate.clone()),
-        budgets,
-        deadline: over.deadline.clone().or_else(|| base.deadline.clone()),
-        consent: over.consent.unwrap_or(base.consent),
-        models: over.models.clone().or_else(|| base.models.clone()),
-    }
-}
+use crate::statements::{built_in_defaults, merge};
 
 /// The effective block of the `defaults` alone.
 pub fn effective_defaults(model: &PolicyModel) -> EffectiveBlock {

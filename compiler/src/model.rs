@@ -4,10 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use mcpolicy_runtime::table::{
-    Budget, BudgetMetric, Consent, ContextScope, Deadline, Limit, ProtocolRevision, Rate,
-    ReasonSpec, Switch, Window,
-};
+use mcpolicy_runtime::table::{ProtocolRevision, ReasonSpec};
 
 /// A checked policy.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,36 +23,5 @@ pub struct PolicyModel {
     pub servers: Vec<(String, PartialBlock)>,
 }
 
-/// The statements one block states; `None` inherits.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PartialBlock {
-    /// `sampling`.
-    pub sampling: Option<Switch>,
-    /// `tools`.
-    pub tools: Option<Switch>,
-    /// `max_context`.
-    pub max_context: Option<ContextScope>,
-    /// `max_input`.
-    pub max_input: Option<Limit>,
-    /// `max_messages`.
-    pub max_messages: Option<Limit>,
-    /// `max_tokens`.
-    pub max_tokens: Option<u64>,
-    /// `rate`.
-    pub rate: Option<Rate>,
-    /// `budget` statements; each overrides the inherited budget of the same metric and window.
-    pub budgets: Vec<Budget>,
-    /// `deadline`.
-    pub deadline: Option<Deadline>,
-    /// `consent`.
-    pub consent: Option<Consent>,
-    /// `models`.
-    pub models: Option<Vec<String>>,
-}
-
-impl PartialBlock {
-    /// The key under which a budget overrides an inherited one.
-    pub fn budget_key(budget: &Budget) -> (BudgetMetric, Window) {
-        (budget.metric, budget.window)
-    }
-}
+/// The statements one block states, declared with the statements.
+pub use crate::statements::PartialBlock;

@@ -7,6 +7,7 @@ use pest::iterators::Pair;
 
 use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
+use crate::statements::Shape;
 use crate::syntax::*;
 
 /// The tree and the findings made while building it.
@@ -338,41 +339,66 @@ impl Builder {
             _ => {}
         }
         self.collect_comments(&pair);
-        let rule = pair.as_rule();
-        let mut inner = significant(pair.clone());
-        let keyword = inner.first().map_or(span, |p| p.as_span().into());
-        let kind = match rule {
-            Rule::version_decl => ItemKind::Version(int_lit(&inner[1])),
-            Rule::protocol_decl => ItemKind::Protocol(spanned_str(&inner[1])),
-            Rule::error_code_decl => ItemKind::ErrorCode(int_lit(&inner[1])),
-            Rule::identity_decl => {
-                ItemKind::Identity(inner.drain(1..).map(|p| spanned_str(&p)).collect())
-            }
-            Rule::reason_decl => {
-                let name = spanned_str(&inner[1]);
-                let body = self.block(inner.remove(2), Self::reason_stmt);
-                ItemKind::Reason(ReasonDecl { name, body })
-            }
-            Rule::defaults_decl => {
-                ItemKind::Defaults(self.block(inner.remove(1), Self::policy_stmt))
-            }
-            Rule::server_decl => {
-                let pattern = self.string(&inner[1]);
-                let body = self.block(inner.remove(2), Self::policy_stmt);
-                ItemKind::Server(ServerDecl { pattern, body })
-            }
-            _ => ItemKind::Bad(pair.as_str().to_owned()),
-        };
-        let keyword = if matches!(kind, ItemKind::Bad(_)) {
-            span
-        } else {
-            keyword
+        let read = self.item(pair.clone());
+        let (kind, keyword) = match read {
+            Some((kind, keyword)) => (kind, keyword),
+            None => (ItemKind::Bad(pair.as_str().to_owned()), span),
         };
         self.items.push(Item {
             kind,
             keyword,
             span,
         });
+    }
+
+    /// A top-level item and its keyword's span; `None` for a `bad_item`
+    /// (or an item whose children are not what this reader expects, which
+    /// the tests in `grammar/tests` and below rule out).
+    fn item(&mut self, pair: Pair<'_, Rule>) -> Option<(ItemKind, Span)> {
+        let rule = pair.as_rule();
+        let mut c = Children::new(pair);
+        let (kind, keyword) = match rule {
+            Rule::version_decl => {
+                let kw = c.take(Rule::kw_mcpolicy)?;
+                (ItemKind::Version(int_lit(&c.take(Rule::int)?)), kw)
+            }
+            Rule::protocol_decl => {
+                let kw = c.take(Rule::kw_protocol)?;
+                (
+                    ItemKind::Protocol(spanned_str(&c.take(Rule::revision)?)),
+                    kw,
+                )
+            }
+            Rule::error_code_decl => {
+                let kw = c.take(Rule::kw_error_code)?;
+                (ItemKind::ErrorCode(int_lit(&c.take(Rule::int)?)), kw)
+            }
+            Rule::identity_decl => {
+                let kw = c.take(Rule::kw_identity)?;
+                let fields = c.take_all(Rule::field_name).map(|p| spanned_str(&p));
+                (ItemKind::Identity(fields.collect()), kw)
+            }
+            Rule::reason_decl => {
+                let kw = c.take(Rule::kw_reason)?;
+                let name = spanned_str(&c.take(Rule::reason_name)?);
+                let body = self.block(c.take(Rule::reason_body)?, Self::reason_stmt);
+                (ItemKind::Reason(ReasonDecl { name, body }), kw)
+            }
+            Rule::defaults_decl => {
+                let kw = c.take(Rule::kw_defaults)?;
+                let body = self.block(c.take(Rule::policy_body)?, Self::policy_stmt);
+                (ItemKind::Defaults(body), kw)
+            }
+            Rule::server_decl => {
+                let kw = c.take(Rule::kw_server)?;
+                let pattern = self.string(&c.take(Rule::string)?);
+                let body = self.block(c.take(Rule::policy_body)?, Self::policy_stmt);
+                (ItemKind::Server(ServerDecl { pattern, body }), kw)
+            }
+            _ => return None,
+        };
+        c.finished()?;
+        Some((kind, keyword.as_span().into()))
     }
 
     fn block<S>(
@@ -396,91 +422,138 @@ impl Builder {
 
     fn policy_stmt(&mut self, pair: Pair<'_, Rule>) -> Stmt {
         let span: Span = pair.as_span().into();
-        let rule = pair.as_rule();
-        let parts = significant(pair.clone());
-        let keyword = parts.first().map_or(span, |p| p.as_span().into());
-        let as_clause = |parts: &[Pair<'_, Rule>]| {
-            parts
-                .iter()
-                .find(|p| p.as_rule() == Rule::as_clause)
-                .and_then(|p| significant(p.clone()).get(1).map(spanned_str))
-        };
-        let kind = match rule {
-            Rule::sampling_stmt => StmtKind::Sampling(switch(&parts[1]), as_clause(&parts)),
-            Rule::tools_stmt => StmtKind::Tools(switch(&parts[1]), as_clause(&parts)),
-            Rule::max_context_stmt => StmtKind::MaxContext(spanned_str(&parts[1])),
-            Rule::max_input_stmt => StmtKind::MaxInput(quantity(&parts[1]), as_clause(&parts)),
-            Rule::max_messages_stmt => {
-                StmtKind::MaxMessages(quantity(&parts[1]), as_clause(&parts))
-            }
-            Rule::max_tokens_stmt => StmtKind::MaxTokens(quantity(&parts[1])),
-            Rule::rate_stmt => StmtKind::Rate {
-                count: quantity(&parts[1]),
-                window: quantity(&parts[3]),
-                reason: as_clause(&parts),
-            },
-            Rule::budget_stmt => StmtKind::Budget {
-                limit: quantity(&parts[1]),
-                metric: spanned_str(&parts[2]),
-                window: match parts[4].as_rule() {
-                    Rule::duration => WindowSyntax::Rolling(quantity(&parts[4])),
-                    _ => WindowSyntax::Calendar(spanned_str(&parts[4])),
-                },
-                reason: as_clause(&parts),
-            },
-            Rule::deadline_stmt => StmtKind::Deadline(quantity(&parts[1]), as_clause(&parts)),
-            Rule::consent_stmt => StmtKind::Consent(spanned_str(&parts[1])),
-            Rule::models_stmt => {
-                StmtKind::Models(parts[1..].iter().map(|p| self.string(p)).collect())
-            }
-            _ => StmtKind::Bad(BadStmt {
-                text: pair.as_str().to_owned(),
+        match self.known_stmt(pair.clone()) {
+            Some((statement, args, keyword)) => Stmt {
+                kind: StmtKind::Known(statement, args),
+                keyword,
                 span,
-            }),
-        };
-        let keyword = if matches!(kind, StmtKind::Bad(_)) {
-            first_word(pair.as_str(), span)
-        } else {
-            keyword
-        };
-        Stmt {
-            kind,
-            keyword,
-            span,
+            },
+            None => Stmt {
+                kind: StmtKind::Bad(BadStmt {
+                    text: pair.as_str().to_owned(),
+                    span,
+                }),
+                keyword: first_word(pair.as_str(), span),
+                span,
+            },
         }
+    }
+
+    /// A statement the grammar read, its values read by the shape its
+    /// declaration gives (`statements.rs`).
+    fn known_stmt(&mut self, pair: Pair<'_, Rule>) -> Option<(Statement, Args, Span)> {
+        let statement = Statement::from_rule(pair.as_rule())?;
+        let decl = statement.decl();
+        let mut c = Children::new(pair);
+        let keyword = c.next().filter(|k| k.as_str() == decl.keyword())?;
+        let args = match decl.shape {
+            Shape::Switch => {
+                let on = switch(&c.take(Rule::switch)?);
+                Args::Switch(on, c.as_clause())
+            }
+            // The declaration lists the words; the grammar must read no other.
+            Shape::Word => {
+                Args::Word(spanned_str(&c.next().filter(|w| {
+                    decl.values.iter().any(|(word, _)| *word == w.as_str())
+                })?))
+            }
+            Shape::Quantity(unit) => {
+                let q = quantity(&c.take(unit.rule())?);
+                Args::Quantity(q, c.as_clause())
+            }
+            Shape::Rate => {
+                let count = quantity(&c.take(Rule::count)?);
+                c.take(Rule::kw_per)?;
+                let window = quantity(&c.take(Rule::duration)?);
+                Args::Rate {
+                    count,
+                    window,
+                    reason: c.as_clause(),
+                }
+            }
+            Shape::Budget => {
+                let limit = quantity(&c.take(Rule::count)?);
+                let metric = spanned_str(&c.take(Rule::metric)?);
+                c.take(Rule::kw_per)?;
+                let window = match c.take(Rule::duration) {
+                    Some(d) => WindowSyntax::Rolling(quantity(&d)),
+                    None => WindowSyntax::Calendar(spanned_str(&c.take(Rule::calendar_unit)?)),
+                };
+                Args::Budget {
+                    limit,
+                    metric,
+                    window,
+                    reason: c.as_clause(),
+                }
+            }
+            Shape::Strings => {
+                let strings: Vec<_> = c.take_all(Rule::string).collect();
+                Args::Strings(strings.iter().map(|p| self.string(p)).collect())
+            }
+        };
+        c.finished()?;
+        Some((statement, args, keyword.as_span().into()))
     }
 
     fn reason_stmt(&mut self, pair: Pair<'_, Rule>) -> ReasonStmt {
         let span: Span = pair.as_span().into();
-        let rule = pair.as_rule();
-        let parts = significant(pair.clone());
-        let keyword = parts.first().map_or(span, |p| p.as_span().into());
-        let kind = match rule {
-            Rule::retryable_stmt => ReasonStmtKind::Retryable(Spanned::new(
-                parts[1].as_str() == "true",
-                parts[1].as_span().into(),
-            )),
-            Rule::ttl_stmt => ReasonStmtKind::Ttl(match parts[1].as_rule() {
-                Rule::duration => TtlSyntax::Duration(quantity(&parts[1])),
-                _ => TtlSyntax::Keyword(spanned_str(&parts[1])),
-            }),
-            Rule::message_stmt => ReasonStmtKind::Message(self.string(&parts[1])),
-            Rule::code_stmt => ReasonStmtKind::Code(int_lit(&parts[1])),
-            _ => ReasonStmtKind::Bad(BadStmt {
-                text: pair.as_str().to_owned(),
+        match self.known_reason_stmt(pair.clone()) {
+            Some((kind, keyword)) => ReasonStmt {
+                kind,
+                keyword,
                 span,
-            }),
-        };
-        let keyword = if matches!(kind, ReasonStmtKind::Bad(_)) {
-            first_word(pair.as_str(), span)
-        } else {
-            keyword
-        };
-        ReasonStmt {
-            kind,
-            keyword,
-            span,
+            },
+            None => ReasonStmt {
+                kind: ReasonStmtKind::Bad(BadStmt {
+                    text: pair.as_str().to_owned(),
+                    span,
+                }),
+                keyword: first_word(pair.as_str(), span),
+                span,
+            },
         }
+    }
+
+    fn known_reason_stmt(&mut self, pair: Pair<'_, Rule>) -> Option<(ReasonStmtKind, Span)> {
+        let rule = pair.as_rule();
+        let mut c = Children::new(pair);
+        let (kind, keyword) = match rule {
+            Rule::retryable_stmt => {
+                let kw = c.take(Rule::kw_retryable)?;
+                let value = c.take(Rule::boolean)?;
+                let kind = ReasonStmtKind::Retryable(Spanned::new(
+                    value.as_str() == "true",
+                    value.as_span().into(),
+                ));
+                (kind, kw)
+            }
+            Rule::ttl_stmt => {
+                let kw = c.take(Rule::kw_ttl)?;
+                let ttl = match c.take(Rule::duration) {
+                    Some(d) => TtlSyntax::Duration(quantity(&d)),
+                    None => TtlSyntax::Keyword(spanned_str(&c.take_any(&[
+                        Rule::until_reset,
+                        Rule::forever,
+                        Rule::none,
+                    ])?)),
+                };
+                (ReasonStmtKind::Ttl(ttl), kw)
+            }
+            Rule::message_stmt => {
+                let kw = c.take(Rule::kw_message)?;
+                (
+                    ReasonStmtKind::Message(self.string(&c.take(Rule::string)?)),
+                    kw,
+                )
+            }
+            Rule::code_stmt => {
+                let kw = c.take(Rule::kw_code)?;
+                (ReasonStmtKind::Code(int_lit(&c.take(Rule::int)?)), kw)
+            }
+            _ => return None,
+        };
+        c.finished()?;
+        Some((kind, keyword.as_span().into()))
     }
 
     /// Resolves a string literal's escapes, reporting bad ones.
@@ -499,11 +572,65 @@ impl Builder {
     }
 }
 
-/// The children that carry meaning (comments dropped).
-fn significant(pair: Pair<'_, Rule>) -> Vec<Pair<'_, Rule>> {
-    pair.into_inner()
-        .filter(|p| p.as_rule() != Rule::COMMENT)
-        .collect()
+/// Typed access to a pair's children: they are read in order, each by the
+/// grammar rule it must be (comments skipped). Rules are names the grammar
+/// derives, so a rule renamed or removed fails to compile here; a rule whose
+/// children change makes a read return `None`, which the parser turns into
+/// an unreadable node instead of panicking, and the tests (each statement's
+/// declared example, `grammar/tests`) fail. No child is read by position.
+struct Children<'i> {
+    pairs: std::iter::Peekable<pest::iterators::Pairs<'i, Rule>>,
+}
+
+impl<'i> Children<'i> {
+    fn new(pair: Pair<'i, Rule>) -> Self {
+        Children {
+            pairs: pair.into_inner().peekable(),
+        }
+    }
+
+    fn skip_comments(&mut self) {
+        while self
+            .pairs
+            .next_if(|p| p.as_rule() == Rule::COMMENT)
+            .is_some()
+        {}
+    }
+
+    /// The next child, whatever its rule.
+    fn next(&mut self) -> Option<Pair<'i, Rule>> {
+        self.skip_comments();
+        self.pairs.next()
+    }
+
+    /// The next child if it is a `rule`.
+    fn take(&mut self, rule: Rule) -> Option<Pair<'i, Rule>> {
+        self.take_any(&[rule])
+    }
+
+    /// The next child if it is one of `rules`.
+    fn take_any(&mut self, rules: &[Rule]) -> Option<Pair<'i, Rule>> {
+        self.skip_comments();
+        self.pairs.next_if(|p| rules.contains(&p.as_rule()))
+    }
+
+    /// Every next child that is a `rule`.
+    fn take_all(&mut self, rule: Rule) -> impl Iterator<Item = Pair<'i, Rule>> + '_ {
+        std::iter::from_fn(move || self.take(rule))
+    }
+
+    /// An optional `as NAME`.
+    fn as_clause(&mut self) -> AsClause {
+        let clause = self.take(Rule::as_clause)?;
+        let mut inner = Children::new(clause);
+        inner.take(Rule::kw_as)?;
+        inner.take(Rule::reason_name).map(|p| spanned_str(&p))
+    }
+
+    /// `Some` when every child was read.
+    fn finished(&mut self) -> Option<()> {
+        self.next().is_none().then_some(())
+    }
 }
 
 fn spanned_str(pair: &Pair<'_, Rule>) -> Spanned<String> {
@@ -689,7 +816,10 @@ server "github-*" { sampling off }
             panic!("server expected")
         };
         assert!(matches!(a.body.stmts[0].kind, StmtKind::Bad(_)));
-        assert!(matches!(a.body.stmts[1].kind, StmtKind::Rate { .. }));
+        assert!(matches!(
+            a.body.stmts[1].kind,
+            StmtKind::Known(Statement::Rate, Args::Rate { .. })
+        ));
         assert!(matches!(items[3].kind, ItemKind::Bad(_)));
     }
 
@@ -702,6 +832,45 @@ server "github-*" { sampling off }
         };
         assert!(a.body.close.is_none());
         assert!(matches!(parsed.file.items[2].kind, ItemKind::Server(_)));
+    }
+
+    /// `starts_item` is the grammar's `top_start`, byte for byte.
+    fn agrees_with_top_start(text: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        let grammar = PolicyParser::parse(Rule::top_start, text).is_ok();
+        proptest::prop_assert_eq!(starts_item(text.as_bytes()), grammar, "{:?}", text);
+        Ok(())
+    }
+
+    #[test]
+    fn starts_item_agrees_with_top_start_on_every_keyword() {
+        for word in crate::statements::item_keywords()
+            .chain(crate::statements::policy_keywords())
+            .chain(crate::statements::reason_keywords())
+        {
+            for tail in [
+                "",
+                " ",
+                "x",
+                "_",
+                "1",
+                " \"",
+                "\t\"",
+                "\u{feff}\"",
+                " # \"",
+                "\n\"",
+            ] {
+                agrees_with_top_start(&format!("{word}{tail}")).expect("agrees");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn starts_item_agrees_with_top_start(
+            text in "(mcpolicy|protocol|error_code|identity|reason|defaults|server|serve|max_tokens|#)?[ \t\u{feff}\"#a_1\n]{0,4}[a-z\"]?"
+        ) {
+            agrees_with_top_start(&text)?;
+        }
     }
 
     #[test]

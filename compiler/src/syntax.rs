@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+pub use crate::statements::Statement;
+
 /// A byte range `[start, end)` in the source text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Span {
@@ -180,22 +182,47 @@ pub struct Stmt {
 /// `as acme.reason`: the reason a denial carries instead of the built-in one.
 pub type AsClause = Option<Spanned<String>>;
 
-/// The statements of a policy block.
+/// A statement of a policy block: which one, and its values, whose shape
+/// the statement's declaration fixes (`statements.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+// `Known` is the common case; boxing it would cost an allocation per statement
+// to save space only on unreadable ones.
+#[allow(clippy::large_enum_variant)]
 pub enum StmtKind {
-    /// `sampling on|off [as r]`
-    Sampling(Spanned<bool>, AsClause),
-    /// `tools on|off [as r]`
-    Tools(Spanned<bool>, AsClause),
-    /// `max_context none|thisServer|allServers`
-    MaxContext(Spanned<String>),
-    /// `max_input 64 KiB [as r]`
-    MaxInput(Quantity, AsClause),
-    /// `max_messages 50 [as r]`
-    MaxMessages(Quantity, AsClause),
-    /// `max_tokens 4096`
-    MaxTokens(Quantity),
-    /// `rate 30 per 1m [as r]`
+    /// A statement the grammar read.
+    Known(Statement, Args),
+    /// A statement the grammar could not read.
+    Bad(BadStmt),
+}
+
+impl StmtKind {
+    /// The statement's keyword as written in source, for messages and duplicate checks.
+    pub fn keyword(&self) -> &str {
+        match self {
+            StmtKind::Known(statement, _) => statement.keyword(),
+            StmtKind::Bad(bad) => &bad.text,
+        }
+    }
+
+    /// The statement, unless the grammar could not read it.
+    pub fn statement(&self) -> Option<Statement> {
+        match self {
+            StmtKind::Known(statement, _) => Some(*statement),
+            StmtKind::Bad(_) => None,
+        }
+    }
+}
+
+/// The values of a statement, by shape (see `statements::Shape`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Args {
+    /// `on|off [as r]`
+    Switch(Spanned<bool>, AsClause),
+    /// One word of a closed set: `none`, `first`.
+    Word(Spanned<String>),
+    /// One quantity: `64 KiB [as r]`, `4096`, `60s [as r]`.
+    Quantity(Quantity, AsClause),
+    /// `30 per 1m [as r]`
     Rate {
         /// Requests per window.
         count: Quantity,
@@ -204,7 +231,7 @@ pub enum StmtKind {
         /// Reason override.
         reason: AsClause,
     },
-    /// `budget 50 requests per day [as r]`
+    /// `50 requests per day [as r]`
     Budget {
         /// The limit.
         limit: Quantity,
@@ -215,32 +242,32 @@ pub enum StmtKind {
         /// Reason override.
         reason: AsClause,
     },
-    /// `deadline 60s [as r]`
-    Deadline(Quantity, AsClause),
-    /// `consent always|first|never`
-    Consent(Spanned<String>),
-    /// `models "claude-*", "gpt-4o"`
-    Models(Vec<StringLit>),
-    /// A statement the grammar could not read.
-    Bad(BadStmt),
+    /// `"claude-*", "gpt-4o"`
+    Strings(Vec<StringLit>),
 }
 
-impl StmtKind {
-    /// The statement's keyword as written in source, for messages and duplicate checks.
-    pub fn keyword(&self) -> &str {
+impl Args {
+    /// The `as NAME` clause, if the statement has one.
+    pub fn reason(&self) -> Option<&Spanned<String>> {
         match self {
-            StmtKind::Sampling(..) => "sampling",
-            StmtKind::Tools(..) => "tools",
-            StmtKind::MaxContext(_) => "max_context",
-            StmtKind::MaxInput(..) => "max_input",
-            StmtKind::MaxMessages(..) => "max_messages",
-            StmtKind::MaxTokens(_) => "max_tokens",
-            StmtKind::Rate { .. } => "rate",
-            StmtKind::Budget { .. } => "budget",
-            StmtKind::Deadline(..) => "deadline",
-            StmtKind::Consent(_) => "consent",
-            StmtKind::Models(_) => "models",
-            StmtKind::Bad(bad) => &bad.text,
+            Args::Switch(_, reason)
+            | Args::Quantity(_, reason)
+            | Args::Rate { reason, .. }
+            | Args::Budget { reason, .. } => reason.as_ref(),
+            Args::Word(_) | Args::Strings(_) => None,
+        }
+    }
+
+    /// The quantities among the values, in source order.
+    pub fn quantities(&self) -> Vec<&Quantity> {
+        match self {
+            Args::Quantity(q, _) => vec![q],
+            Args::Rate { count, window, .. } => vec![count, window],
+            Args::Budget { limit, window, .. } => match window {
+                WindowSyntax::Rolling(q) => vec![limit, q],
+                WindowSyntax::Calendar(_) => vec![limit],
+            },
+            Args::Switch(..) | Args::Word(_) | Args::Strings(_) => Vec::new(),
         }
     }
 }
@@ -456,19 +483,25 @@ impl Shift for Stmt {
 impl Shift for StmtKind {
     fn shift(&mut self, by: usize) {
         match self {
-            StmtKind::Sampling(switch, reason) | StmtKind::Tools(switch, reason) => {
+            StmtKind::Known(_, args) => args.shift(by),
+            StmtKind::Bad(bad) => bad.shift(by),
+        }
+    }
+}
+
+impl Shift for Args {
+    fn shift(&mut self, by: usize) {
+        match self {
+            Args::Switch(switch, reason) => {
                 switch.shift(by);
                 reason.shift(by);
             }
-            StmtKind::MaxContext(word) | StmtKind::Consent(word) => word.shift(by),
-            StmtKind::MaxInput(quantity, reason)
-            | StmtKind::MaxMessages(quantity, reason)
-            | StmtKind::Deadline(quantity, reason) => {
+            Args::Word(word) => word.shift(by),
+            Args::Quantity(quantity, reason) => {
                 quantity.shift(by);
                 reason.shift(by);
             }
-            StmtKind::MaxTokens(quantity) => quantity.shift(by),
-            StmtKind::Rate {
+            Args::Rate {
                 count,
                 window,
                 reason,
@@ -477,7 +510,7 @@ impl Shift for StmtKind {
                 window.shift(by);
                 reason.shift(by);
             }
-            StmtKind::Budget {
+            Args::Budget {
                 limit,
                 metric,
                 window,
@@ -488,8 +521,7 @@ impl Shift for StmtKind {
                 window.shift(by);
                 reason.shift(by);
             }
-            StmtKind::Models(models) => models.shift(by),
-            StmtKind::Bad(bad) => bad.shift(by),
+            Args::Strings(strings) => strings.shift(by),
         }
     }
 }

@@ -11,6 +11,32 @@ use salsa::Database as _;
 
 use crate::world::Snapshot;
 
+/// The code of the diagnostic that stands for a checker crash.
+pub const CRASHED_CODE: &str = "checker-crashed";
+/// The source of that diagnostic: the server, not the policy's checker
+/// (whose findings have source `mcpolicy`).
+pub const CRASHED_SOURCE: &str = "mcpolicy-lsp";
+
+/// The one diagnostic of a document whose check panicked, at its start: a
+/// crash must not look like a clean file. `why` is the panic's message and
+/// location, also in the server's log.
+pub fn crashed(why: &str) -> LspDiagnostic {
+    LspDiagnostic {
+        range: lsp_types::Range::default(),
+        severity: Some(DiagnosticSeverity::ERROR),
+        code: Some(NumberOrString::String(CRASHED_CODE.to_owned())),
+        source: Some(CRASHED_SOURCE.to_owned()),
+        message: format!(
+            "the checker crashed on this file, so its findings are not shown; \
+             this is a bug in mcpolicy-lsp, not in the policy. \
+             The panic is in the language server's log \
+             (the editor's output for mcpolicy-lsp, and its stderr); \
+             editing the file checks it again.\n{why}"
+        ),
+        ..LspDiagnostic::default()
+    }
+}
+
 /// One finding, converted.
 pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
     let mut message = d.message.clone();
@@ -49,6 +75,7 @@ pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
 /// unwinds with `salsa::Cancelled` as soon as a newer edit is waiting, also
 /// between conversions (a 10 MB file can have many findings).
 pub fn all(snapshot: &Snapshot<'_>) -> Vec<LspDiagnostic> {
+    crate::fault::inject(snapshot.text(), "the check");
     mcpolicy_compiler::db::diagnostics(snapshot.db, snapshot.document.source)
         .iter()
         .enumerate()

@@ -5,11 +5,11 @@
 //! same codes as `mcpc check`, hover, completion, navigation, symbols,
 //! formatting, quick fixes, inlay hints, semantic tokens) comes from a
 //! function in `mcpolicy_compiler::ide`, and this crate only converts byte
-//! spans into LSP positions.
+//! spans into LSP positions (with the compiler's `line_index`).
 
 pub mod diagnostics;
+pub mod fault;
 pub mod handlers;
-pub mod line_index;
 pub mod main_loop;
 pub mod transport;
 pub mod uri;

@@ -22,6 +22,14 @@
 //! for, and never one older than a version already published. A check
 //! cancelled by an edit to another document is started again.
 //!
+//! A check that panics (a bug in the checker, never the user's text) is
+//! not published as an empty list, which would look like a clean file: the
+//! document gets one error at its start, [`crate::diagnostics::crashed`],
+//! and the panic's message and location go to the log (`window/logMessage`
+//! and stderr). The crash stays published until the next edit, which checks
+//! again. A panicking request handler answers `InternalError` and logs the
+//! same way; so does a notification handler, which has no one to answer.
+//!
 //! Requests stay on the main thread: once a version is checked they read
 //! memoised queries (hover, completion and the rest take well under a
 //! millisecond on 10,000 lines), answering them in order keeps them
@@ -30,16 +38,18 @@
 //! after an edit waits for the check it needs (on a worker, salsa blocks on
 //! the query in progress rather than computing it twice).
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
 
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
 use lsp_types::notification::{
     DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, DidSaveTextDocument,
-    Notification as _, PublishDiagnostics,
+    LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
     CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
@@ -48,19 +58,19 @@ use lsp_types::request::{
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
-    FoldingRangeProviderCapability, InitializeParams, OneOf, PositionEncodingKind,
-    PublishDiagnosticsParams, RenameOptions, SaveOptions, SemanticTokensFullOptions,
-    SemanticTokensOptions, SemanticTokensServerCapabilities, ServerCapabilities,
-    TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    FoldingRangeProviderCapability, InitializeParams, LogMessageParams, MessageType, OneOf,
+    PositionEncodingKind, PublishDiagnosticsParams, RenameOptions, SaveOptions,
+    SemanticTokensFullOptions, SemanticTokensOptions, SemanticTokensServerCapabilities,
+    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
     TextDocumentSyncSaveOptions, Uri,
 };
 use mcpolicy_compiler::db::Database;
+use mcpolicy_compiler::line_index::Encoding;
 use salsa::{Cancelled, Database as _};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::handlers::{self, ResponseError};
-use crate::line_index::Encoding;
 use crate::world::{CheckJob, World};
 
 /// Errors that end the server: the connection is gone.
@@ -148,6 +158,9 @@ pub enum CheckOutcome {
     /// It finished, but the document had changed (or closed) meanwhile; its
     /// diagnostics were dropped.
     Superseded,
+    /// It panicked: the crash was published as the document's one
+    /// diagnostic and logged.
+    Crashed,
 }
 
 /// A hook on the worker thread, before a check: its clone of the database,
@@ -182,15 +195,36 @@ pub fn run(connection: &Connection) -> Result<Exit, Error> {
 
 /// [`run`] with [`Hooks`].
 pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
-    let (id, params) = connection.initialize_start()?;
-    // Unreadable initialize params are treated as a client with no capabilities.
-    let params: InitializeParams = serde_json::from_value(params).unwrap_or_default();
+    record_panic_locations();
+    // Most often someone ran the binary by hand: say what it expects.
+    let (id, params) = connection.initialize_start().map_err(|e| {
+        format!(
+            "no `initialize` request from the client ({e}); \
+             an editor starts this server, see `mcpolicy-lsp --help`"
+        )
+    })?;
+    // Unreadable initialize params are treated as a client with no
+    // capabilities, and the log says so once the handshake is over.
+    let (params, unreadable) = match serde_json::from_value::<InitializeParams>(params) {
+        Ok(params) => (params, None),
+        Err(e) => (InitializeParams::default(), Some(e)),
+    };
     let encoding = negotiate(&params);
     let result = serde_json::json!({
         "capabilities": capabilities(encoding),
         "serverInfo": { "name": "mcpolicy-lsp", "version": env!("CARGO_PKG_VERSION") },
     });
     connection.initialize_finish(id, result)?;
+    if let Some(e) = unreadable {
+        log(
+            connection,
+            MessageType::WARNING,
+            format!(
+                "unreadable `initialize` params ({e}); \
+                 serving as to a client with no capabilities (UTF-16 positions)"
+            ),
+        )?;
+    }
     let mut world = World::new(encoding);
     let mut checks = Checks::new(hooks);
     let outcome = main_loop(connection, &mut world, &mut checks);
@@ -207,7 +241,17 @@ struct Checked {
     uri: Uri,
     version: i32,
     generation: u64,
-    diagnostics: Result<Vec<lsp_types::Diagnostic>, Cancelled>,
+    findings: Findings,
+}
+
+/// What a check found.
+enum Findings {
+    /// The document's diagnostics.
+    Done(Vec<lsp_types::Diagnostic>),
+    /// Salsa cancelled the check: a newer edit is waiting.
+    Cancelled,
+    /// The check panicked: the panic's message and location.
+    Crashed(String),
 }
 
 /// The checks in flight, and the worker thread that runs them.
@@ -284,10 +328,37 @@ impl Checks {
             self.in_flight.remove(&checked.key);
         }
         let current = world.is_current(&checked.key, checked.generation);
-        let outcome = match checked.diagnostics {
-            Err(_) => CheckOutcome::Cancelled,
-            Ok(_) if !current => CheckOutcome::Superseded,
-            Ok(diagnostics) => {
+        let outcome = match checked.findings {
+            Findings::Cancelled => CheckOutcome::Cancelled,
+            Findings::Crashed(why) => {
+                // Logged even when superseded: a crash is a bug to report
+                // whichever version it hit.
+                log(
+                    connection,
+                    MessageType::ERROR,
+                    format!(
+                        "the checker crashed on {} (version {}): {why}",
+                        checked.uri.as_str(),
+                        checked.version
+                    ),
+                )?;
+                if current {
+                    // Marked published, so that the same text is not
+                    // checked (and crashed on) again until it changes.
+                    world.mark_published(&checked.key, checked.generation);
+                    publish(
+                        connection,
+                        checked.uri.clone(),
+                        Some(checked.version),
+                        vec![crate::diagnostics::crashed(&why)],
+                    )?;
+                    CheckOutcome::Crashed
+                } else {
+                    CheckOutcome::Superseded
+                }
+            }
+            Findings::Done(_) if !current => CheckOutcome::Superseded,
+            Findings::Done(diagnostics) => {
                 world.mark_published(&checked.key, checked.generation);
                 publish(
                     connection,
@@ -306,11 +377,12 @@ impl Checks {
 }
 
 /// Computes a document's diagnostics over the job's clone of the database
-/// and sends them to the main loop: `Err(Cancelled)` when a newer edit set
-/// an input meanwhile; a panic in the checker reports no findings rather
-/// than ending the server.
+/// and sends them to the main loop: `Cancelled` when a newer edit set an
+/// input meanwhile; a panic in the checker is reported as `Crashed`, never
+/// as no findings, and does not end the server.
 fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>) {
-    let diagnostics = catch_unwind(AssertUnwindSafe(|| {
+    forget_panic_location();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
         Cancelled::catch(AssertUnwindSafe(|| {
             if let Some(hook) = before {
                 hook(&job.db, &job.document.uri, job.document.version);
@@ -321,8 +393,15 @@ fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>)
             job.db.unwind_if_revision_cancelled();
             diagnostics
         }))
-    }))
-    .unwrap_or_else(|_| Ok(Vec::new()));
+    }));
+    let findings = match outcome {
+        Ok(Ok(diagnostics)) => Findings::Done(diagnostics),
+        // Another thread panicked in a query this check waited on: the
+        // checker crashed, only not here.
+        Ok(Err(cancelled @ Cancelled::PropagatedPanic)) => Findings::Crashed(cancelled.to_string()),
+        Ok(Err(_)) => Findings::Cancelled,
+        Err(payload) => Findings::Crashed(panic_report(payload.as_ref())),
+    };
     let CheckJob {
         key, db, document, ..
     } = job;
@@ -335,7 +414,7 @@ fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>)
         uri: document.uri,
         version: document.version,
         generation: document.generation,
-        diagnostics,
+        findings,
     });
     drop(db);
 }
@@ -376,7 +455,7 @@ fn main_loop(
                         shutdown = true;
                         Response::new_ok(request.id, ())
                     } else {
-                        dispatch(world, request)
+                        dispatch(connection, world, request)
                     };
                     connection.sender.send(Message::Response(response))?;
                 }
@@ -399,9 +478,10 @@ fn error(id: RequestId, code: ErrorCode, message: String) -> Response {
     Response::new_err(id, code as i32, message)
 }
 
-/// Parses the params, runs the handler (a panic becomes an internal error,
-/// never a dead server) and serialises the result.
+/// Parses the params, runs the handler (a panic becomes an internal error
+/// and a log line, never a dead server) and serialises the result.
 fn respond<P, R>(
+    connection: &Connection,
     world: &World,
     request: Request,
     handler: fn(&World, P) -> Result<R, ResponseError>,
@@ -420,6 +500,7 @@ where
             );
         }
     };
+    forget_panic_location();
     match catch_unwind(AssertUnwindSafe(|| handler(world, params))) {
         Ok(Ok(result)) => match serde_json::to_value(result) {
             Ok(value) => Response::new_ok(request.id, value),
@@ -429,29 +510,43 @@ where
             id: request.id,
             response_result: Err(e),
         },
-        Err(_) => error(
-            request.id,
-            ErrorCode::InternalError,
-            format!("{} failed inside the server", request.method),
-        ),
+        Err(payload) => {
+            let why = panic_report(payload.as_ref());
+            // The reply says it failed; the log says why. A log that cannot
+            // be sent means the connection is gone, which the loop sees next.
+            let _ = log(
+                connection,
+                MessageType::ERROR,
+                format!("{} crashed: {why}", request.method),
+            );
+            error(
+                request.id,
+                ErrorCode::InternalError,
+                format!(
+                    "{} failed inside the server (a bug; the server's log says where)",
+                    request.method
+                ),
+            )
+        }
     }
 }
 
-fn dispatch(world: &World, request: Request) -> Response {
+fn dispatch(connection: &Connection, world: &World, request: Request) -> Response {
     use handlers::*;
+    let c = connection;
     match request.method.as_str() {
-        HoverRequest::METHOD => respond(world, request, hover::handle),
-        Completion::METHOD => respond(world, request, completion::handle),
-        GotoDefinition::METHOD => respond(world, request, goto_definition::handle),
-        References::METHOD => respond(world, request, references::handle),
-        PrepareRenameRequest::METHOD => respond(world, request, rename::prepare),
-        Rename::METHOD => respond(world, request, rename::handle),
-        DocumentSymbolRequest::METHOD => respond(world, request, document_symbol::handle),
-        FoldingRangeRequest::METHOD => respond(world, request, folding_range::handle),
-        Formatting::METHOD => respond(world, request, formatting::handle),
-        CodeActionRequest::METHOD => respond(world, request, code_action::handle),
-        InlayHintRequest::METHOD => respond(world, request, inlay_hint::handle),
-        SemanticTokensFullRequest::METHOD => respond(world, request, semantic_tokens::handle),
+        HoverRequest::METHOD => respond(c, world, request, hover::handle),
+        Completion::METHOD => respond(c, world, request, completion::handle),
+        GotoDefinition::METHOD => respond(c, world, request, goto_definition::handle),
+        References::METHOD => respond(c, world, request, references::handle),
+        PrepareRenameRequest::METHOD => respond(c, world, request, rename::prepare),
+        Rename::METHOD => respond(c, world, request, rename::handle),
+        DocumentSymbolRequest::METHOD => respond(c, world, request, document_symbol::handle),
+        FoldingRangeRequest::METHOD => respond(c, world, request, folding_range::handle),
+        Formatting::METHOD => respond(c, world, request, formatting::handle),
+        CodeActionRequest::METHOD => respond(c, world, request, code_action::handle),
+        InlayHintRequest::METHOD => respond(c, world, request, inlay_hint::handle),
+        SemanticTokensFullRequest::METHOD => respond(c, world, request, semantic_tokens::handle),
         _ => error(
             request.id,
             ErrorCode::MethodNotFound,
@@ -460,44 +555,123 @@ fn dispatch(world: &World, request: Request) -> Response {
     }
 }
 
-/// Runs a notification handler on readable params; unknown notifications
-/// and unreadable params are ignored, as the protocol asks.
+/// Runs a notification handler on readable params. Unknown notifications
+/// are ignored, as the protocol asks; unreadable params of a known one,
+/// and a change to a document not open, are ignored too but logged: the
+/// server's text may no longer be the editor's.
 fn notify(
     connection: &Connection,
     world: &mut World,
     notification: Notification,
 ) -> Result<(), Error> {
-    fn params<P: DeserializeOwned>(n: Notification) -> Option<P> {
-        serde_json::from_value(n.params).ok()
+    fn params<P: DeserializeOwned>(n: Notification) -> Result<P, String> {
+        let Notification { method, params } = n;
+        serde_json::from_value(params)
+            .map_err(|e| format!("unreadable `{method}` params ({e}); ignored"))
     }
-    let outcome = catch_unwind(AssertUnwindSafe(|| match notification.method.as_str() {
+    let method = notification.method.clone();
+    forget_panic_location();
+    let outcome = catch_unwind(AssertUnwindSafe(|| match method.as_str() {
         DidOpenTextDocument::METHOD => {
-            if let Some(p) = params(notification) {
-                handlers::did_open::handle(world, p);
-            }
-            None
+            handlers::did_open::handle(world, params(notification)?);
+            Ok(None)
         }
         DidChangeTextDocument::METHOD => {
-            if let Some(p) = params(notification) {
-                handlers::did_change::handle(world, p);
+            let p: lsp_types::DidChangeTextDocumentParams = params(notification)?;
+            let uri = p.text_document.uri.clone();
+            if handlers::did_change::handle(world, p) {
+                Ok(None)
+            } else {
+                Err(format!(
+                    "`{method}` for a document not open ({}); ignored",
+                    uri.as_str()
+                ))
             }
-            None
         }
         DidSaveTextDocument::METHOD => {
-            if let Some(p) = params(notification) {
-                handlers::did_save::handle(world, p);
-            }
-            None
+            handlers::did_save::handle(world, params(notification)?);
+            Ok(None)
         }
         DidCloseTextDocument::METHOD => {
-            params(notification).and_then(|p| handlers::did_close::handle(world, p))
+            Ok(handlers::did_close::handle(world, params(notification)?))
         }
-        _ => None,
+        _ => Ok(None),
     }));
-    if let Ok(Some(closed)) = outcome {
-        publish(connection, closed, None, Vec::new())?;
+    match outcome {
+        Ok(Ok(Some(closed))) => publish(connection, closed, None, Vec::new())?,
+        Ok(Ok(None)) => {}
+        Ok(Err(warning)) => log(connection, MessageType::WARNING, warning)?,
+        Err(payload) => log(
+            connection,
+            MessageType::ERROR,
+            format!("{method} crashed: {}", panic_report(payload.as_ref())),
+        )?,
     }
     Ok(())
+}
+
+/// Writes a line to the client's log (`window/logMessage`) and to stderr,
+/// which editors also keep, for a session whose messages are lost.
+fn log(connection: &Connection, typ: MessageType, message: String) -> Result<(), Error> {
+    eprintln!("mcpolicy-lsp: {message}");
+    connection
+        .sender
+        .send(Message::Notification(Notification::new(
+            LogMessage::METHOD.to_owned(),
+            LogMessageParams { typ, message },
+        )))?;
+    Ok(())
+}
+
+thread_local! {
+    /// Where this thread's last panic happened, recorded by the panic hook
+    /// for [`panic_report`] (a caught panic's payload has no location).
+    static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per process, a panic hook that records each panic's
+/// location for [`panic_report`], then runs the hook that was there (the
+/// default one prints the panic to stderr).
+fn record_panic_locations() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let at = info.location().map(ToString::to_string);
+            // `try_with`: a panic while the thread's locals are torn down
+            // must not panic again here (that would abort).
+            let _ = PANIC_AT.try_with(|slot| {
+                if let Ok(mut slot) = slot.try_borrow_mut() {
+                    *slot = at;
+                }
+            });
+            previous(info);
+        }));
+    });
+}
+
+/// Clears this thread's recorded panic location before code whose panic
+/// will be reported, so that a report never names an older panic's place.
+fn forget_panic_location() {
+    PANIC_AT.with(|slot| slot.borrow_mut().take());
+}
+
+/// A caught panic's message and, when this thread's panic hook recorded
+/// it, its location.
+fn panic_report(payload: &(dyn Any + Send)) -> String {
+    let message = if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(cancelled) = payload.downcast_ref::<Cancelled>() {
+        cancelled.to_string()
+    } else {
+        "a panic without a message".to_owned()
+    };
+    match PANIC_AT.with(|slot| slot.borrow_mut().take()) {
+        Some(at) => format!("panicked at {at}: {message}"),
+        None => format!("panicked: {message}"),
+    }
 }
 
 fn publish(

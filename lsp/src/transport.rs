@@ -30,7 +30,7 @@ use std::io::{self, BufRead, Read, Write};
 use std::thread;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use lsp_server::{Connection, Message};
+use lsp_server::{Connection, ErrorCode, Message};
 use serde_json::{Value, json};
 
 /// The largest frame body read, in bytes (64 MiB). Far above any document an
@@ -42,10 +42,11 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// `Content-Length` header glued after garbage on the same line.
 pub const HEADER_TAIL: usize = 1024;
 
-/// JSON-RPC 2.0 "Parse error".
-const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0 "Parse error", as lsp-server defines it (one definition of
+/// the protocol's codes for the whole server).
+const PARSE_ERROR: i64 = ErrorCode::ParseError as i64;
 /// JSON-RPC 2.0 "Invalid Request".
-const INVALID_REQUEST: i64 = -32600;
+const INVALID_REQUEST: i64 = ErrorCode::InvalidRequest as i64;
 
 /// The writer thread; join it after the session to flush the last replies.
 #[derive(Debug)]
@@ -66,10 +67,14 @@ pub fn stdio() -> (Connection, Writer) {
     // coalesce it (see `main_loop`).
     let (reader_sender, receiver) = unbounded::<Message>();
     let (sender, writer_receiver) = unbounded::<Message>();
-    thread::Builder::new()
+    // Without a reader the session ends at once (the main loop sees the
+    // channel closed): say why rather than exit quietly.
+    if let Err(e) = thread::Builder::new()
         .name("mcpolicy-lsp-reader".to_owned())
         .spawn(move || read_loop(&mut io::stdin().lock(), &reader_sender))
-        .ok();
+    {
+        eprintln!("mcpolicy-lsp: cannot start the thread reading stdin: {e}");
+    }
     let writer = thread::Builder::new()
         .name("mcpolicy-lsp-writer".to_owned())
         .spawn(move || write_loop(&writer_receiver))
@@ -113,8 +118,16 @@ pub fn error_frame(id: Value, code: i64, message: String) -> Value {
 /// `sender`, unreadable frames are answered on stdout.
 pub fn read_loop(input: &mut impl BufRead, sender: &Sender<Message>) {
     // A read error (stdin closed under us) ends the session like end of
-    // input: the main loop sees the channel close.
-    while let Ok(Some(incoming)) = read_incoming(input) {
+    // input, the main loop seeing the channel close; stderr says which.
+    loop {
+        let incoming = match read_incoming(input) {
+            Ok(Some(incoming)) => incoming,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("mcpolicy-lsp: reading stdin failed, ending the session: {e}");
+                break;
+            }
+        };
         match incoming {
             Incoming::Rejected(answer) => write_raw(&answer),
             Incoming::Message(message) => {

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use lsp_server::{ErrorCode, ResponseError};
 use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
 use mcpolicy_compiler::db::{Database, SourceText};
+use mcpolicy_compiler::line_index::{Encoding, LineColumn, LineIndex};
 use mcpolicy_compiler::syntax::Span;
 use salsa::Setter;
 
-use crate::line_index::{Encoding, LineIndex};
 use crate::uri;
 
 /// An open document.
@@ -100,29 +100,50 @@ impl<'a> Snapshot<'a> {
         self.document.source.text(self.db)
     }
 
-    /// A byte offset as a position.
+    /// A byte offset as a position (clamped to the text).
     pub fn position(&self, offset: usize) -> Position {
-        self.document
-            .index
-            .position(self.text(), offset, self.encoding)
+        position(&self.document.index, self.text(), offset, self.encoding)
     }
 
     /// A span as a range.
     pub fn range(&self, span: Span) -> Range {
-        self.document.index.range(self.text(), span, self.encoding)
+        Range::new(self.position(span.start), self.position(span.end))
     }
 
-    /// A position as a byte offset.
+    /// A position as a byte offset (clamped to the text, see
+    /// [`LineIndex::offset`]).
     pub fn offset(&self, position: Position) -> usize {
-        self.document
-            .index
-            .offset(self.text(), position, self.encoding)
+        offset(&self.document.index, self.text(), position, self.encoding)
     }
 
-    /// A range as a span.
+    /// A range as a span (start and end ordered).
     pub fn span(&self, range: Range) -> Span {
-        self.document.index.span(self.text(), range, self.encoding)
+        span(&self.document.index, self.text(), range, self.encoding)
     }
+}
+
+/// An LSP position in `text`, indexed by `index`.
+fn position(index: &LineIndex, text: &str, offset: usize, encoding: Encoding) -> Position {
+    let at = index.line_column(text, offset, encoding);
+    Position::new(saturate(at.line), saturate(at.column))
+}
+
+/// The byte offset of an LSP position in `text`, indexed by `index`.
+fn offset(index: &LineIndex, text: &str, position: Position, encoding: Encoding) -> usize {
+    let at = LineColumn::new(position.line as usize, position.character as usize);
+    index.offset(text, at, encoding)
+}
+
+/// An LSP range in `text` as a span, start and end ordered.
+fn span(index: &LineIndex, text: &str, range: Range, encoding: Encoding) -> Span {
+    let a = offset(index, text, range.start, encoding);
+    let b = offset(index, text, range.end, encoding);
+    Span::new(a.min(b), a.max(b))
+}
+
+/// A count as an LSP `uinteger`, the largest one if it does not fit.
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl World {
@@ -145,11 +166,15 @@ impl World {
     /// document that was never opened gets.
     pub fn snapshot(&self, uri: &Uri) -> Result<Snapshot<'_>, ResponseError> {
         match self.documents.get(uri.as_str()) {
-            Some(document) => Ok(Snapshot {
-                db: &self.db,
-                document,
-                encoding: self.encoding,
-            }),
+            Some(document) => {
+                let snapshot = Snapshot {
+                    db: &self.db,
+                    document,
+                    encoding: self.encoding,
+                };
+                crate::fault::inject(snapshot.text(), "a request");
+                Ok(snapshot)
+            }
             None => Err(ResponseError {
                 code: ErrorCode::RequestFailed as i32,
                 message: format!("document not open: {}", uri.as_str()),
@@ -245,13 +270,14 @@ impl World {
         for change in changes {
             match change.range {
                 Some(range) => {
-                    let span = index.span(&text, range, self.encoding);
+                    let span = span(&index, &text, range, self.encoding);
                     text.replace_range(span.start..span.end, &change.text);
                 }
                 None => text = change.text,
             }
             index = Arc::new(LineIndex::new(&text));
         }
+        crate::fault::inject(&text, "an edit");
         document.index = index;
         document.version = version;
         document.generation = generation;
@@ -271,6 +297,107 @@ impl World {
         let generation = self.next_generation();
         if let Some(document) = self.documents.get_mut(&uri::key(uri)) {
             document.generation = generation;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The byte offset of an LSP position, by hand: split the text into
+    /// lines at `\r\n`, `\n` and a lone `\r`, clamp the line to the last one
+    /// and the column to the line's end, and snap a column inside a
+    /// character back to its start.
+    fn model_offset(text: &str, position: Position, encoding: Encoding) -> usize {
+        let mut starts = vec![0];
+        let bytes = text.as_bytes();
+        for i in 0..bytes.len() {
+            let ends_line =
+                bytes[i] == b'\n' || (bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+            if ends_line {
+                starts.push(i + 1);
+            }
+        }
+        let Some(&start) = starts.get(position.line as usize) else {
+            return text.len();
+        };
+        let rest = &text[start..];
+        let line = &rest[..rest.find(['\r', '\n']).unwrap_or(rest.len())];
+        let mut units = 0;
+        for (i, c) in line.char_indices() {
+            units += match encoding {
+                Encoding::Utf8 => c.len_utf8(),
+                Encoding::Utf16 => c.len_utf16(),
+            };
+            if units > position.character as usize {
+                return start + i;
+            }
+        }
+        start + line.len()
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec!["a", "é", "€", "😀", "\n", "\r\n", "\r", "xy", " "]);
+        prop::collection::vec(piece, 0..80).prop_map(|p| p.concat())
+    }
+
+    fn position() -> impl Strategy<Value = Position> {
+        // Mostly in range, sometimes far out of it.
+        let n = prop_oneof![6 => 0u32..12, 1 => Just(u32::MAX), 1 => 12u32..100_000];
+        (n.clone(), n).prop_map(|(line, character)| Position::new(line, character))
+    }
+
+    proptest! {
+        /// A `didChange` applies each edit, in order, to the text the
+        /// previous one left, at the offsets the positions name in the
+        /// negotiated encoding (out-of-range positions clamped, a range's
+        /// ends in either order), exactly as the hand-split model does.
+        /// Long mode: `PROPTEST_CASES=20000 cargo test -p mcpolicy-lsp --lib`.
+        #[test]
+        fn edits_apply_where_their_positions_point(
+            initial in text(),
+            edits in prop::collection::vec((position(), position(), text(), any::<bool>()), 1..6),
+            utf8 in any::<bool>(),
+        ) {
+            let encoding = if utf8 { Encoding::Utf8 } else { Encoding::Utf16 };
+            let uri: Uri = "file:///p.mcpolicy".parse().expect("a URI");
+            let mut world = World::new(encoding);
+            world.open(uri.clone(), 1, initial.clone());
+            let mut model = initial;
+            let mut changes = Vec::new();
+            for (a, b, new_text, whole) in edits {
+                let range = (!whole).then_some(Range::new(a, b));
+                match range {
+                    Some(_) => {
+                        let (x, y) = (
+                            model_offset(&model, a, encoding),
+                            model_offset(&model, b, encoding),
+                        );
+                        model.replace_range(x.min(y)..x.max(y), &new_text);
+                    }
+                    None => model = new_text.clone(),
+                }
+                changes.push(TextDocumentContentChangeEvent {
+                    range,
+                    range_length: None,
+                    text: new_text,
+                });
+            }
+            prop_assert!(world.change(&uri, 2, changes));
+            let document = &world.documents[&uri::key(&uri)];
+            prop_assert_eq!(document.source.text(&world.db), &model);
+            // And positions read back from the final text agree with it.
+            let snapshot = world.snapshot(&uri).expect("open");
+            for offset in (0..=model.len()).filter(|&o| model.is_char_boundary(o)) {
+                let inside_crlf = offset > 0
+                    && model.as_bytes()[offset - 1] == b'\r'
+                    && model.as_bytes().get(offset) == Some(&b'\n');
+                if !inside_crlf {
+                    prop_assert_eq!(model_offset(&model, snapshot.position(offset), encoding), offset);
+                }
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The server answers per the protocol and never dies: malformed frames,
 //! unknown methods, documents never opened, bad params, a 10 MB document,
-//! a burst of 1,000 edits.
+//! a burst of 1,000 edits, unreadable `initialize` params (logged).
 
 #![allow(clippy::unwrap_used)]
 
@@ -26,6 +26,8 @@ fn protocol_errors(client: &mut Client) {
     assert_eq!(error_code(&response), ErrorCode::MethodNotFound as i32);
     client.notify("$/unknownNotification", json!({ "x": 1 }));
     client.notify("textDocument/didChange", json!("not params"));
+    // A change to a document never opened.
+    client.change("file:///never-opened.mcpolicy", 2, json!([{ "text": "x" }]));
     // A request for a document never opened: an error, not a crash.
     let response = client.request(
         "textDocument/hover",
@@ -40,6 +42,27 @@ fn protocol_errors(client: &mut Client) {
     // Params of the wrong shape: InvalidParams.
     let response = client.request("textDocument/hover", json!([1, 2, 3]));
     assert_eq!(error_code(&response), ErrorCode::InvalidParams as i32);
+    // The unreadable didChange and the change to a document not open were
+    // ignored, and logged (the server's text may no longer be the
+    // editor's); the unknown `$/` notification was not.
+    let logged: Vec<&str> = client
+        .transcript
+        .iter()
+        .filter(|m| m["method"] == "window/logMessage")
+        .map(|m| {
+            assert_eq!(m["params"]["type"], 2, "a warning: {m}");
+            m["params"]["message"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert!(
+        logged[0].starts_with("unreadable `textDocument/didChange` params ("),
+        "{logged:?}"
+    );
+    assert_eq!(
+        logged[1],
+        "`textDocument/didChange` for a document not open (file:///never-opened.mcpolicy); ignored"
+    );
     // Positions far outside the document are clamped.
     client.open(URI, &fixture("session.mcpolicy"));
     let response = client.request("textDocument/completion", at(URI, 4_000_000, 4_000_000));
@@ -53,6 +76,53 @@ fn protocol_errors_in_process() {
     let mut client = Client::memory();
     client.initialize(&[]);
     protocol_errors(&mut client);
+    assert!(client.shutdown());
+}
+
+/// Unreadable `initialize` params: served as a client with no
+/// capabilities (UTF-16), and the log says so, rather than silently.
+#[test]
+fn unreadable_initialize_params_are_logged() {
+    let mut client = Client::memory();
+    let result = client.ok(
+        "initialize",
+        json!({ "processId": "not a number", "capabilities": { "general": { "positionEncodings": ["utf-8"] } } }),
+    );
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-16");
+    client.notify("initialized", json!({}));
+    let Message::Notification(log) = client.recv() else {
+        panic!("expected a log line: {:?}", client.transcript);
+    };
+    assert_eq!(log.method, "window/logMessage");
+    assert_eq!(log.params["type"], 2, "MessageType::WARNING");
+    let message = log.params["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("unreadable `initialize` params ("),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("); serving as to a client with no capabilities (UTF-16 positions)"),
+        "{message}"
+    );
+    assert!(client.shutdown());
+}
+
+/// The control: readable params, no log line before the first answer.
+#[test]
+fn readable_initialize_params_log_nothing() {
+    let mut client = Client::memory();
+    let result = client.initialize(&["utf-8"]);
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-8");
+    // A log line would come before this answer, in the transcript.
+    let _ = client.request("textDocument/hover", at(URI, 0, 0));
+    assert!(
+        client
+            .transcript
+            .iter()
+            .all(|m| m["method"] != "window/logMessage"),
+        "{:?}",
+        client.transcript
+    );
     assert!(client.shutdown());
 }
 

@@ -10,43 +10,17 @@ mod values;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use mcpolicy_runtime::table::{
-    Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, Deadline, Limit, ProtocolRevision,
-    Rate, ReasonSpec, Switch, Ttl, Window, builtin,
+    BudgetMetric, CalendarUnit, ProtocolRevision, ReasonSpec, Ttl, Window, builtin,
 };
 
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, did_you_mean};
 use crate::model::{PartialBlock, PolicyModel};
+use crate::statements::{self, Shape, StatementDecl, Unit, Value};
 use crate::syntax::*;
 
 pub use codes_rule::{DEFAULT_ERROR_CODE, suggested_code};
 
-/// The statements of `defaults` and `server` blocks.
-pub const POLICY_STATEMENTS: &[&str] = &[
-    "sampling",
-    "tools",
-    "max_context",
-    "max_input",
-    "max_messages",
-    "max_tokens",
-    "rate",
-    "budget",
-    "deadline",
-    "consent",
-    "models",
-];
-/// The properties of `reason` blocks.
-pub const REASON_STATEMENTS: &[&str] = &["retryable", "ttl", "message", "code"];
-/// The top-level keywords.
-pub const TOP_LEVEL: &[&str] = &[
-    "mcpolicy",
-    "protocol",
-    "error_code",
-    "identity",
-    "reason",
-    "defaults",
-    "server",
-];
 /// The `sampling/createMessage` params an identity may list.
 pub const IDENTITY_FIELDS: &[&str] = &[
     "systemPrompt",
@@ -93,8 +67,10 @@ pub fn check(file: &SourceFile) -> Analysis {
 /// Where a reason is produced: by which statement kinds.
 #[derive(Default)]
 struct Producers {
+    /// By a statement whose windows reset (a budget).
     by_budget: bool,
-    by_other: Vec<&'static str>,
+    /// By these other statements.
+    by_other: Vec<Statement>,
     uses: Vec<Span>,
 }
 
@@ -115,7 +91,7 @@ struct Checker {
     /// The block being checked: 0 for `defaults`, 1 + i for server block i.
     current_block: usize,
     /// Every accepted `as NAME`: (block, statement, name, span of NAME).
-    clauses: Vec<(usize, &'static str, String, Span)>,
+    clauses: Vec<(usize, Statement, String, Span)>,
 }
 
 /// A block item's keyword, its `{` and its `}` (if found).
@@ -367,7 +343,7 @@ impl Checker {
     /// for a request without tools and knows it by its reason, so a shared
     /// reason would skip (or replay) the other statement's stored denials.
     fn shared_tools_reasons(&mut self) {
-        if !self.clauses.iter().any(|c| c.1 == "tools") {
+        if !self.clauses.iter().any(|c| c.1 == Statement::Tools) {
             return;
         }
         let mut blocks = vec![(0, crate::lower::effective_defaults(&self.model))];
@@ -384,7 +360,7 @@ impl Checker {
             let find = |block: usize| {
                 self.clauses
                     .iter()
-                    .find(|c| c.0 == block && c.1 == statement && c.2 == reason)
+                    .find(|c| c.0 == block && c.1.keyword() == statement && c.2 == reason)
                     .map(|c| c.3)
             };
             find(id).or_else(|| find(0))
@@ -397,9 +373,10 @@ impl Checker {
                 if !block.shares_tools_reason(statement, reason) {
                     continue;
                 }
-                if let (Some(at), Some(other)) =
-                    (clause(*id, "tools", tools), clause(*id, statement, reason))
-                    && seen.insert((at, other))
+                if let (Some(at), Some(other)) = (
+                    clause(*id, Statement::Tools.keyword(), tools),
+                    clause(*id, statement, reason),
+                ) && seen.insert((at, other))
                 {
                     found.push((at, other, statement, reason.to_owned()));
                 }
@@ -429,6 +406,7 @@ impl Checker {
             .collect();
         let word_span = Span::new(span.start, span.start + word.len());
         let trimmed = text.trim();
+        let items: Vec<&str> = statements::item_keywords().collect();
         let diagnostic = if trimmed.starts_with('}') {
             Diagnostic::new(
                 Code::E0001,
@@ -445,9 +423,9 @@ impl Checker {
                 "block without an item",
             )
             .help("write `server \"ID\" { … }` or `defaults { … }`")
-        } else if TOP_LEVEL.contains(&word.as_str()) {
+        } else if statements::item_keywords().any(|k| k == word) {
             reread::top_level_item(&word, text, span)
-        } else if POLICY_STATEMENTS.contains(&word.as_str()) {
+        } else if Statement::from_keyword(&word).is_some() {
             Diagnostic::new(
                 Code::E0102,
                 word_span,
@@ -457,8 +435,13 @@ impl Checker {
             .help("put it in `defaults { … }` or a `server \"ID\" { … }` block")
         } else if word.is_empty() {
             let shown: String = trimmed.chars().take(20).collect();
-            Diagnostic::new(Code::E0001, span, format!("expected a top-level item, found `{shown}`"), "not an item")
-                .help("items start with `mcpolicy`, `protocol`, `error_code`, `identity`, `reason`, `defaults` or `server`")
+            Diagnostic::new(
+                Code::E0001,
+                span,
+                format!("expected a top-level item, found `{shown}`"),
+                "not an item",
+            )
+            .help(format!("items start with {}", list(&items)))
         } else {
             let mut d = Diagnostic::new(
                 Code::E0001,
@@ -466,9 +449,13 @@ impl Checker {
                 format!("unknown item `{word}`"),
                 "not a top-level item",
             );
-            d = match did_you_mean(&word, TOP_LEVEL.iter().copied()) {
-                Some(s) => d.help(format!("did you mean `{s}`?")).fix(format!("replace with `{s}`"), word_span, s),
-                None => d.help("items start with `mcpolicy`, `protocol`, `error_code`, `identity`, `reason`, `defaults` or `server`"),
+            d = match did_you_mean(&word, statements::item_keywords()) {
+                Some(s) => d.help(format!("did you mean `{s}`?")).fix(
+                    format!("replace with `{s}`"),
+                    word_span,
+                    s,
+                ),
+                None => d.help(format!("items start with {}", list(&items))),
             };
             d
         };
@@ -772,7 +759,11 @@ impl Checker {
                 } else {
                     format!(
                         "`{}` produces it, and only budgets have windows that reset",
-                        others.join("`, `")
+                        others
+                            .iter()
+                            .map(|s| s.keyword())
+                            .collect::<Vec<_>>()
+                            .join("`, `")
                     )
                 };
                 self.push(
@@ -802,192 +793,73 @@ impl Checker {
     }
 
     /// Checks a `defaults` or `server` block and returns what it states.
+    /// Each statement is checked by the shape of its values and recorded as
+    /// its declaration says (`statements.rs`). Only `sampling` is named
+    /// here: `sampling off` leaves the rest of a server block unreachable.
     fn block(&mut self, block: &Block<Stmt>, is_server: bool) -> PartialBlock {
         let mut out = PartialBlock::default();
-        let mut seen: HashMap<&str, Span> = HashMap::new();
-        let mut budgets: HashMap<(BudgetMetric, Window), Span> = HashMap::new();
+        let mut seen: HashMap<Statement, Span> = HashMap::new();
+        // The spans of a repeatable statement's recorded items, in order.
+        let mut repeated: HashMap<Statement, Vec<Span>> = HashMap::new();
         let mut sampling_off: Option<Span> = None;
         for stmt in &block.stmts {
-            if let StmtKind::Bad(bad) = &stmt.kind {
-                self.push(reread::statement(
-                    bad,
-                    stmt.keyword,
-                    reread::BlockKind::Policy,
-                ));
+            let StmtKind::Known(statement, args) = &stmt.kind else {
+                if let StmtKind::Bad(bad) = &stmt.kind {
+                    self.push(reread::statement(
+                        bad,
+                        stmt.keyword,
+                        reread::BlockKind::Policy,
+                    ));
+                }
                 continue;
-            }
-            let keyword = stmt.kind.keyword();
-            if keyword != "budget" {
-                if let Some(first) = seen.get(keyword) {
-                    self.push(duplicate(keyword, stmt.span, *first));
+            };
+            let statement = *statement;
+            let decl = statement.decl();
+            if !statement.repeatable() {
+                if let Some(first) = seen.get(&statement) {
+                    self.push(duplicate(decl.keyword(), stmt.span, *first));
                     continue;
                 }
-                seen.insert(stmt.kind.keyword(), stmt.span);
+                seen.insert(statement, stmt.span);
             }
-            match &stmt.kind {
-                StmtKind::Sampling(on, reason) => {
-                    let reason =
-                        self.reason_use(reason.as_ref(), builtin::SAMPLING_DISABLED, "sampling");
-                    if !on.value {
-                        sampling_off = Some(stmt.span);
-                    }
-                    out.sampling = Some(Switch {
-                        enabled: on.value,
-                        reason,
-                    });
+            if let Some(d) = decl.lint.and_then(|lint| lint(self.protocol, stmt)) {
+                self.push(d);
+            }
+            let reason = decl
+                .reason
+                .map(|own| self.reason_use(args.reason(), own, statement));
+            if let Args::Switch(on, _) = args
+                && statement == Statement::Sampling
+                && !on.value
+            {
+                sampling_off = Some(stmt.span);
+            }
+            let Some(value) = self.value(decl, args) else {
+                continue;
+            };
+            match out.state(statement, value, reason) {
+                Ok(true) if statement.repeatable() => {
+                    repeated.entry(statement).or_default().push(stmt.span);
                 }
-                StmtKind::Tools(on, reason) => {
-                    if self.protocol == ProtocolRevision::V2025_06_18 {
-                        self.push(
-                            Diagnostic::new(Code::W0602, stmt.keyword, "sampling requests carry no tools before MCP 2025-11-25", "no effect under 2025-06-18")
-                                .help("remove `tools`, or declare `protocol 2025-11-25`")
-                                .note("cited: MCP 2025-11-25 added `tools` and `toolChoice` to `sampling/createMessage`"),
-                        );
-                    }
-                    let reason = self.reason_use(reason.as_ref(), builtin::TOOLS_DISABLED, "tools");
-                    out.tools = Some(Switch {
-                        enabled: on.value,
-                        reason,
-                    });
+                Ok(_) => {}
+                Err(i) => {
+                    let first = repeated
+                        .get(&statement)
+                        .and_then(|spans| spans.get(i))
+                        .copied()
+                        .unwrap_or(stmt.span);
+                    self.push(
+                        duplicate(decl.keyword(), stmt.span, first).help(statement.repeated_help()),
+                    );
                 }
-                StmtKind::MaxContext(scope) => {
-                    let parsed = ContextScope::parse(&scope.value).unwrap_or(ContextScope::None);
-                    if self.protocol == ProtocolRevision::V2026_07_28
-                        && parsed != ContextScope::None
-                    {
-                        self.push(
-                            Diagnostic::new(Code::W0601, scope.span, format!("`{}` is deprecated in MCP 2026-07-28", scope.value), "deprecated scope")
-                                .help("write `max_context none` unless your client declares the `sampling.context` capability")
-                                .note("cited: MCP 2026-07-28 deprecates includeContext thisServer/allServers; they need the client's sampling.context capability"),
-                        );
-                    }
-                    out.max_context = Some(parsed);
-                }
-                StmtKind::MaxInput(q, reason) => {
-                    let reason =
-                        self.reason_use(reason.as_ref(), builtin::INPUT_TOO_LARGE, "max_input");
-                    if let Some(max) = values::size(self, q) {
-                        out.max_input = Some(Limit { max, reason });
-                    }
-                }
-                StmtKind::MaxMessages(q, reason) => {
-                    let reason =
-                        self.reason_use(reason.as_ref(), builtin::INPUT_TOO_LARGE, "max_messages");
-                    if let Some(max) = values::count(self, q, "max_messages") {
-                        out.max_messages = Some(Limit { max, reason });
-                    }
-                }
-                StmtKind::MaxTokens(q) => out.max_tokens = values::count(self, q, "max_tokens"),
-                StmtKind::Rate {
-                    count,
-                    window,
-                    reason,
-                } => {
-                    let reason = self.reason_use(reason.as_ref(), builtin::RATE_LIMIT, "rate");
-                    if let (Some(count), Some(window_ms)) = (
-                        values::count(self, count, "rate"),
-                        values::duration(self, window, "rate window"),
-                    ) {
-                        out.rate = Some(Rate {
-                            count,
-                            window_ms,
-                            reason,
-                        });
-                    }
-                }
-                StmtKind::Budget {
-                    limit,
-                    metric,
-                    window,
-                    reason,
-                } => {
-                    let reason =
-                        self.reason_use(reason.as_ref(), builtin::BUDGET_EXHAUSTED, "budget");
-                    let metric = if metric.value == "tokens" {
-                        BudgetMetric::Tokens
-                    } else {
-                        BudgetMetric::Requests
-                    };
-                    let window = match window {
-                        WindowSyntax::Calendar(unit) => {
-                            Some(Window::Calendar(match unit.value.as_str() {
-                                "hour" => CalendarUnit::Hour,
-                                "week" => CalendarUnit::Week,
-                                "month" => CalendarUnit::Month,
-                                _ => CalendarUnit::Day,
-                            }))
-                        }
-                        WindowSyntax::Rolling(q) => {
-                            values::duration(self, q, "budget window").map(Window::RollingMs)
-                        }
-                    };
-                    let limit = values::count(self, limit, "budget");
-                    if let (Some(limit), Some(window)) = (limit, window) {
-                        if let Some(first) = budgets.get(&(metric, window)) {
-                            self.push(
-                                duplicate("budget", stmt.span, *first)
-                                    .help("two budgets count the same metric over the same window; keep the one you mean"),
-                            );
-                            continue;
-                        }
-                        budgets.insert((metric, window), stmt.span);
-                        out.budgets.push(Budget {
-                            metric,
-                            limit,
-                            window,
-                            reason,
-                        });
-                    }
-                }
-                StmtKind::Deadline(q, reason) => {
-                    let reason = self.reason_use(reason.as_ref(), builtin::DEADLINE, "deadline");
-                    if let Some(ms) = values::duration(self, q, "deadline") {
-                        out.deadline = Some(Deadline { ms, reason });
-                    }
-                }
-                StmtKind::Consent(mode) => {
-                    out.consent = Some(match mode.value.as_str() {
-                        "always" => Consent::Always,
-                        "never" => Consent::Never,
-                        _ => Consent::First,
-                    });
-                }
-                StmtKind::Models(models) => {
-                    let mut list = Vec::new();
-                    let mut seen_models: HashSet<&str> = HashSet::new();
-                    for model in models {
-                        if model.value.is_empty() {
-                            self.push(
-                                Diagnostic::new(
-                                    Code::E0603,
-                                    model.span,
-                                    "empty model pattern",
-                                    "names no model",
-                                )
-                                .help("write a model name or a glob, like `\"claude-*\"`"),
-                            );
-                        } else if !seen_models.insert(&model.value) {
-                            self.push(
-                                Diagnostic::new(
-                                    Code::E0106,
-                                    model.span,
-                                    format!("model `{}` is listed twice", model.value),
-                                    "listed again",
-                                )
-                                .help("list each model once"),
-                            );
-                        } else {
-                            list.push(model.value.clone());
-                        }
-                    }
-                    out.models = Some(list);
-                }
-                StmtKind::Bad(_) => {}
             }
         }
         if let (true, Some(off)) = (is_server, sampling_off) {
             for stmt in &block.stmts {
-                if !matches!(stmt.kind, StmtKind::Sampling(..) | StmtKind::Bad(_)) {
+                if !matches!(
+                    stmt.kind,
+                    StmtKind::Known(Statement::Sampling, _) | StmtKind::Bad(_)
+                ) {
                     self.push(
                         Diagnostic::new(
                             Code::W0604,
@@ -1010,20 +882,123 @@ impl Checker {
         out
     }
 
+    /// A statement's values, checked by their shape; `None` after a finding.
+    fn value(&mut self, decl: &StatementDecl, args: &Args) -> Option<Value> {
+        let keyword = decl.keyword();
+        match (decl.shape, args) {
+            (Shape::Switch, Args::Switch(on, _)) => Some(Value::Switch(on.value)),
+            (Shape::Word, Args::Word(word)) => Some(Value::Word(word.value.clone())),
+            (Shape::Quantity(unit), Args::Quantity(q, _)) => {
+                // Zero would refuse every request: say how to do that on purpose.
+                let zero = if decl.denies() && unit != Unit::Duration {
+                    values::Zero::Limit
+                } else {
+                    values::Zero::Plain
+                };
+                values::quantity(self, q, unit, keyword, zero).map(Value::Number)
+            }
+            (
+                Shape::Rate,
+                Args::Rate {
+                    count,
+                    window,
+                    reason: _,
+                },
+            ) => {
+                let count =
+                    values::quantity(self, count, Unit::Count, keyword, values::Zero::Refuses);
+                let window = values::quantity(
+                    self,
+                    window,
+                    Unit::Duration,
+                    &format!("{keyword} window"),
+                    values::Zero::Plain,
+                );
+                Some(Value::Rate {
+                    count: count?,
+                    window_ms: window?,
+                })
+            }
+            (
+                Shape::Budget,
+                Args::Budget {
+                    limit,
+                    metric,
+                    window,
+                    reason: _,
+                },
+            ) => {
+                let metric = if metric.value == "tokens" {
+                    BudgetMetric::Tokens
+                } else {
+                    BudgetMetric::Requests
+                };
+                let window = match window {
+                    WindowSyntax::Calendar(unit) => Some(Window::Calendar(
+                        statements::calendar_unit(&unit.value).unwrap_or(CalendarUnit::Day),
+                    )),
+                    WindowSyntax::Rolling(q) => values::quantity(
+                        self,
+                        q,
+                        Unit::Duration,
+                        &format!("{keyword} window"),
+                        values::Zero::Plain,
+                    )
+                    .map(Window::RollingMs),
+                };
+                let limit =
+                    values::quantity(self, limit, Unit::Count, keyword, values::Zero::Refuses);
+                Some(Value::Budget {
+                    limit: limit?,
+                    metric,
+                    window: window?,
+                })
+            }
+            (Shape::Strings, Args::Strings(strings)) => {
+                let mut list = Vec::new();
+                let mut seen: HashSet<&str> = HashSet::new();
+                for string in strings {
+                    if string.value.is_empty() {
+                        self.push(
+                            Diagnostic::new(
+                                Code::E0603,
+                                string.span,
+                                "empty model pattern",
+                                "names no model",
+                            )
+                            .help("write a model name or a glob, like `\"claude-*\"`"),
+                        );
+                    } else if !seen.insert(&string.value) {
+                        self.push(
+                            Diagnostic::new(
+                                Code::E0106,
+                                string.span,
+                                format!("model `{}` is listed twice", string.value),
+                                "listed again",
+                            )
+                            .help("list each model once"),
+                        );
+                    } else {
+                        list.push(string.value.clone());
+                    }
+                }
+                Some(Value::Strings(list))
+            }
+            // The parser reads each statement's values by its shape, so
+            // these never disagree.
+            _ => None,
+        }
+    }
+
     /// Resolves `as NAME` (or the built-in default) and records who produces it.
     fn reason_use(
         &mut self,
         clause: Option<&Spanned<String>>,
         default: &str,
-        statement: &'static str,
+        statement: Statement,
     ) -> String {
         let Some(clause) = clause else {
-            let entry = self.producers.entry(default.to_owned()).or_default();
-            if statement == "budget" {
-                entry.by_budget = true;
-            } else if !entry.by_other.contains(&statement) {
-                entry.by_other.push(statement);
-            }
+            self.produced_by(default, statement);
             return default.to_owned();
         };
         let name = clause.value.as_str();
@@ -1082,14 +1057,23 @@ impl Checker {
         }
         self.clauses
             .push((self.current_block, statement, name.to_owned(), clause.span));
-        let entry = self.producers.entry(name.to_owned()).or_default();
-        entry.uses.push(clause.span);
-        if statement == "budget" {
+        self.producers
+            .entry(name.to_owned())
+            .or_default()
+            .uses
+            .push(clause.span);
+        self.produced_by(name, statement);
+        name.to_owned()
+    }
+
+    /// Records that `statement` produces `reason`.
+    fn produced_by(&mut self, reason: &str, statement: Statement) {
+        let entry = self.producers.entry(reason.to_owned()).or_default();
+        if statement.decl().resets() {
             entry.by_budget = true;
         } else if !entry.by_other.contains(&statement) {
             entry.by_other.push(statement);
         }
-        name.to_owned()
     }
 }
 
@@ -1106,9 +1090,11 @@ fn borrowed_reason(
     span: Span,
     borrowed: &builtin::Builtin,
     own: &str,
-    statement: &str,
+    statement: Statement,
 ) -> Diagnostic {
     let name = borrowed.name;
+    let resets = statement.decl().resets();
+    let statement = statement.keyword();
     let (message, label) = if name.starts_with("user.") {
         (
             format!(
@@ -1117,17 +1103,11 @@ fn borrowed_reason(
             "reserved for the user",
         )
     } else {
-        let owner = [
-            "sampling",
-            "tools",
-            "max_input",
-            "rate",
-            "budget",
-            "deadline",
-        ]
-        .into_iter()
-        .find(|s| builtin::own_reason(s) == name)
-        .unwrap_or("another statement");
+        // The first statement declared with this reason as its own.
+        let owner = Statement::ALL
+            .iter()
+            .find(|s| s.decl().reason == Some(name))
+            .map_or("another statement", |s| s.keyword());
         (
             format!("`{name}` is the reason of `{owner}`, not of `{statement}`"),
             "another statement's reason",
@@ -1135,7 +1115,7 @@ fn borrowed_reason(
     };
     let ttl = match borrowed.ttl {
         Ttl::AfterMs(ms) => format!("{}s", ms.div_ceil(1000)),
-        Ttl::UntilReset if statement == "budget" => "until_reset".to_owned(),
+        Ttl::UntilReset if resets => "until_reset".to_owned(),
         Ttl::UntilReset | Ttl::Forever => "forever".to_owned(),
         Ttl::None => "none".to_owned(),
     };
@@ -1171,7 +1151,7 @@ fn unclosed(open: Span, last: Option<Span>) -> Diagnostic {
     .fix("insert `}`", Span::new(at, at), "\n}")
 }
 
-/// `a`, `b` and `c` as inline code.
+/// `a`, `b` or `c` as inline code.
 pub(crate) fn list(items: &[&str]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("`{s}`")).collect();
     match quoted.split_last() {

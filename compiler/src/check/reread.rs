@@ -2,9 +2,10 @@
 //! an unknown keyword (with a suggestion), a statement in the wrong place, or
 //! the first value that does not fit the statement's shape.
 
-use super::{POLICY_STATEMENTS, REASON_STATEMENTS, TOP_LEVEL, list};
+use super::list;
 use crate::codes::Code;
 use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::statements::{self, REASON_PROPERTIES, Shape, Statement, StatementDecl, Unit};
 use crate::syntax::{BadStmt, Span};
 
 /// Which kind of block the statement was in.
@@ -276,8 +277,8 @@ fn nearest_reason_name(name: &str) -> (String, bool) {
 enum Want {
     Switch,
     Bool,
-    Scope,
-    Consent,
+    /// One of a statement's words (`max_context`, `consent`).
+    Words(&'static StatementDecl),
     Count,
     Size,
     Duration,
@@ -290,30 +291,34 @@ enum Want {
     Int,
 }
 
-fn shape(keyword: &str) -> Option<(&'static [Want], bool, &'static str)> {
+/// What a statement expects, whether it takes `as`, and an example: for a
+/// policy statement, from its declaration's shape.
+fn shape(keyword: &str) -> Option<(Vec<Want>, bool, &'static str)> {
     use Want::*;
-    Some(match keyword {
-        "sampling" => (&[Switch], true, "sampling off"),
-        "tools" => (&[Switch], true, "tools off"),
-        "max_context" => (&[Scope], false, "max_context thisServer"),
-        "max_input" => (&[Size], true, "max_input 64 KiB"),
-        "max_messages" => (&[Count], true, "max_messages 50"),
-        "max_tokens" => (&[Count], false, "max_tokens 4096"),
-        "rate" => (&[Count, Per, Duration], true, "rate 30 per 1m"),
-        "budget" => (
-            &[Count, Metric, Per, Window],
-            true,
-            "budget 50 requests per day",
-        ),
-        "deadline" => (&[Duration], true, "deadline 60s"),
-        "consent" => (&[Consent], false, "consent first"),
-        "models" => (&[StrList], false, "models \"claude-*\", \"gpt-4o\""),
-        "retryable" => (&[Bool], false, "retryable false"),
-        "ttl" => (&[Ttl], false, "ttl 60s"),
-        "message" => (&[Str], false, "message \"Sampling denied: {reason}\""),
-        "code" => (&[Int], false, "code -32011"),
-        _ => return None,
-    })
+    if let Some(statement) = Statement::from_keyword(keyword) {
+        let decl = statement.decl();
+        let wants = match decl.shape {
+            Shape::Switch => vec![Switch],
+            Shape::Word => vec![Words(decl)],
+            Shape::Quantity(Unit::Count) => vec![Count],
+            Shape::Quantity(Unit::Size) => vec![Size],
+            Shape::Quantity(Unit::Duration) => vec![Duration],
+            Shape::Rate => vec![Count, Per, Duration],
+            Shape::Budget => vec![Count, Metric, Per, Window],
+            Shape::Strings => vec![StrList],
+        };
+        return Some((wants, decl.denies(), decl.example));
+    }
+    let property = REASON_PROPERTIES
+        .iter()
+        .find(|p| p.doc.keyword == keyword)?;
+    let wants = match keyword {
+        "retryable" => vec![Bool],
+        "ttl" => vec![Ttl],
+        "message" => vec![Str],
+        _ => vec![Int],
+    };
+    Some((wants, false, property.example))
 }
 
 /// The finding for a statement the grammar could not read.
@@ -342,13 +347,11 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
         )
         .help("statements start with a keyword, like `max_tokens 4096`");
     };
+    let policy: Vec<&str> = statements::policy_keywords().collect();
+    let reason: Vec<&str> = statements::reason_keywords().collect();
     let (own, other, other_place) = match kind {
-        BlockKind::Policy => (POLICY_STATEMENTS, REASON_STATEMENTS, "a `reason` block"),
-        BlockKind::Reason => (
-            REASON_STATEMENTS,
-            POLICY_STATEMENTS,
-            "a `defaults` or `server` block",
-        ),
+        BlockKind::Policy => (&policy, &reason, "a `reason` block"),
+        BlockKind::Reason => (&reason, &policy, "a `defaults` or `server` block"),
     };
     if !own.contains(&word) {
         if other.contains(&word) {
@@ -360,7 +363,7 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
             )
             .help(format!("this block accepts {}", list(own)));
         }
-        if TOP_LEVEL.contains(&word) {
+        if statements::item_keywords().any(|k| k == word) {
             return Diagnostic::new(
                 Code::E0102,
                 keyword_span,
@@ -395,7 +398,7 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
     };
     let mut rest = tokens[1..].iter().peekable();
     let end = Span::new(bad.span.end, bad.span.end);
-    for want in wants {
+    for want in &wants {
         let Some(token) = rest.next() else {
             return Diagnostic::new(
                 Code::E0103,
@@ -540,36 +543,37 @@ fn unexpected(token: &Token<'_>, word: &str, example: &str) -> Diagnostic {
     .help(format!("write it like `{example}`"))
 }
 
-fn describe(want: Want) -> &'static str {
+fn describe(want: Want) -> String {
     match want {
-        Want::Switch => "`on` or `off`",
-        Want::Bool => "`true` or `false`",
-        Want::Scope => "a context scope (`none`, `thisServer` or `allServers`)",
-        Want::Consent => "a consent mode (`always`, `first` or `never`)",
-        Want::Count => "a count, like `4096` or `200k`",
-        Want::Size => "a size, like `64 KiB`",
-        Want::Duration => "a duration, like `60s` or `1m`",
-        Want::Metric => "`requests` or `tokens`",
-        Want::Window => "a window: `hour`, `day`, `week`, `month` or a duration like `24h`",
-        Want::Per => "`per`",
-        Want::Ttl => "a duration, `until_reset`, `forever` or `none`",
-        Want::Str | Want::StrList => "a quoted string",
-        Want::Int => "an integer",
+        Want::Switch => "`on` or `off`".to_owned(),
+        Want::Bool => "`true` or `false`".to_owned(),
+        Want::Words(decl) => format!("{} ({})", decl.noun, list(&words(want))),
+        Want::Count => "a count, like `4096` or `200k`".to_owned(),
+        Want::Size => "a size, like `64 KiB`".to_owned(),
+        Want::Duration => "a duration, like `60s` or `1m`".to_owned(),
+        Want::Metric => "`requests` or `tokens`".to_owned(),
+        Want::Window => {
+            "a window: `hour`, `day`, `week`, `month` or a duration like `24h`".to_owned()
+        }
+        Want::Per => "`per`".to_owned(),
+        Want::Ttl => "a duration, `until_reset`, `forever` or `none`".to_owned(),
+        Want::Str | Want::StrList => "a quoted string".to_owned(),
+        Want::Int => "an integer".to_owned(),
     }
 }
 
-fn words(want: Want) -> &'static [&'static str] {
-    match want {
-        Want::Switch => &["on", "off"],
-        Want::Bool => &["true", "false"],
-        Want::Scope => &["none", "thisServer", "allServers"],
-        Want::Consent => &["always", "first", "never"],
-        Want::Metric => &["requests", "tokens"],
-        Want::Window => &["hour", "day", "week", "month"],
-        Want::Per => &["per"],
-        Want::Ttl => &["until_reset", "forever", "none"],
+fn words(want: Want) -> Vec<&'static str> {
+    let pairs: &[(&str, &str)] = match want {
+        Want::Switch => return vec!["on", "off"],
+        Want::Bool => return vec!["true", "false"],
+        Want::Words(decl) => decl.values,
+        Want::Metric => statements::METRICS,
+        Want::Window => return statements::CALENDAR_UNITS.to_vec(),
+        Want::Per => return vec!["per"],
+        Want::Ttl => return vec!["until_reset", "forever", "none"],
         _ => &[],
-    }
+    };
+    pairs.iter().map(|(word, _)| *word).collect()
 }
 
 /// The units a quantity accepts, joined (`60s`) or apart (`64 KiB`).
@@ -706,7 +710,7 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
                     d.help(format!("did you mean `{s}`?"))
                         .fix(format!("use `{s}`"), token.span, s)
                 }
-                None => d.help(format!("write {}", list(accepted))),
+                None => d.help(format!("write {}", list(&accepted))),
             };
             Some(d)
         }

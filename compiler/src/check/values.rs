@@ -3,6 +3,7 @@
 use super::Checker;
 use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
+use crate::statements::Unit;
 use crate::syntax::{IntLit, Quantity};
 
 /// The literal's value, or an out-of-range finding.
@@ -21,17 +22,28 @@ pub(super) fn int_value(checker: &mut Checker, lit: &IntLit) -> Option<i64> {
     lit.value
 }
 
-fn scaled(checker: &mut Checker, q: &Quantity, factor: u64, what: &str) -> Option<u64> {
+/// What to say about a zero or negative quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Zero {
+    /// A limit: zero would refuse everything.
+    Limit,
+    /// A count that admits requests (`rate`, `budget`): zero would refuse everything.
+    Refuses,
+    /// Anything else: ask for a positive value.
+    Plain,
+}
+
+fn scaled(checker: &mut Checker, q: &Quantity, factor: u64, what: &str, zero: Zero) -> Option<u64> {
     let value = int_value(checker, &q.number)?;
     if value <= 0 {
-        let help = match what {
-            "max_messages" | "max_input" => {
+        let help = match zero {
+            Zero::Limit => {
                 "a limit of zero refuses everything; write `sampling off` for that".to_owned()
             }
-            "rate" | "budget" => {
+            Zero::Refuses => {
                 format!("a {what} of zero refuses everything; write `sampling off` for that")
             }
-            _ => format!("write a positive {what}"),
+            Zero::Plain => format!("write a positive {what}"),
         };
         checker.push(
             Diagnostic::new(
@@ -64,35 +76,33 @@ fn scaled(checker: &mut Checker, q: &Quantity, factor: u64, what: &str) -> Optio
     }
 }
 
-/// A count: `4096`, `200k`, `1M`.
-pub(super) fn count(checker: &mut Checker, q: &Quantity, what: &str) -> Option<u64> {
-    let factor = match q.unit.as_ref().map(|u| u.value.as_str()) {
-        Some("k") => 1_000,
-        Some("M") => 1_000_000,
+/// A quantity in base units: a count (`4096`, `200k`, `1M`), a size in
+/// bytes (`64 KiB`) or a duration in milliseconds (`60s`). `what` names it
+/// in findings.
+pub(super) fn quantity(
+    checker: &mut Checker,
+    q: &Quantity,
+    unit: Unit,
+    what: &str,
+    zero: Zero,
+) -> Option<u64> {
+    let suffix = q.unit.as_ref().map(|u| u.value.as_str());
+    let factor = match (unit, suffix) {
+        (Unit::Count, Some("k")) => 1_000,
+        (Unit::Count, Some("M")) => 1_000_000,
+        (Unit::Size, Some("KiB")) => 1 << 10,
+        (Unit::Size, Some("MiB")) => 1 << 20,
+        (Unit::Size, Some("GiB")) => 1 << 30,
+        (Unit::Duration, Some("s")) => 1_000,
+        (Unit::Duration, Some("m")) => 60_000,
+        (Unit::Duration, Some("h")) => 3_600_000,
+        (Unit::Duration, Some("d")) => 86_400_000,
         _ => 1,
     };
-    scaled(checker, q, factor, what)
-}
-
-/// A size in bytes: `64 KiB`.
-pub(super) fn size(checker: &mut Checker, q: &Quantity) -> Option<u64> {
-    let factor = match q.unit.as_ref().map(|u| u.value.as_str()) {
-        Some("KiB") => 1 << 10,
-        Some("MiB") => 1 << 20,
-        Some("GiB") => 1 << 30,
-        _ => 1,
-    };
-    scaled(checker, q, factor, "max_input")
+    scaled(checker, q, factor, what, zero)
 }
 
 /// A duration in milliseconds: `60s`.
 pub(super) fn duration(checker: &mut Checker, q: &Quantity, what: &str) -> Option<u64> {
-    let factor = match q.unit.as_ref().map(|u| u.value.as_str()) {
-        Some("s") => 1_000,
-        Some("m") => 60_000,
-        Some("h") => 3_600_000,
-        Some("d") => 86_400_000,
-        _ => 1,
-    };
-    scaled(checker, q, factor, what)
+    quantity(checker, q, Unit::Duration, what, Zero::Plain)
 }

@@ -5,8 +5,9 @@ use mcpolicy_runtime::table::{ProtocolRevision, builtin};
 
 use super::docs;
 use super::symbols::symbol_index;
-use crate::check::{IDENTITY_FIELDS, POLICY_STATEMENTS, REASON_STATEMENTS, TOP_LEVEL};
+use crate::check::IDENTITY_FIELDS;
 use crate::db::{SourceText, parse_file};
+use crate::statements::{self, Shape, Statement, Unit};
 use crate::syntax::*;
 
 /// What a completion inserts.
@@ -145,7 +146,7 @@ pub fn completions(
 
     match (context, words.as_slice()) {
         (Context::TopLevel, []) => {
-            for keyword in TOP_LEVEL {
+            for keyword in statements::item_keywords() {
                 out.keyword(keyword, CompletionKind::Keyword);
             }
         }
@@ -171,17 +172,15 @@ pub fn completions(
             }
         }
         (Context::Policy, []) => {
-            for keyword in POLICY_STATEMENTS
+            for statement in Statement::ALL
                 .iter()
-                .filter(|k| **k == "budget" || !stated.iter().any(|s| s == *k))
+                .filter(|s| s.repeatable() || !stated.iter().any(|k| k == s.keyword()))
             {
-                out.keyword(keyword, CompletionKind::Statement);
+                out.keyword(statement.keyword(), CompletionKind::Statement);
             }
         }
         (Context::Reason, []) => {
-            for keyword in REASON_STATEMENTS
-                .iter()
-                .filter(|k| !stated.iter().any(|s| s == *k))
+            for keyword in statements::reason_keywords().filter(|k| !stated.iter().any(|s| s == k))
             {
                 out.keyword(keyword, CompletionKind::Statement);
             }
@@ -212,14 +211,16 @@ pub fn completions(
             }
         }
         (Context::Policy, [statement, rest @ ..]) => {
-            policy_values(&mut out, statement, rest, numeric);
+            if let Some(statement) = Statement::from_keyword(statement) {
+                policy_values(&mut out, statement, rest, numeric);
+            }
         }
         (Context::Reason, [statement, rest @ ..]) => match (*statement, rest.len()) {
             ("retryable", 0) => out.values("retryable"),
             ("ttl", 0) => {
                 out.values("ttl");
                 if numeric {
-                    out.units(docs::DURATION_UNITS, true);
+                    out.units(statements::DURATION_UNITS, true);
                 }
             }
             _ => {}
@@ -229,49 +230,40 @@ pub fn completions(
     out.items
 }
 
-/// Statements whose denial can carry `as REASON`.
-const DENYING: &[&str] = &[
-    "sampling",
-    "tools",
-    "max_input",
-    "max_messages",
-    "rate",
-    "budget",
-    "deadline",
-];
-
-fn policy_values(out: &mut Completions<'_>, statement: &str, rest: &[&str], numeric: bool) {
+/// What may follow the words `rest` of `statement`, by the shape of its values.
+fn policy_values(out: &mut Completions<'_>, statement: Statement, rest: &[&str], numeric: bool) {
+    let decl = statement.decl();
     let as_clause = |out: &mut Completions<'_>| {
-        if DENYING.contains(&statement) {
+        if decl.denies() {
             out.keyword("as", CompletionKind::Keyword);
         }
     };
     let joined_number = rest
         .last()
         .is_some_and(|w| w.chars().all(|c| c.is_ascii_digit() || c == '_'));
-    match (statement, rest.len()) {
-        ("sampling" | "tools" | "max_context" | "consent", 0) => out.values(statement),
-        ("sampling" | "tools", 1) => as_clause(out),
-        ("max_input", 0) if numeric => out.units(docs::SIZE_UNITS, false),
-        ("max_input", 1) if joined_number => out.units(docs::SIZE_UNITS, true),
-        ("max_input", 1 | 2) => as_clause(out),
-        ("max_messages" | "max_tokens", 0) if numeric => out.units(docs::COUNT_SUFFIXES, true),
-        ("max_messages", 1) => as_clause(out),
-        ("rate", 0) | ("budget", 0) if numeric => out.units(docs::COUNT_SUFFIXES, true),
-        ("rate", 1) => out.keyword("per", CompletionKind::Keyword),
-        ("rate", 2) if numeric => out.units(docs::DURATION_UNITS, true),
-        ("rate", 3) => as_clause(out),
-        ("budget", 1) => out.values("metric"),
-        ("budget", 2) => out.keyword("per", CompletionKind::Keyword),
-        ("budget", 3) => {
+    match (decl.shape, rest.len()) {
+        (Shape::Switch | Shape::Word, 0) => out.values(decl.keyword()),
+        (Shape::Switch, 1) => as_clause(out),
+        (Shape::Quantity(Unit::Size), 0) if numeric => out.units(statements::SIZE_UNITS, false),
+        (Shape::Quantity(Unit::Size), 1) if joined_number => {
+            out.units(statements::SIZE_UNITS, true);
+        }
+        (Shape::Quantity(Unit::Size), 1 | 2) => as_clause(out),
+        (Shape::Quantity(unit), 0) if numeric => out.units(unit.suffixes(), true),
+        (Shape::Quantity(_), 1) => as_clause(out),
+        (Shape::Rate | Shape::Budget, 0) if numeric => {
+            out.units(statements::COUNT_SUFFIXES, true);
+        }
+        (Shape::Rate, 1) | (Shape::Budget, 2) => out.keyword("per", CompletionKind::Keyword),
+        (Shape::Rate, 2) if numeric => out.units(statements::DURATION_UNITS, true),
+        (Shape::Rate, 3) | (Shape::Budget, 4) => as_clause(out),
+        (Shape::Budget, 1) => out.values("metric"),
+        (Shape::Budget, 3) => {
             out.values("calendar");
             if numeric {
-                out.units(docs::DURATION_UNITS, true);
+                out.units(statements::DURATION_UNITS, true);
             }
         }
-        ("budget", 4) => as_clause(out),
-        ("deadline", 0) if numeric => out.units(docs::DURATION_UNITS, true),
-        ("deadline", 1) => as_clause(out),
         _ => {}
     }
 }

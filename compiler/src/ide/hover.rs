@@ -2,11 +2,11 @@
 
 use mcpolicy_runtime::table::builtin;
 
-use super::render::{self, effective_lines, ttl};
+use super::render::ttl;
 use super::symbols::symbol_index;
 use super::{docs, effective_blocks, item_at, policy_model};
 use crate::db::{SourceText, analyze};
-use crate::model::PartialBlock;
+use crate::statements;
 use crate::syntax::*;
 
 /// A hover: the span it describes and Markdown text.
@@ -184,21 +184,6 @@ fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Op
     }
 }
 
-fn quantities(kind: &StmtKind) -> Vec<&Quantity> {
-    match kind {
-        StmtKind::MaxInput(q, _)
-        | StmtKind::MaxMessages(q, _)
-        | StmtKind::MaxTokens(q)
-        | StmtKind::Deadline(q, _) => vec![q],
-        StmtKind::Rate { count, window, .. } => vec![count, window],
-        StmtKind::Budget { limit, window, .. } => match window {
-            WindowSyntax::Rolling(q) => vec![limit, q],
-            WindowSyntax::Calendar(_) => vec![limit],
-        },
-        _ => Vec::new(),
-    }
-}
-
 fn unit_hover(q: &Quantity, offset: usize) -> Option<Hover> {
     let unit = q.unit.as_ref().filter(|u| u.span.contains(offset))?;
     let (meaning, factor) = docs::unit(&unit.value)?;
@@ -237,24 +222,6 @@ fn group(n: u64) -> String {
     out
 }
 
-/// Whether a block states `keyword` itself.
-fn states(block: &PartialBlock, keyword: &str) -> bool {
-    match keyword {
-        "sampling" => block.sampling.is_some(),
-        "tools" => block.tools.is_some(),
-        "max_context" => block.max_context.is_some(),
-        "max_input" => block.max_input.is_some(),
-        "max_messages" => block.max_messages.is_some(),
-        "max_tokens" => block.max_tokens.is_some(),
-        "rate" => block.rate.is_some(),
-        "budget" => !block.budgets.is_empty(),
-        "deadline" => block.deadline.is_some(),
-        "consent" => block.consent.is_some(),
-        "models" => block.models.is_some(),
-        _ => false,
-    }
-}
-
 fn block_hover(
     db: &dyn salsa::Database,
     source: SourceText,
@@ -264,19 +231,16 @@ fn block_hover(
 ) -> Option<Hover> {
     let text = source.text(db);
     let stmt = block.stmts.iter().find(|s| s.span.contains(offset))?;
-    if let StmtKind::Bad(_) = stmt.kind {
+    let StmtKind::Known(statement, args) = &stmt.kind else {
         return None;
-    }
-    for q in quantities(&stmt.kind) {
+    };
+    for q in args.quantities() {
         if let Some(h) = unit_hover(q, offset) {
             return Some(h);
         }
     }
     let word = word_at(text, offset);
-    if let Some(doc) = docs::CONNECTIVES
-        .iter()
-        .find(|d| d.keyword == &text[word.start..word.end])
-    {
+    if let Some(doc) = docs::connective(&text[word.start..word.end]) {
         return Some(Hover {
             span: word,
             markdown: keyword_markdown(doc),
@@ -290,9 +254,9 @@ fn block_hover(
     match server_index {
         Some(index) => {
             if let Some((pattern, effective)) = blocks.servers.get(index) {
-                let lines: Vec<String> = effective_lines(effective)
+                let lines: Vec<String> = statements::effective_lines(effective)
                     .into_iter()
-                    .filter(|(k, _)| *k == keyword)
+                    .filter(|(s, _)| s == statement)
                     .map(|(_, line)| format!("`{line}`"))
                     .collect();
                 if !lines.is_empty() {
@@ -307,7 +271,7 @@ fn block_hover(
             let overriding: Vec<String> = model
                 .servers
                 .iter()
-                .filter(|(_, block)| states(block, keyword))
+                .filter(|(_, block)| block.states(*statement))
                 .map(|(pattern, _)| format!("`{pattern}`"))
                 .collect();
             md.push_str("\n\nInherited by every server block that does not state it");
@@ -348,12 +312,12 @@ fn pattern_hover(
         (blocks.servers.get(index), model.servers.get(index))
     {
         md.push_str("\n\nEffective block:\n\n```mcpolicy\n");
-        let lines = effective_lines(effective);
+        let lines = statements::effective_lines(effective);
         let width = lines.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
-        for (keyword, line) in lines {
-            let from = if states(own, keyword) && (keyword != "budget" || own_budget(own, &line)) {
+        for (statement, line) in lines {
+            let from = if own.states_line(statement, &line) {
                 ""
-            } else if states(&model.defaults, keyword) {
+            } else if model.defaults.states(statement) {
                 "# from defaults"
             } else {
                 "# built-in default"
@@ -367,10 +331,6 @@ fn pattern_hover(
         span: server.pattern.span,
         markdown: md,
     }
-}
-
-fn own_budget(own: &PartialBlock, line: &str) -> bool {
-    own.budgets.iter().any(|b| render::budget(b) == line)
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! Inlay hints: after each `server` block, the statements it inherits from
 //! `defaults`.
 
-use super::render::{budget, effective_lines};
 use super::{effective_blocks, overlaps, policy_model};
 use crate::db::{SourceText, parse_file};
 use crate::model::PartialBlock;
+use crate::statements::{Statement, effective_lines};
 use crate::syntax::{ItemKind, Span};
 
 /// One hint: text shown at a byte offset.
@@ -18,22 +18,14 @@ pub struct InlayHint {
     pub tooltip: String,
 }
 
-fn inherited(own: &PartialBlock, defaults: &PartialBlock, keyword: &str, line: &str) -> bool {
-    let states = |b: &PartialBlock| match keyword {
-        "sampling" => b.sampling.is_some(),
-        "tools" => b.tools.is_some(),
-        "max_context" => b.max_context.is_some(),
-        "max_input" => b.max_input.is_some(),
-        "max_messages" => b.max_messages.is_some(),
-        "max_tokens" => b.max_tokens.is_some(),
-        "rate" => b.rate.is_some(),
-        "deadline" => b.deadline.is_some(),
-        "consent" => b.consent.is_some(),
-        "models" => b.models.is_some(),
-        "budget" => b.budgets.iter().any(|x| budget(x) == line),
-        _ => false,
-    };
-    states(defaults) && !states(own)
+/// Whether a server block inherits `line` of `statement` from `defaults`.
+fn inherited(
+    own: &PartialBlock,
+    defaults: &PartialBlock,
+    statement: Statement,
+    line: &str,
+) -> bool {
+    defaults.states_line(statement, line) && !own.states_line(statement, line)
 }
 
 /// Hints for the server blocks that overlap `range`.
@@ -57,7 +49,7 @@ pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) ->
         };
         let lines: Vec<String> = effective_lines(effective)
             .into_iter()
-            .filter(|(keyword, line)| inherited(own, &model.defaults, keyword, line))
+            .filter(|(statement, line)| inherited(own, &model.defaults, *statement, line))
             .map(|(_, line)| line)
             .collect();
         if lines.is_empty() {

@@ -147,22 +147,20 @@ impl Tokens<'_> {
                 continue;
             }
             self.push(stmt.keyword, TokenKind::Property);
-            match &stmt.kind {
-                StmtKind::Sampling(v, r) | StmtKind::Tools(v, r) => {
+            let StmtKind::Known(_, args) = &stmt.kind else {
+                continue;
+            };
+            match args {
+                Args::Switch(v, r) => {
                     self.push(v.span, TokenKind::EnumMember);
                     self.reason(r, v.span);
                 }
-                StmtKind::MaxContext(v) | StmtKind::Consent(v) => {
-                    self.push(v.span, TokenKind::EnumMember)
-                }
-                StmtKind::MaxInput(q, r)
-                | StmtKind::MaxMessages(q, r)
-                | StmtKind::Deadline(q, r) => {
+                Args::Word(v) => self.push(v.span, TokenKind::EnumMember),
+                Args::Quantity(q, r) => {
                     self.quantity(q);
                     self.reason(r, q.span);
                 }
-                StmtKind::MaxTokens(q) => self.quantity(q),
-                StmtKind::Rate {
+                Args::Rate {
                     count,
                     window,
                     reason,
@@ -172,7 +170,7 @@ impl Tokens<'_> {
                     self.quantity(window);
                     self.reason(reason, window.span);
                 }
-                StmtKind::Budget {
+                Args::Budget {
                     limit,
                     metric,
                     window,
@@ -193,12 +191,11 @@ impl Tokens<'_> {
                     self.connective("per", Span::new(metric.span.end, window_span.start));
                     self.reason(reason, window_span);
                 }
-                StmtKind::Models(models) => {
-                    for model in models {
-                        self.push(model.span, TokenKind::String);
+                Args::Strings(strings) => {
+                    for string in strings {
+                        self.push(string.span, TokenKind::String);
                     }
                 }
-                StmtKind::Bad(_) => {}
             }
         }
     }

@@ -176,14 +176,8 @@ fn statements(block: &Block<Stmt>) -> Vec<Symbol> {
 /// The `as` clause of a statement, if it has one.
 pub(crate) fn as_clause(kind: &StmtKind) -> Option<&Spanned<String>> {
     match kind {
-        StmtKind::Sampling(_, r)
-        | StmtKind::Tools(_, r)
-        | StmtKind::MaxInput(_, r)
-        | StmtKind::MaxMessages(_, r)
-        | StmtKind::Deadline(_, r)
-        | StmtKind::Rate { reason: r, .. }
-        | StmtKind::Budget { reason: r, .. } => r.as_ref(),
-        _ => None,
+        StmtKind::Known(_, args) => args.reason(),
+        StmtKind::Bad(_) => None,
     }
 }
 

@@ -20,8 +20,8 @@ pub fn github(reports: &[FileReport]) -> String {
     for report in reports {
         let index = LineIndex::new(&report.text);
         for d in &report.diagnostics {
-            let start = index.position(d.span.start);
-            let end = index.position(d.span.end);
+            let start = index.position(&report.text, d.span.start);
+            let end = index.position(&report.text, d.span.end);
             let command = match d.severity() {
                 Severity::Error => "error",
                 Severity::Warning => "warning",

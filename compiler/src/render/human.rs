@@ -102,8 +102,8 @@ impl SourceCode for PolicySource {
 }
 
 /// A finding on a line too long to draw: one line, its location, the help.
-fn undrawn(path: &str, index: &LineIndex<'_>, d: &Diagnostic) -> String {
-    let at = index.position(d.span.start);
+fn undrawn(path: &str, text: &str, index: &LineIndex, d: &Diagnostic) -> String {
+    let at = index.position(text, d.span.start);
     let mut text = format!(
         "{}[{}]: {}\n  --> {path}:{}:{} ({}; the line is too long to show)\n",
         d.severity().as_str(),
@@ -199,7 +199,7 @@ pub fn human(reports: &[FileReport], style: Style) -> String {
         let index = LineIndex::new(&report.text);
         for diagnostic in report.diagnostics.iter().take(MAX_DRAWN) {
             if !source.drawable(diagnostic) {
-                out.push_str(&undrawn(&report.path, &index, diagnostic));
+                out.push_str(&undrawn(&report.path, &report.text, &index, diagnostic));
                 out.push('\n');
                 continue;
             }

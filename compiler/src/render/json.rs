@@ -7,9 +7,9 @@ use crate::diagnostic::Diagnostic;
 use crate::line_index::LineIndex;
 use crate::syntax::Span;
 
-fn location(index: &LineIndex<'_>, span: Span) -> Value {
-    let start = index.position(span.start);
-    let end = index.position(span.end);
+fn location(text: &str, index: &LineIndex, span: Span) -> Value {
+    let start = index.position(text, span.start);
+    let end = index.position(text, span.end);
     json!({
         "line": start.line,
         "column": start.column,
@@ -20,7 +20,7 @@ fn location(index: &LineIndex<'_>, span: Span) -> Value {
     })
 }
 
-pub(super) fn diagnostic_json(path: &str, index: &LineIndex<'_>, d: &Diagnostic) -> Value {
+pub(super) fn diagnostic_json(path: &str, text: &str, index: &LineIndex, d: &Diagnostic) -> Value {
     let mut value = json!({
         "code": d.code.as_str(),
         "severity": d.severity().as_str(),
@@ -30,14 +30,14 @@ pub(super) fn diagnostic_json(path: &str, index: &LineIndex<'_>, d: &Diagnostic)
         "help": d.help,
         "note": d.note,
     });
-    if let (Value::Object(map), Value::Object(loc)) = (&mut value, location(index, d.span)) {
+    if let (Value::Object(map), Value::Object(loc)) = (&mut value, location(text, index, d.span)) {
         map.extend(loc);
         map.insert(
             "related".into(),
             d.related
                 .iter()
                 .map(|r| {
-                    let mut v = location(index, r.span);
+                    let mut v = location(text, index, r.span);
                     if let Value::Object(m) = &mut v {
                         m.insert("message".into(), r.message.clone().into());
                     }
@@ -70,7 +70,7 @@ pub fn json(reports: &[FileReport]) -> String {
         report
             .diagnostics
             .iter()
-            .map(move |d| diagnostic_json(&report.path, &index, d))
+            .map(move |d| diagnostic_json(&report.path, &report.text, &index, d))
     });
     super::pretty_with_items(&doc, items)
 }

@@ -20,9 +20,9 @@ fn uri(path: &str) -> String {
     path.strip_prefix("./").unwrap_or(&path).to_owned()
 }
 
-fn region(index: &LineIndex<'_>, span: Span) -> Value {
-    let start = index.position(span.start);
-    let end = index.position(span.end);
+fn region(text: &str, index: &LineIndex, span: Span) -> Value {
+    let start = index.position(text, span.start);
+    let end = index.position(text, span.end);
     json!({
         "startLine": start.line,
         "startColumn": start.column_utf16,
@@ -66,7 +66,7 @@ pub fn sarif(reports: &[FileReport]) -> String {
                     json!({
                         "id": i,
                         "message": { "text": r.message },
-                        "physicalLocation": { "artifactLocation": artifact, "region": region(&index, r.span) },
+                        "physicalLocation": { "artifactLocation": artifact, "region": region(&report.text, &index, r.span) },
                     })
                 })
                 .collect();
@@ -76,7 +76,7 @@ pub fn sarif(reports: &[FileReport]) -> String {
                 "level": level(d.severity()),
                 "message": { "text": text },
                 "locations": [{
-                    "physicalLocation": { "artifactLocation": artifact, "region": region(&index, d.span) },
+                    "physicalLocation": { "artifactLocation": artifact, "region": region(&report.text, &index, d.span) },
                 }],
             });
             if !related.is_empty() {

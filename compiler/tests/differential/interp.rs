@@ -35,7 +35,8 @@
 use std::collections::BTreeMap;
 
 use mcpolicy_compiler::syntax::{
-    ItemKind, Quantity, ReasonStmtKind, SourceFile, Stmt, StmtKind, TtlSyntax, WindowSyntax,
+    Args, ItemKind, Quantity, ReasonStmtKind, SourceFile, Statement, Stmt, StmtKind, TtlSyntax,
+    WindowSyntax,
 };
 use serde_json::{Map, Value};
 
@@ -239,38 +240,49 @@ fn reason_or(clause: &Option<mcpolicy_compiler::syntax::Spanned<String>>, defaul
 
 /// One statement applied over what is inherited. Budgets collect separately.
 fn apply(block: &mut Block, stmt: &Stmt, budgets: &mut Vec<BudgetRule>) {
-    match &stmt.kind {
-        StmtKind::Sampling(on, r) => {
+    let StmtKind::Known(statement, args) = &stmt.kind else {
+        return;
+    };
+    match (statement, args) {
+        (Statement::Sampling, Args::Switch(on, r)) => {
             block.sampling = (on.value, reason_or(r, "policy.sampling_disabled"))
         }
-        StmtKind::Tools(on, r) => block.tools = (on.value, reason_or(r, "policy.tools_disabled")),
-        StmtKind::MaxContext(s) => {
+        (Statement::Tools, Args::Switch(on, r)) => {
+            block.tools = (on.value, reason_or(r, "policy.tools_disabled"))
+        }
+        (Statement::MaxContext, Args::Word(s)) => {
             block.max_context = Scope::parse(&s.value).unwrap_or(Scope::None)
         }
-        StmtKind::MaxInput(q, r) => {
+        (Statement::MaxInput, Args::Quantity(q, r)) => {
             block.max_input = Some((bytes(q), reason_or(r, "policy.input_too_large")))
         }
-        StmtKind::MaxMessages(q, r) => {
+        (Statement::MaxMessages, Args::Quantity(q, r)) => {
             block.max_messages = Some((count(q), reason_or(r, "policy.input_too_large")))
         }
-        StmtKind::MaxTokens(q) => block.max_tokens = Some(count(q)),
-        StmtKind::Rate {
-            count: c,
-            window,
-            reason,
-        } => {
+        (Statement::MaxTokens, Args::Quantity(q, _)) => block.max_tokens = Some(count(q)),
+        (
+            Statement::Rate,
+            Args::Rate {
+                count: c,
+                window,
+                reason,
+            },
+        ) => {
             block.rate = Some((
                 count(c),
                 millis(window),
                 reason_or(reason, "policy.rate_limit"),
             ))
         }
-        StmtKind::Budget {
-            limit,
-            metric,
-            window,
-            reason,
-        } => budgets.push(BudgetRule {
+        (
+            Statement::Budget,
+            Args::Budget {
+                limit,
+                metric,
+                window,
+                reason,
+            },
+        ) => budgets.push(BudgetRule {
             tokens: metric.value == "tokens",
             limit: count(limit),
             window: match window {
@@ -284,20 +296,21 @@ fn apply(block: &mut Block, stmt: &Stmt, budgets: &mut Vec<BudgetRule>) {
             },
             reason: reason_or(reason, "policy.budget_exhausted"),
         }),
-        StmtKind::Deadline(q, r) => {
+        (Statement::Deadline, Args::Quantity(q, r)) => {
             block.deadline = Some((millis(q), reason_or(r, "policy.deadline")))
         }
-        StmtKind::Consent(mode) => {
+        (Statement::Consent, Args::Word(mode)) => {
             block.consent = match mode.value.as_str() {
                 "always" => ConsentMode::Always,
                 "never" => ConsentMode::Never,
                 _ => ConsentMode::First,
             }
         }
-        StmtKind::Models(list) => {
+        (Statement::Models, Args::Strings(list)) => {
             block.models = Some(list.iter().map(|s| s.value.clone()).collect())
         }
-        StmtKind::Bad(_) => {}
+        // The parser reads each statement with its declared shape.
+        _ => {}
     }
 }
 

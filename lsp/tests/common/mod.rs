@@ -6,6 +6,7 @@
 use std::io::{BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,8 +37,13 @@ enum Transport {
         child: Child,
         stdin: Option<ChildStdin>,
         receiver: Receiver<Value>,
+        /// What the binary wrote to stderr, when it was captured.
+        stderr: Option<Captured>,
     },
 }
+
+/// A child's stderr as it is read, and the thread reading it.
+type Captured = (Arc<Mutex<Vec<u8>>>, JoinHandle<()>);
 
 /// One client session.
 pub struct Client {
@@ -74,12 +80,40 @@ impl Client {
 
     /// The built binary over stdio.
     pub fn stdio() -> Client {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcpolicy-lsp"))
+        let child = Command::new(env!("CARGO_BIN_EXE_mcpolicy-lsp"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn mcpolicy-lsp");
+        Client::over(child, None)
+    }
+
+    /// The built binary over stdio with `env` added to its environment,
+    /// its stderr captured (read it with [`Client::exit_and_stderr`]).
+    pub fn stdio_with_env(env: &[(&str, &str)]) -> Client {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcpolicy-lsp"));
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn mcpolicy-lsp");
+        let mut pipe = child.stderr.take().unwrap();
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&captured);
+        let reader = std::thread::spawn(move || {
+            let mut buffer = [0; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut buffer) {
+                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        });
+        Client::over(child, Some((captured, reader)))
+    }
+
+    fn over(mut child: Child, stderr: Option<Captured>) -> Client {
         let stdout = child.stdout.take().unwrap();
         let stdin = child.stdin.take();
         let (sender, receiver) = unbounded();
@@ -96,6 +130,7 @@ impl Client {
                 child,
                 stdin,
                 receiver,
+                stderr,
             },
             next_id: 0,
             transcript: Vec::new(),
@@ -259,6 +294,29 @@ impl Client {
             "textDocument/didChange",
             json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": changes }),
         );
+    }
+
+    /// `shutdown` then `exit`; the binary's exit code and what it wrote to
+    /// stderr (stdio with captured stderr only).
+    pub fn exit_and_stderr(mut self) -> (Option<i32>, String) {
+        let result = self.ok("shutdown", Value::Null);
+        assert_eq!(result, Value::Null);
+        self.notify("exit", Value::Null);
+        let Transport::Stdio {
+            child,
+            stdin,
+            stderr,
+            ..
+        } = &mut self.transport
+        else {
+            panic!("exit_and_stderr is for the binary over stdio");
+        };
+        drop(stdin.take());
+        let code = child.wait().unwrap().code();
+        let (captured, reader) = stderr.take().expect("stderr captured");
+        reader.join().unwrap();
+        let text = String::from_utf8_lossy(&captured.lock().unwrap()).into_owned();
+        (code, text)
     }
 
     /// Waits for the binary to exit; whether its exit code is 0.

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use mcpolicy_compiler::line_index::LineIndex;
 use mcpolicy_compiler::model::PartialBlock;
-use mcpolicy_compiler::syntax::{Block, ItemKind, ServerDecl, Stmt, StmtKind};
+use mcpolicy_compiler::syntax::{Block, ItemKind, ServerDecl, Statement, Stmt, StmtKind};
 use mcpolicy_runtime::glob;
 use mcpolicy_runtime::table::{
     Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table, builtin,
@@ -109,7 +109,7 @@ impl<'a> StatementMap<'a> {
                         .join(" ");
                     statements.push(StatementCoverage {
                         block: label.clone(),
-                        line: lines.position(stmt.span.start).line,
+                        line: lines.position(&source.text, stmt.span.start).line,
                         text,
                         live: false,
                         hits: 0,
@@ -190,7 +190,7 @@ impl<'a> StatementMap<'a> {
                     .position(|b| PartialBlock::budget_key(b) == key)?;
                 stmts
                     .iter()
-                    .filter(|(_, s)| matches!(s.kind, StmtKind::Budget { .. }))
+                    .filter(|(_, s)| s.kind.statement() == Some(Statement::Budget))
                     .nth(p)
                     .map(|(i, _)| *i)
             };
@@ -282,7 +282,7 @@ impl<'a> StatementMap<'a> {
             .filter_map(|item| match &item.kind {
                 ItemKind::Reason(decl) => Some((
                     decl.name.value.as_str(),
-                    lines.position(item.span.start).line,
+                    lines.position(&self.source.text, item.span.start).line,
                 )),
                 _ => None,
             })

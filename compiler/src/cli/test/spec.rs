@@ -339,7 +339,7 @@ struct FileDefaults {
 struct Ctx<'a> {
     path: &'a str,
     text: &'a str,
-    lines: LineIndex<'a>,
+    lines: LineIndex,
     dir: PathBuf,
 }
 
@@ -386,7 +386,7 @@ impl RequestForm {
 
 impl Ctx<'_> {
     fn location(&self, offset: usize) -> Location {
-        let position = self.lines.position(offset.min(self.text.len()));
+        let position = self.lines.position(self.text, offset);
         Location {
             file: self.path.to_owned(),
             line: position.line,
