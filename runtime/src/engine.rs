@@ -180,11 +180,11 @@ pub enum Expiry {
 }
 
 impl Expiry {
-    fn stored_until(self) -> Option<Option<Millis>> {
+    /// The stored row's `expires_at` (`None`: until the block changes).
+    fn expires_at(self) -> Option<Millis> {
         match self {
-            Expiry::NotStored => None,
-            Expiry::UntilBlockChanges => Some(None),
-            Expiry::At(at) => Some(Some(at)),
+            Expiry::At(at) => Some(at),
+            Expiry::NotStored | Expiry::UntilBlockChanges => None,
         }
     }
 
@@ -1392,7 +1392,7 @@ impl Engine {
         let data: Arc<str> = Arc::from(data);
         let reason: Arc<str> = Arc::from(reason);
         let expiry = expiry(rt.ttl, now, produced.reset);
-        if let Some(expires_at) = expiry.stored_until() {
+        if expiry != Expiry::NotStored {
             self.purge_once(&key.server_id, &plan.digest, now)?;
             self.inner
                 .store
@@ -1402,7 +1402,7 @@ impl Engine {
                         verdict: Verdict::Deny,
                         reason: reason.clone(),
                         digest: plan.digest.clone(),
-                        expires_at,
+                        expires_at: expiry.expires_at(),
                         data: Some(data.clone()),
                         represented: 0,
                         decided_at: now,
@@ -1440,6 +1440,7 @@ impl Engine {
         params: &Map<String, Value>,
     ) -> Denial {
         let rt = self.reason(&stored.reason);
+        let block = self.block(entry);
         let data = stored.data.unwrap_or_else(|| {
             // A row written without data (another tool): rebuild it.
             DenialData {
@@ -1464,7 +1465,16 @@ impl Engine {
                 engine: self.clone(),
                 entry,
                 decided_at: stored.decided_at,
-                messages: message_count(params),
+                // Read only where it tells two input limits apart: a map
+                // look-up saved on every other replay.
+                messages: match (&block.max_messages, &block.max_input) {
+                    (Some(by_messages), Some(by_input))
+                        if by_messages.reason == by_input.reason =>
+                    {
+                        message_count(params)
+                    }
+                    _ => 0,
+                },
             },
         }
     }
@@ -1475,9 +1485,8 @@ impl Engine {
         let ticket = &grant.ticket;
         let block = self.block(ticket.entry);
         let rt = self.reason(builtin::USER_APPROVED);
-        if block.consent == Consent::First
-            && let Some(expires_at) = expiry(rt.ttl, now, None).stored_until()
-        {
+        let approval = expiry(rt.ttl, now, None);
+        if block.consent == Consent::First && approval != Expiry::NotStored {
             self.purge_once(&ticket.server_id, &ticket.plan.digest, now)?;
             self.inner
                 .store
@@ -1487,7 +1496,7 @@ impl Engine {
                         verdict: Verdict::Allow,
                         reason: Arc::from(builtin::USER_APPROVED),
                         digest: ticket.plan.digest.clone(),
-                        expires_at,
+                        expires_at: approval.expires_at(),
                         data: None,
                         represented: 0,
                         decided_at: now,

@@ -20,6 +20,19 @@ use mcpolicy_runtime::table::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+/// `default_cases` cases, or `PROPTEST_CASES` from the environment for a
+/// long run (`PROPTEST_CASES=10000 cargo test -p mcpolicy-runtime --test cause`).
+fn config(default_cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default_cases);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
 /// The step at which a statement decides, as `docs/spec/evaluation.md` numbers them.
 fn step_of(statement: Statement) -> Step {
     match statement {
@@ -342,7 +355,7 @@ fn grant_cause(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(config(64))]
 
     #[test]
     fn every_decision_names_its_block_statement_and_step(

@@ -485,3 +485,37 @@ fn model_hints_and_patterns_match_in_every_normal_form() {
     assert!(grant.model_allowed("caf\u{e9}-2"));
     assert!(!grant.model_allowed("cafe-2"));
 }
+
+/// Codes are JSON-RPC error codes, 32-bit: a hand-written table with a
+/// wider `error_code` or reason code is refused (the checker refuses such a
+/// policy too), as a file and as a [`Policy`], so a denial's code is an `i32`.
+#[test]
+fn a_code_outside_32_bits_is_refused() {
+    for (error_code, reason_code) in [
+        (i64::from(i32::MAX) + 1, CODE),
+        (CODE, i64::from(i32::MIN) - 1),
+    ] {
+        let mut reasons = reasons();
+        let (name, mut spec) = custom("acme.wide");
+        spec.code = reason_code;
+        reasons.insert(name, spec);
+        let mut table = table(vec![("srv", open_block())]);
+        table.error_code = error_code;
+        table.reasons = reasons;
+        let block = open_block();
+        table.servers = vec![entry("srv", block.clone(), &table.reasons)];
+        table.fallback = entry("*", block, &table.reasons);
+        assert!(matches!(
+            Table::from_json(table.to_json().as_bytes()),
+            Err(TableError::CodeOutOfRange { .. })
+        ));
+        assert!(matches!(
+            Policy::verify(table),
+            Err(Error::Table(TableError::CodeOutOfRange { .. }))
+        ));
+    }
+    // The bounds themselves fit.
+    let mut table = table(vec![]);
+    table.error_code = i64::from(i32::MIN);
+    assert!(Policy::verify(table).is_ok());
+}

@@ -277,6 +277,17 @@ pub enum StoreError {
 /// Atomic operations at the level the engine needs — never a read-modify-write split across
 /// calls — so a networked store (Redis, PostgreSQL) can implement each in one round trip.
 ///
+/// Every method is required; none has a default a wrapping store could
+/// silently fall back to. The engine calls [`DecisionStore::replay_or_admit`]
+/// for every request (steps 3–8), [`DecisionStore::record`] for a decision
+/// to remember, [`DecisionStore::settle`] for usage and refunds, and
+/// [`DecisionStore::purge_stale`] once per server. [`DecisionStore::replay`]
+/// and [`DecisionStore::admit`] are the two halves `replay_or_admit` is
+/// specified by: a store implements them so that the differential model
+/// tests (`runtime/tests/store_model.rs`) check each half against the same
+/// reference. [`DecisionStore::get`] and [`DecisionStore::server_stats`]
+/// answer inspection (`mcpc eval`, operators) without counting anything.
+///
 /// `Debug` is a supertrait so that `Arc<dyn DecisionStore>` can sit in a derived-`Debug` struct.
 pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// If a decision for `key` exists with this `digest` and has not expired at `now`, increment its
