@@ -14,7 +14,6 @@ pub mod line_index;
 pub mod lower;
 pub mod model;
 pub mod parse;
-pub mod proxy;
 pub mod render;
 pub mod statements;
 pub mod syntax;

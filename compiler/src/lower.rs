@@ -22,7 +22,7 @@ pub fn lower(model: &PolicyModel) -> Table {
     let defaults = effective_defaults(model);
     let entry = |pattern: &str, block: EffectiveBlock| ServerEntry {
         // NFC: the table's patterns are in the form server ids are matched in.
-        pattern: mcpolicy_runtime::glob::nfc(pattern).into_owned(),
+        pattern: mcpolicy_runtime::table::pattern::nfc(pattern).into_owned(),
         digest: table::block_digest(&block, &model.reasons),
         block,
     };

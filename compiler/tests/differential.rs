@@ -3,22 +3,27 @@
 //! written as JSON and loaded back with `Table::from_json`) and executed by
 //! the runtime's `Engine`, and the same policy text is interpreted directly
 //! from its checked syntax tree by `differential/interp.rs`, a reference
-//! written from DESIGN.md that shares no code with the model, the lowering
-//! or the engine. Three engines run in lockstep, each over its own store:
-//! a `MemoryStore` and an `SqliteStore` fed JSON-RPC requests
-//! (`decide_bytes`; the SQLite store takes the engine's one-transaction
-//! `replay_then_admit` path, the memory store the two-call path), and a
-//! `MemoryStore` fed the same requests as MCP 2026-07-28
-//! `InputRequiredResult` entries (`decide_input_required`).
+//! written from the specification that shares no code with the model, the
+//! lowering or the engine. Three engines run in lockstep, each over its own
+//! store: a `MemoryStore` and an `SqliteStore` fed JSON-RPC requests
+//! (`Engine::decide`; each store implements the one atomic
+//! `replay_or_admit`), and a `MemoryStore` fed the same requests as MCP
+//! 2026-07-28 `InputRequiredResult` entries (`decide_input_required`).
 //!
 //! Over a random sequence of requests from a few server ids, user answers
-//! (approve, refuse, never), token settlements, deadline misses and clock
-//! advances, every engine must agree with the interpreter at every step on:
+//! (approve, refuse, never), token settlements (`Grant::complete`), deadline
+//! misses (`Grant::deadline_missed`, which settles nothing: a grant ends one
+//! way) and clock advances, every engine must agree with the interpreter at
+//! every step on:
 //! validation class and code, verdict, reason, error code, `retryable`,
 //! `error.data` (with `resetsAt`/`retryAfter`), replay and `represented`,
 //! whether consent was asked, every trim (requested/applied), the params the
-//! completion runs with, the deadline, and the decision each side remembers
-//! for every identity seen so far (verdict, reason, expiry, count). A second
+//! completion runs with, the deadline, the decision's cause (the server
+//! block, the deciding statement, the evaluation step; for a replay only
+//! when one statement of the block gives its reason, since the engine
+//! derives a replay's cause from the stored reason and timing), and the
+//! decision each side remembers for every identity seen so far (verdict,
+//! reason, expiry, count). A second
 //! property edits the policy in the middle of the run (re-compiled, the same
 //! stores): the stored decisions of exactly the servers whose meaning
 //! changed must be gone, and spend must stay.
@@ -58,25 +63,30 @@ use std::sync::Arc;
 
 use mcpolicy_compiler::codes::Severity;
 use mcpolicy_compiler::db::{self, Database, SourceText};
+use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{
-    Answer as EngineAnswer, ClientContext, Decision, Denial, Engine, Grant, InputOutcome,
+    Answer as EngineAnswer, Cause, ClientContext, Decision, Denial, Grant, InputOutcome, Statement,
 };
 use mcpolicy_runtime::frame::Annotations;
-use mcpolicy_runtime::identity;
 use mcpolicy_runtime::store::{
     DecisionKey, DecisionStore, MemoryStore, SqliteOptions, SqliteStore, Verdict,
 };
-use mcpolicy_runtime::table::Table;
+use mcpolicy_runtime::table::{BudgetMetric, CalendarUnit, Table, Window};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
 use serde_json::Value;
 
-use interp::{Answer, DenyView, GrantView, Observed, Policy, State};
+use interp::{Answer, CauseView, DenyView, GrantView, Observed, Policy, State};
 
 /// The policy compiled as `mcpc compile` would, and its syntax tree;
 /// `None` when the checker finds an error.
-fn compile(text: &str) -> Option<(Table, mcpolicy_compiler::syntax::SourceFile)> {
+fn compile(
+    text: &str,
+) -> Option<(
+    mcpolicy_runtime::Policy,
+    mcpolicy_compiler::syntax::SourceFile,
+)> {
     let db = Database::default();
     let source = SourceText::new(&db, "random.mcpolicy".into(), text.to_owned());
     if db::diagnostics(&db, source)
@@ -87,23 +97,64 @@ fn compile(text: &str) -> Option<(Table, mcpolicy_compiler::syntax::SourceFile)>
     }
     let table = db::lower_file(&db, source).clone()?;
     // Through the table's file form, exactly as the runtime loads it.
-    let table = Table::from_json(table.to_json().as_bytes()).expect("a lowered table verifies");
-    Some((table, db::parse_file(&db, source).file.clone()))
+    let policy = mcpolicy_runtime::Policy::from_json(table.to_json().as_bytes())
+        .expect("a lowered table verifies");
+    Some((policy, db::parse_file(&db, source).file.clone()))
 }
 
 fn scope_name(scope: mcpolicy_runtime::table::ContextScope) -> String {
     scope.as_str().to_owned()
 }
 
-fn deny_view(denial: &Denial, consent_asked: bool) -> DenyView {
+/// The engine's cause in the interpreter's terms: the server block's index,
+/// the statement's keyword (a budget by metric, limit and window, which
+/// names it in the block whatever the order of its budgets), the step.
+fn cause_view(table: &Table, cause: &Cause) -> CauseView {
+    let statement = cause.statement.map(|statement| match statement {
+        Statement::Budget(i) => {
+            let block = cause
+                .block
+                .entry
+                .and_then(|e| table.servers.get(e))
+                .map_or(&table.fallback.block, |e| &e.block);
+            block.budgets.get(i).map_or_else(
+                || format!("budget #{i} (not in the block)"),
+                |b| {
+                    let metric = match b.metric {
+                        BudgetMetric::Tokens => "tokens",
+                        BudgetMetric::Requests => "requests",
+                    };
+                    let window = match b.window {
+                        Window::Calendar(CalendarUnit::Hour) => "hour".to_owned(),
+                        Window::Calendar(CalendarUnit::Day) => "day".to_owned(),
+                        Window::Calendar(CalendarUnit::Week) => "week".to_owned(),
+                        Window::Calendar(CalendarUnit::Month) => "month".to_owned(),
+                        Window::RollingMs(ms) => format!("{ms}ms"),
+                    };
+                    format!("budget {} {metric} per {window}", b.limit)
+                },
+            )
+        }
+        other => other.name().to_owned(),
+    });
+    CauseView {
+        block: cause.block.entry,
+        statement,
+        step: cause.step.number(),
+    }
+}
+
+fn deny_view(table: &Table, denial: &Denial, consent_asked: bool) -> DenyView {
     DenyView {
         consent_asked,
-        reason: denial.reason.to_string(),
-        code: denial.code,
-        retryable: denial.retryable,
-        data: serde_json::from_str(&denial.data).unwrap_or(Value::Null),
-        replayed: denial.replayed,
-        represented: denial.represented,
+        reason: denial.reason().to_owned(),
+        code: i64::from(denial.code()),
+        retryable: denial.retryable(),
+        // The typed data, not the reply's bytes read back.
+        data: denial.data().to_value(),
+        replayed: denial.replayed(),
+        represented: denial.represented(),
+        cause: Some(cause_view(table, &denial.cause())),
     }
 }
 
@@ -119,19 +170,21 @@ fn trims(view: &mut GrantView, annotations: &Annotations) {
 }
 
 fn grant_view(
+    table: &Table,
     grant: &Grant,
     params: &serde_json::Map<String, Value>,
     consent_asked: bool,
 ) -> GrantView {
     let mut view = GrantView {
+        cause: Some(cause_view(table, grant.cause())),
         consent_asked,
         pending: false,
-        replayed: grant.replayed,
-        deadline_ms: grant.deadline_ms,
+        replayed: grant.replayed(),
+        deadline_ms: grant.deadline_ms(),
         params: Value::Object(grant.params(params)),
         ..GrantView::default()
     };
-    trims(&mut view, &grant.annotations);
+    trims(&mut view, grant.annotations());
     view
 }
 
@@ -148,8 +201,9 @@ fn engine_step(
     let (request, decision) = match path {
         Path::Request => {
             let bytes = serde_json::to_vec(request).expect("a Value serialises");
-            match engine.decide_bytes(server, &bytes, ctx) {
-                EngineAnswer::Invalid { code, .. } => {
+            match engine.decide(server, &bytes, ctx) {
+                EngineAnswer::Invalid(rejection) => {
+                    let code = i64::from(rejection.code());
                     return (Observed::Invalid { code }, None, None);
                 }
                 EngineAnswer::Failed { error, .. } => panic!("the store failed: {error}"),
@@ -171,7 +225,8 @@ fn engine_step(
                 .expect("a well-formed InputRequiredResult");
             assert_eq!(decided.len(), 1, "one entry in, one decision out");
             match decided.remove(0).outcome {
-                InputOutcome::Invalid { code, .. } => {
+                InputOutcome::Invalid(error) => {
+                    let code = i64::from(error.code());
                     return (Observed::Invalid { code }, None, None);
                 }
                 InputOutcome::Decided { request, decision } => (request, decision),
@@ -182,38 +237,44 @@ fn engine_step(
     };
     let key = DecisionKey::new(
         server,
-        identity::request_identity(server, &request.params, &engine.table().identity).into_string(),
+        engine.identity(server, &request.params).into_string(),
     );
+    let table = engine.policy().table();
     let (decision, asked) = match decision {
         Decision::NeedsConsent(pending) => match answer {
             Answer::Never => {
                 let mut view = GrantView {
                     consent_asked: true,
                     pending: true,
+                    cause: Some(cause_view(table, pending.cause())),
                     ..GrantView::default()
                 };
                 trims(&mut view, pending.annotations());
-                let mut params = request.params.clone();
-                pending.lowered().apply(&mut params);
-                view.params = Value::Object(params);
+                view.params = Value::Object(pending.params(&request.params));
                 return (Observed::Grant(view), None, Some(key));
             }
-            Answer::Approve | Answer::Refuse => (
-                engine
-                    .resolve_consent(pending, answer == Answer::Approve)
-                    .expect("the memory store does not fail"),
+            Answer::Approve => (
+                Ok(pending.approve().expect("the store does not fail")),
+                true,
+            ),
+            Answer::Refuse => (
+                Err(pending.refuse().expect("the store does not fail")),
                 true,
             ),
         },
-        other => (other, false),
+        Decision::Allow(grant) | Decision::Trim(grant) => (Ok(grant), false),
+        Decision::Deny(denial) => (Err(denial), false),
     };
     match decision {
-        Decision::Deny(denial) => (Observed::Deny(deny_view(&denial, asked)), None, Some(key)),
-        Decision::Allow(grant) | Decision::Trim(grant) => {
-            let view = grant_view(&grant, &request.params, asked);
+        Err(denial) => (
+            Observed::Deny(deny_view(table, &denial, asked)),
+            None,
+            Some(key),
+        ),
+        Ok(grant) => {
+            let view = grant_view(table, &grant, &request.params, asked);
             (Observed::Grant(view), Some(grant), Some(key))
         }
-        Decision::NeedsConsent(_) => panic!("resolve_consent asked again"),
     }
 }
 
@@ -232,7 +293,7 @@ fn memory_agrees(
         .expect("the memory store does not fail")
         .filter(|d| !d.is_expired(now))
         // A decision made under another block digest is dead (a replay misses it).
-        .filter(|d| *d.digest == *engine.table().entry_for(&ekey.server_id).digest);
+        .filter(|d| *d.digest == *engine.policy().table().entry_for(&ekey.server_id).digest);
     match (mine, theirs) {
         (None, None) => Ok(()),
         (Some(m), Some(t)) => {
@@ -287,7 +348,7 @@ fn tally(observed: &Observed) {
 /// How a request reaches the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
-    /// A server-to-client JSON-RPC request (`decide_bytes`).
+    /// A server-to-client JSON-RPC request (`Engine::decide`).
     Request,
     /// An entry of an MCP 2026-07-28 `InputRequiredResult`
     /// (`decide_input_required`); only for a well-formed envelope, whose
@@ -304,7 +365,7 @@ struct Engines {
 }
 
 impl Engines {
-    fn new(table: &Table, start: i64) -> Engines {
+    fn new(policy: &mcpolicy_runtime::Policy, start: i64) -> Engines {
         // A RAM disk where there is one: the SQLite store's fsyncs at open
         // would otherwise cost more than the whole run.
         let shm = std::path::Path::new("/dev/shm");
@@ -336,17 +397,17 @@ impl Engines {
             engines: Vec::new(),
             _dir: dir,
         };
-        engines.load(table);
+        engines.load(policy);
         engines
     }
 
-    /// A (new) table over the same stores, as a client does after an edit.
-    fn load(&mut self, table: &Table) {
+    /// A (new) policy over the same stores, as a client does after an edit.
+    fn load(&mut self, policy: &mcpolicy_runtime::Policy) {
         self.engines = self
             .stores
             .iter()
             .map(|(name, path, store)| {
-                let engine = Engine::new(table.clone(), store.clone(), self.clock.clone());
+                let engine = Engine::new(policy.clone(), store.clone(), self.clock.clone());
                 (*name, *path, engine)
             })
             .collect();
@@ -440,7 +501,14 @@ fn differential(
             if *path == Path::InputRequest && !envelope_ok {
                 continue;
             }
-            let theirs = engine_step(engine, *path, server, request, &ctx, *answer);
+            let mut theirs = engine_step(engine, *path, server, request, &ctx, *answer);
+            // A cause the interpreter does not claim (a replay whose reason
+            // more than one statement gives) is not compared.
+            if let (Observed::Deny(DenyView { cause: None, .. }), Observed::Deny(d)) =
+                (&mine.observed, &mut theirs.0)
+            {
+                d.cause = None;
+            }
             prop_assert_eq!(
                 &mine.observed,
                 &theirs.0,
@@ -454,27 +522,27 @@ fn differential(
             if let (Some(ikey), Some(ekey)) = (mine.key.clone(), theirs.2.clone()) {
                 keys.insert(ikey, ekey);
             }
-            // What a granted request reports back.
-            let (Some(grant), Observed::Grant(view)) = (&theirs.1, &mine.observed) else {
+            // What a granted request reports back: its deadline missed, or
+            // its usage (a grant ends one way).
+            let (Some(grant), Observed::Grant(view)) = (theirs.1.take(), &mine.observed) else {
                 continue;
             };
             if view.pending {
                 continue;
             }
-            if let Some(usage) = usage {
-                engine.settle(&grant.ticket, *usage).expect("settle");
-            }
-            if *missed {
-                let denial = engine
-                    .report_deadline_miss(&grant.ticket)
-                    .expect("deadline miss");
+            if !*missed {
+                if let Some(usage) = usage {
+                    grant.complete(*usage).expect("settle");
+                }
+            } else {
+                let denial = grant.deadline_missed().expect("deadline miss");
                 let ikey = mine.key.clone().expect("a decided request has a key");
                 let expected = deadline
                     .get_or_insert_with(|| state.deadline_missed(&policy, &ikey, now))
                     .clone();
                 prop_assert_eq!(
                     &expected,
-                    &Observed::Deny(deny_view(&denial, false)),
+                    &Observed::Deny(deny_view(engine.policy().table(), &denial, false)),
                     "step {} deadline miss: interpreter left, {} engine right",
                     i,
                     name
@@ -482,6 +550,7 @@ fn differential(
             }
         }
         if let (Some(usage), Some(admitted)) = (usage, &mine.admitted)
+            && !*missed
             && matches!(&mine.observed, Observed::Grant(v) if !v.pending)
         {
             state.settle(admitted, *usage);
@@ -589,15 +658,23 @@ fn outcome_coverage() {
 
 /// One engine over a memory store for `text`, at `now`.
 fn engine_for(text: &str, store: Arc<MemoryStore>, clock: Arc<ManualClock>) -> Engine {
-    let (table, _) = compile(text).expect("the policy checks clean");
-    Engine::new(table, store, clock)
+    let (policy, _) = compile(text).expect("the policy checks clean");
+    Engine::new(policy, store, clock)
+}
+
+/// The reason of a denial.
+fn deny_reason(decision: &Decision) -> Option<&str> {
+    match decision {
+        Decision::Deny(denial) => Some(denial.reason()),
+        _ => None,
+    }
 }
 
 fn decide(engine: &Engine, server: &str, params: Value) -> Decision {
     let request = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
     });
-    match engine.decide_bytes(
+    match engine.decide(
         server,
         request.to_string().as_bytes(),
         &ClientContext::default(),
@@ -624,15 +701,9 @@ fn redeclaring_policy_deadline_invalidates_servers_without_a_deadline() {
     let Decision::Allow(grant) = decide(&engine, "notes", params.clone()) else {
         panic!("allowed at first");
     };
-    let denial = engine
-        .report_deadline_miss(&grant.ticket)
-        .expect("a miss is recorded");
-    assert_eq!(&*denial.reason, "policy.deadline");
-    assert!(
-        decide(&engine, "notes", params.clone())
-            .deny_reason()
-            .is_some()
-    );
+    let denial = grant.deadline_missed().expect("a miss is recorded");
+    assert_eq!(denial.reason(), "policy.deadline");
+    assert!(deny_reason(&decide(&engine, "notes", params.clone())).is_some());
     // The edit: `policy.deadline` is now retryable after 30 s. The denial
     // stored under the old meaning must not answer any more.
     let engine = engine_for(after, store, clock);
@@ -665,11 +736,11 @@ fn shared_tools_reason_input_denial_is_replayed() {
         return;
     };
     let params = serde_json::json!({"messages": [{"role": "user", "content": {"type": "text", "text": "a"}}, {"role": "user", "content": {"type": "text", "text": "b"}}], "maxTokens": 10});
-    assert!(decide(&engine, "x", params.clone()).deny_reason().is_some());
+    assert!(deny_reason(&decide(&engine, "x", params.clone())).is_some());
     let Decision::Deny(again) = decide(&engine, "x", params) else {
         panic!("denied again");
     };
-    assert!(again.replayed, "the stored denial was not replayed");
+    assert!(again.replayed(), "the stored denial was not replayed");
 }
 
 /// The same finding the other way round: with `sampling on as R` and
@@ -683,7 +754,7 @@ fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
     };
     let with_tools = serde_json::json!({"messages": [], "maxTokens": 10, "tools": [{"name": "t", "inputSchema": {"type": "object"}}]});
     assert_eq!(
-        decide(&engine, "x", with_tools).deny_reason(),
+        deny_reason(&decide(&engine, "x", with_tools)),
         Some("acme.no")
     );
     let without = serde_json::json!({"messages": [], "maxTokens": 10});
@@ -716,13 +787,13 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         let request = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params,
         });
-        let answer = engine.decide_bytes(
+        let answer = engine.decide(
             "x",
             request.to_string().as_bytes(),
             &ClientContext::default(),
         );
         assert!(
-            matches!(answer, EngineAnswer::Invalid { code: -32602, .. }),
+            matches!(&answer, EngineAnswer::Invalid(r) if r.code() == -32602),
             "`{field}: {value}` was not refused as invalid params: {answer:?}"
         );
     }
@@ -825,7 +896,7 @@ fn lengthened_rate_window_counts_earlier_requests() {
         let engine = load("mcpolicy 1\ndefaults {\n  rate 2 per 1h\n  consent never\n}\n");
         clock.set(t0 + 2_000);
         assert_eq!(
-            decide(&engine, "x", params).deny_reason(),
+            deny_reason(&decide(&engine, "x", params)),
             Some("policy.rate_limit"),
             "{name} store: two requests in the last hour, a third is over `rate 2 per 1h`"
         );

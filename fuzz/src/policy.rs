@@ -11,9 +11,10 @@ use mcpolicy_compiler::render::{self, FileReport, Style};
 use mcpolicy_compiler::syntax::Span;
 use mcpolicy_compiler::{check, format, ide, input, lower, parse};
 use mcpolicy_runtime::clock::FixedClock;
-use mcpolicy_runtime::engine::{ClientContext, Engine};
+use mcpolicy_runtime::engine::ClientContext;
 use mcpolicy_runtime::store::MemoryStore;
 use mcpolicy_runtime::table::Table;
+use mcpolicy_runtime::{Engine, Policy};
 
 /// The text `mcpc` would check: bytes as `input::from_bytes` decodes them
 /// (lossily when they are not UTF-8, with a finding), as a file would be.
@@ -116,13 +117,17 @@ fn compile(table: &Table) {
         Err(e) => panic!("the compiled table does not load back: {e}\n{json}"),
     };
     assert!(back == *table, "the table changed in its JSON round trip");
+    let policy = match Policy::verify(back) {
+        Ok(policy) => policy,
+        Err(e) => panic!("the compiled table does not verify: {e}\n{json}"),
+    };
     let engine = Engine::new(
-        back,
+        policy,
         Arc::new(MemoryStore::new()),
         Arc::new(FixedClock(1_773_144_000_000)),
     );
     for server in ["fuzz", "a", ""] {
-        let _ = engine.decide_bytes(server, SAMPLE, &ClientContext::default());
+        let _ = engine.decide(server, SAMPLE, &ClientContext::default());
     }
 }
 

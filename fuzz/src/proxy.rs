@@ -7,19 +7,17 @@
 //! Thin on purpose: it drives only `Session::new`, `from_server`,
 //! `from_client` and `expire`, so it follows the session's refactoring.
 
-use mcpolicy_compiler::proxy::capture::Captured as Buf;
+use mcpolicy_proxy::capture::Captured as Buf;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use mcpolicy_compiler::proxy::log::{Audit, Log};
-use mcpolicy_compiler::proxy::session::Session;
+use mcpolicy_proxy::log::{Audit, Log};
+use mcpolicy_proxy::session::Session;
 use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::Engine;
-use mcpolicy_runtime::frame;
-use mcpolicy_runtime::request;
+use mcpolicy_runtime::jsonrpc;
 use mcpolicy_runtime::store::MemoryStore;
-use mcpolicy_runtime::table::Table;
+use mcpolicy_runtime::{Engine, Policy};
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
@@ -66,9 +64,11 @@ server "tight" {
 
 const SERVERS: &[&str] = &["off", "asks", "first", "slow", "tight", "unknown"];
 
-fn table() -> Table {
-    static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE
+/// The fuzz policy, compiled and verified once (an `Engine` per input is
+/// cheap: it shares this).
+fn policy() -> Policy {
+    static POLICY_ONCE: OnceLock<Policy> = OnceLock::new();
+    POLICY_ONCE
         .get_or_init(|| {
             let parsed = mcpolicy_compiler::parse::parse(POLICY);
             let analysis = mcpolicy_compiler::db::analyze_parsed(&parsed);
@@ -77,7 +77,8 @@ fn table() -> Table {
                 "the fuzz policy has findings: {:?}",
                 analysis.diagnostics
             );
-            mcpolicy_compiler::lower::lower(&analysis.model)
+            Policy::verify(mcpolicy_compiler::lower::lower(&analysis.model))
+                .unwrap_or_else(|e| panic!("the fuzz policy does not verify: {e}"))
         })
         .clone()
 }
@@ -298,7 +299,7 @@ fn asks_to_sample(line: &[u8]) -> bool {
         return false;
     };
     let one = |v: &Value| {
-        if v.get("method").and_then(Value::as_str) == Some(request::SAMPLING_METHOD) {
+        if v.get("method").and_then(Value::as_str) == Some(jsonrpc::SAMPLING_METHOD) {
             return true;
         }
         // A result the client can route: JSON-RPC clients match results
@@ -310,12 +311,26 @@ fn asks_to_sample(line: &[u8]) -> bool {
             .and_then(|r| r.get("resultType"))
             .and_then(Value::as_str)
             == Some("input_required");
-        input_required
-            && result.is_some_and(|r| frame::input_requests(r).iter().any(|e| e.is_sampling()))
+        input_required && result.is_some_and(asks_for_sampling_input)
     };
     match &value {
         Value::Array(items) => items.iter().any(one),
         other => one(other),
+    }
+}
+
+/// Whether an MCP 2026-07-28 `InputRequiredResult` has a sampling entry
+/// in its `inputRequests` (a map by key, or a list), read here on its own
+/// as the client would read it: the oracle does not reuse the runtime's
+/// reading of the frame.
+fn asks_for_sampling_input(result: &Value) -> bool {
+    let is_sampling = |entry: &Value| {
+        entry.get("method").and_then(Value::as_str) == Some(jsonrpc::SAMPLING_METHOD)
+    };
+    match result.get("inputRequests").unwrap_or(result) {
+        Value::Object(entries) => entries.values().any(is_sampling),
+        Value::Array(entries) => entries.iter().any(is_sampling),
+        _ => false,
     }
 }
 
@@ -327,7 +342,7 @@ pub fn run(data: &[u8]) {
     let mut bytes = Bytes::new(data);
     let server_id = *bytes.pick(SERVERS);
     let clock = Arc::new(ManualClock::new(1_773_144_000_000));
-    let engine = Engine::new(table(), Arc::new(MemoryStore::new()), clock.clone());
+    let engine = Engine::new(policy(), Arc::new(MemoryStore::new()), clock.clone());
     let (server, client, audit, log) = (
         Buf::default(),
         Buf::default(),

@@ -6,11 +6,12 @@ use std::sync::{Arc, OnceLock};
 
 use mcpolicy_compiler::check::{DEFAULT_IDENTITY, IDENTITY_FIELDS};
 use mcpolicy_runtime::clock::FixedClock;
-use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Engine};
+use mcpolicy_runtime::engine::{Answer, ClientContext, Decision};
 use mcpolicy_runtime::identity::{self, RequestIdentity};
+use mcpolicy_runtime::jsonrpc;
 use mcpolicy_runtime::request::{self, RequestError};
 use mcpolicy_runtime::store::MemoryStore;
-use mcpolicy_runtime::table::Table;
+use mcpolicy_runtime::{Engine, Policy};
 use serde_json::{Map, Value};
 
 /// Identity field lists a checked policy can name (the checker takes only
@@ -27,8 +28,9 @@ fn field_sets() -> Vec<Vec<String>> {
 }
 
 /// A valid JSON-RPC error response answering `id` (or `null`).
-pub fn assert_error_frame(frame: &str, id: Option<&Value>, codes: &[i64]) {
-    let value: Value = match serde_json::from_str(frame) {
+pub fn assert_error_frame(frame: &[u8], id: Option<&Value>, codes: &[i32]) {
+    let frame = String::from_utf8_lossy(frame);
+    let value: Value = match serde_json::from_str(&frame) {
         Ok(value) => value,
         Err(e) => panic!("the error frame is not JSON ({e}): {frame}"),
     };
@@ -50,7 +52,7 @@ pub fn assert_error_frame(frame: &str, id: Option<&Value>, codes: &[i64]) {
     }
     let code = value.pointer("/error/code").and_then(Value::as_i64);
     assert!(
-        code.is_some_and(|c| codes.contains(&c)),
+        code.is_some_and(|c| codes.iter().any(|&ok| i64::from(ok) == c)),
         "error code {code:?} not among {codes:?}: {frame}"
     );
     assert!(
@@ -95,9 +97,9 @@ pub fn run(data: &[u8]) {
                 &frame,
                 id.as_ref(),
                 &[
-                    request::PARSE_ERROR,
-                    request::INVALID_REQUEST,
-                    request::INVALID_PARAMS,
+                    jsonrpc::PARSE_ERROR,
+                    jsonrpc::INVALID_REQUEST,
+                    jsonrpc::INVALID_PARAMS,
                 ],
             );
         }
@@ -159,42 +161,42 @@ pub fn run(data: &[u8]) {
 /// the same code the parser gives; a decided one has a well-formed answer.
 fn decide(data: &[u8], id: &Option<Value>) {
     let engine = Engine::new(
-        table().clone(),
+        policy().clone(),
         Arc::new(MemoryStore::new()),
         Arc::new(FixedClock(1_773_144_000_000)),
     );
     for server in ["fuzz", "off"] {
-        match engine.decide_bytes(server, data, &ClientContext::default()) {
-            Answer::Invalid { frame, code } => {
+        match engine.decide(server, data, &ClientContext::default()) {
+            Answer::Invalid(rejection) => {
                 assert!(
                     accept(data).is_err(),
                     "the engine refused what the parser accepts"
                 );
-                assert_error_frame(&frame, id.as_ref(), &[code]);
+                assert_error_frame(&rejection.reply(), id.as_ref(), &[rejection.code()]);
             }
-            Answer::Failed { frame, .. } => panic!("a memory store failed: {frame}"),
+            Answer::Failed { error, .. } => panic!("a memory store failed: {error}"),
             Answer::Decided { decision, request } => {
                 assert!(
                     accept(data).is_ok(),
                     "the engine decided what the parser refuses"
                 );
                 if let Decision::Deny(denial) = &decision {
-                    assert!(!denial.reason.is_empty());
-                    let frame = denial.frame(request.id.as_ref());
-                    assert_error_frame(&frame, request.id.as_ref(), &[denial.code]);
+                    assert!(!denial.reason().is_empty());
+                    let frame = denial.reply(request.id.as_ref());
+                    assert_error_frame(&frame, request.id.as_ref(), &[denial.code()]);
                 }
             }
         }
     }
 }
 
-/// A table with a denying, a trimming and a budgeted server (built once).
-fn table() -> &'static Table {
-    static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(build_table)
+/// A policy with a denying, a trimming and a budgeted server (built once).
+fn policy() -> &'static Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    POLICY.get_or_init(build_policy)
 }
 
-fn build_table() -> Table {
+fn build_policy() -> Policy {
     let text = r#"mcpolicy 1
 protocol 2025-11-25
 identity systemPrompt, messages, includeContext, modelPreferences
@@ -212,5 +214,8 @@ server "off" { sampling off }
 "#;
     let parsed = mcpolicy_compiler::parse::parse(text);
     let model = mcpolicy_compiler::check::check(&parsed.file).model;
-    mcpolicy_compiler::lower::lower(&model)
+    match Policy::verify(mcpolicy_compiler::lower::lower(&model)) {
+        Ok(policy) => policy,
+        Err(e) => panic!("the fuzz policy does not verify: {e}"),
+    }
 }

@@ -27,7 +27,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mcpolicy_runtime::calendar;
+use mcpolicy_runtime::Policy;
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::engine::{ClientContext, Decision, Engine};
 use mcpolicy_runtime::identity;
@@ -87,6 +87,11 @@ fn block(sampling: bool) -> EffectiveBlock {
         consent: Consent::Never,
         models: None,
     }
+}
+
+/// [`table`] verified.
+fn policy(sampling: bool) -> Policy {
+    Policy::verify(table(sampling)).expect("the bench table verifies")
 }
 
 /// 1,000 server blocks: exact ids, with a glob every 100 entries (globs are
@@ -187,8 +192,10 @@ fn bench(c: &mut Criterion) {
 
     // Fresh: each server is visited every ~1,000 iterations, 60 ms apart, so
     // its rate window holds a row or two and its hourly budget about 60.
-    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
-    let engine = Engine::new(table(true), Arc::new(MemoryStore::new()), clock.clone());
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
+    let engine = Engine::new(policy(true), Arc::new(MemoryStore::new()), clock.clone());
     let mut n = 0usize;
     group.bench_function("fresh", |b| {
         b.iter(|| {
@@ -205,7 +212,8 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             n = (n + 1) % ids.len();
             clock.advance(60);
-            let identity = identity::request_identity(&ids[n], &params, &engine.table().identity);
+            let identity =
+                identity::request_identity(&ids[n], &params, &engine.policy().table().identity);
             black_box(
                 engine
                     .decide_with_identity(&ids[n], identity.into_string(), &params, &ctx)
@@ -215,8 +223,10 @@ fn bench(c: &mut Criterion) {
     });
 
     // Replay: every server has sampling off and one stored denial.
-    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
-    let engine = Engine::new(table(false), Arc::new(MemoryStore::new()), clock);
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
+    let engine = Engine::new(policy(false), Arc::new(MemoryStore::new()), clock);
     for (id, identity) in ids.iter().zip(&identities) {
         let first = engine
             .decide_with_identity(id, identity.clone(), &params, &ctx)
@@ -229,15 +239,17 @@ fn bench(c: &mut Criterion) {
             let decision = engine
                 .decide_with_identity(&ids[n], identities[n].clone(), &params, &ctx)
                 .expect("decide");
-            debug_assert!(matches!(&decision, Decision::Deny(d) if d.replayed));
+            debug_assert!(matches!(&decision, Decision::Deny(d) if d.replayed()));
             black_box(decision)
         })
     });
     group.finish();
 
     const ITERS: u64 = 2_000_000;
-    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
-    let fresh = Engine::new(table(true), Arc::new(MemoryStore::new()), clock.clone());
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
+    let fresh = Engine::new(policy(true), Arc::new(MemoryStore::new()), clock.clone());
     let fresh_ns = cpu_per_iter(ITERS, || {
         n = (n + 1) % ids.len();
         clock.advance(60);
@@ -262,9 +274,11 @@ fn bench(c: &mut Criterion) {
     // The same with the SQLite store.
     let dir = tempfile::tempdir().expect("tempdir");
     let mut group = c.benchmark_group("decide_sqlite");
-    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let store = Arc::new(SqliteStore::open(dir.path().join("fresh.db")).expect("open store"));
-    let fresh = Engine::new(table(true), store, clock.clone());
+    let fresh = Engine::new(policy(true), store, clock.clone());
     let mut f = 0usize;
     let mut fresh_op = || {
         f = (f + 1) % ids.len();
@@ -277,9 +291,11 @@ fn bench(c: &mut Criterion) {
         black_box(decision);
     };
     group.bench_function("fresh", |b| b.iter(&mut fresh_op));
-    let clock = Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 15, 0, 0)));
+    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 15, 0, 0,
+    )));
     let store = Arc::new(SqliteStore::open(dir.path().join("replay.db")).expect("open store"));
-    let replays = Engine::new(table(false), store, clock);
+    let replays = Engine::new(policy(false), store, clock);
     for (id, identity) in ids.iter().zip(&identities) {
         let first = replays
             .decide_with_identity(id, identity.clone(), &params, &ctx)

@@ -2,7 +2,7 @@
 //!
 //! - `sqlite_cycle/*`: one fresh decision that is also recorded (the engine's
 //!   consent path) — a replay miss and an admission against a rate and two
-//!   budgets (one transaction, `replay_then_admit`), then the decision
+//!   budgets (one transaction, `replay_or_admit`), then the decision
 //!   recorded (a second) — for `synchronous=NORMAL` (the default) and
 //!   `FULL`, on a store that grows by one decision per iteration. Target
 //!   (issue 3): ≥ 20,000 decisions/s with the SQLite store on the 2-core
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
-    SqliteOptions, SqliteStore, StoredDecision, Synchronous, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore,
+    Millis, SqliteOptions, SqliteStore, StoredDecision, Synchronous, Verdict,
 };
 
 /// Servers the decisions are spread over (each has its own counters).
@@ -81,7 +81,7 @@ fn decision(now: Millis) -> StoredDecision {
 
 /// One fresh decision that is also recorded, as the engine makes it when it
 /// asks for consent: the replay (a miss) and the admission (in one
-/// transaction where the store can, [`DecisionStore::replay_then_admit`]),
+/// transaction where the store can, [`DecisionStore::replay_or_admit`]),
 /// then the answer recorded. `n` makes the identity new.
 fn cycle(store: &dyn DecisionStore, n: u64, now: Millis) {
     let server_id = server(n);
@@ -91,19 +91,12 @@ fn cycle(store: &dyn DecisionStore, n: u64, now: Millis) {
     let mut evaluate = |prior: Option<&StoredDecision>, out: &mut Vec<LimitCheck>| {
         assert!(prior.is_none());
         out.extend(checks(now));
-        true
+        Evaluation::Admit
     };
-    let admission = match store
-        .replay_then_admit(&key, digest, now, &mut checks_buf, &mut evaluate)
-        .expect("replay_then_admit")
-    {
-        Some(answer) => answer.admission,
-        None => {
-            let prior = store.replay(&key, digest, now).expect("replay");
-            assert!(prior.is_none());
-            Some(store.admit(&server_id, &checks(now), now).expect("admit"))
-        }
-    };
+    let admission = store
+        .replay_or_admit(&key, digest, now, &mut checks_buf, &mut evaluate)
+        .expect("replay_or_admit")
+        .admission;
     assert!(matches!(admission, Some(Admission::Admitted { .. })));
     store.record(&key, &decision(now)).expect("record");
 }

@@ -12,7 +12,7 @@
 //! - `open_verified`: the same with `verify_on_open` (the full
 //!   `quick_check` every open used to run), fewer samples;
 //! - `first_decision`: open, then the engine's first decision for a server
-//!   with the dearest store work: `replay_then_admit` (a miss, and an
+//!   with the dearest store work: `replay_or_admit` (a miss, and an
 //!   admission of both budgets, which moves their floors over the old
 //!   spend and prunes it), then `purge_stale` (all 10,000 stored decisions
 //!   of the server are of the old digest: the engine purges them before
@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, SCHEMA_VERSION,
-    SqliteOptions, SqliteStore, StoredDecision, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
+    SCHEMA_VERSION, SqliteOptions, SqliteStore, StoredDecision, Verdict,
 };
 
 const SERVERS: u64 = 100;
@@ -171,12 +171,11 @@ fn first_decision(store: &SqliteStore, n: u64) {
     let mut evaluate = |stored: Option<&StoredDecision>, out: &mut Vec<LimitCheck>| {
         assert!(stored.is_none());
         out.append(&mut wanted);
-        true
+        Evaluation::Admit
     };
     let answer = store
-        .replay_then_admit(&key, NEW_DIGEST, NOW, &mut buffer, &mut evaluate)
-        .expect("replay_then_admit")
-        .expect("SQLite combines them");
+        .replay_or_admit(&key, NEW_DIGEST, NOW, &mut buffer, &mut evaluate)
+        .expect("replay_or_admit");
     assert!(matches!(answer.admission, Some(Admission::Admitted { .. })));
     let purged = store
         .purge_stale(&server, NEW_DIGEST, NOW)

@@ -69,3 +69,8 @@ impl Clock for ManualClock {
         self.now.load(Ordering::SeqCst)
     }
 }
+
+/// Instants as frames and policies write them: `resetsAt` is RFC 3339 UTC
+/// with whole seconds (`2026-03-11T00:00:00Z`). Calendar windows themselves
+/// stay inside the engine.
+pub use crate::calendar::{format_rfc3339, parse_rfc3339, timestamp};

@@ -1,7 +1,7 @@
-//! Evaluation: deciding one `sampling/createMessage` request against the
-//! compiled table, in DESIGN's order (see `runtime/ENGINE.md`):
+//! Evaluation: deciding one `sampling/createMessage` request against a
+//! verified [`Policy`], in the order of `docs/spec/evaluation.md` ("Order"):
 //!
-//! 1. validation (in [`Engine::decide_bytes`]; [`Engine::decide`] takes an
+//! 1. validation (in [`Engine::decide`]; [`Engine::decide_request`] takes an
 //!    already validated [`SamplingRequest`]),
 //! 2. identity,
 //! 3. replay of a stored decision (a stored deny is answered with the same
@@ -12,8 +12,12 @@
 //! 7. rate and 8. budgets, admitted atomically by the store,
 //! 9. consent, 10. allow with a deadline.
 //!
-//! Every terminal edge yields a [`Decision`] that turns into a frame; a store
-//! failure is an [`EngineError`] that also has a frame (fail closed).
+//! Steps 3–8 are one store call, [`DecisionStore::replay_or_admit`], with
+//! steps 4–6 (pure computation) as its callback: there is one path.
+//!
+//! Every terminal edge yields something to send: a [`Decision`] whose
+//! denial has a reply, or an [`Error`] that has one too (fail closed). Every
+//! decision carries its [`Cause`]: the block, the statement and the step.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -22,15 +26,18 @@ use serde_json::{Map, Value};
 
 use crate::calendar;
 use crate::clock::Clock;
+use crate::error::Error;
 use crate::frame::{
     self, Annotations, ContextTrim, DenialData, MaxTokensTrim, ModelTrim, Placeholders, Timing,
 };
 use crate::glob;
-use crate::identity;
-use crate::request::{self, SamplingRequest};
+use crate::identity::{self, RequestIdentity};
+use crate::jsonrpc;
+use crate::policy::Policy;
+use crate::request::{self, Rejection, SamplingRequest, as_non_negative_integer};
 use crate::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, Reservation,
-    StoreError, StoredDecision, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
+    Reservation, StoreError, StoredDecision, Verdict,
 };
 use crate::table::{
     Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, ProtocolRevision,
@@ -53,77 +60,184 @@ impl ClientContext {
     }
 }
 
-/// Why the engine could not decide. The request must be refused: send
-/// [`EngineError::frame`].
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// The decision store failed.
-    #[error("decision store failed: {0}")]
-    Store(#[from] StoreError),
+/// The evaluation steps, numbered as in `docs/spec/evaluation.md` ("Order").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Step {
+    /// 1. The bytes are a valid sampling request.
+    Validation = 1,
+    /// 2. The request identity is computed.
+    Identity = 2,
+    /// 3. A stored decision for the identity is replayed.
+    Replay = 3,
+    /// 4. `sampling off`, `tools off`.
+    Switches = 4,
+    /// 5. `max_messages`, `max_input`.
+    InputLimits = 5,
+    /// 6. `max_context`, `max_tokens`, `models` narrow the request.
+    Trims = 6,
+    /// 7. `rate`.
+    Rate = 7,
+    /// 8. `budget`s.
+    Budgets = 8,
+    /// 9. `consent`.
+    Consent = 9,
+    /// 10. Allow, under the block's `deadline`.
+    Allow = 10,
 }
 
-impl EngineError {
-    /// The fail-closed frame for this error: -32603 with
-    /// `data.reason` `runtime.store_unavailable`.
-    pub fn frame(&self, id: Option<&Value>, server_id: &str) -> String {
-        frame::internal_error_response(id, server_id, &self.to_string())
+impl Step {
+    /// The step's number, 1–10.
+    pub fn number(self) -> u8 {
+        self as u8
     }
 }
 
-/// The outcome of [`Engine::decide`].
+/// A policy statement as the engine evaluates it. [`Statement::name`] is
+/// the policy's keyword.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Statement {
+    /// `sampling off`.
+    Sampling,
+    /// `tools off`.
+    Tools,
+    /// `max_messages`.
+    MaxMessages,
+    /// `max_input`.
+    MaxInput,
+    /// `max_context`.
+    MaxContext,
+    /// `max_tokens`.
+    MaxTokens,
+    /// `models`.
+    Models,
+    /// `rate`.
+    Rate,
+    /// The block's budget at this index (source order).
+    Budget(usize),
+    /// `deadline`.
+    Deadline,
+    /// `consent`.
+    Consent,
+}
+
+impl Statement {
+    /// The policy keyword: `sampling`, `tools`, `max_messages`, `max_input`,
+    /// `max_context`, `max_tokens`, `models`, `rate`, `budget`, `deadline`,
+    /// `consent`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Statement::Sampling => "sampling",
+            Statement::Tools => "tools",
+            Statement::MaxMessages => "max_messages",
+            Statement::MaxInput => "max_input",
+            Statement::MaxContext => "max_context",
+            Statement::MaxTokens => "max_tokens",
+            Statement::Models => "models",
+            Statement::Rate => "rate",
+            Statement::Budget(_) => "budget",
+            Statement::Deadline => "deadline",
+            Statement::Consent => "consent",
+        }
+    }
+}
+
+/// The table entry whose block governed a request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlockRef {
+    /// Index into the table's `servers`; `None` for the fallback (`defaults`).
+    pub entry: Option<usize>,
+    /// The entry's server pattern (NFC), `*` for the fallback.
+    pub pattern: Arc<str>,
+}
+
+/// Why a decision is what it is: which block, which statement, which step.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cause {
+    /// The block that governed the request.
+    pub block: BlockRef,
+    /// The statement that decided: the denying one, the first that trimmed,
+    /// `consent` when the user was asked (or answered), `deadline` for a
+    /// missed deadline; `None` for a plain allow.
+    pub statement: Option<Statement>,
+    /// The step that decided ([`Step::Replay`] for an answer from the store).
+    pub step: Step,
+    /// The decision was answered from the store (a stored denial), or the
+    /// allow rests on a stored approval.
+    pub replayed: bool,
+}
+
+/// How long a denial is remembered for its identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Expiry {
+    /// Not stored (the reason's ttl is `none`).
+    NotStored,
+    /// Stored until the block changes (ttl `forever`, or `until_reset` with
+    /// no window behind it).
+    UntilBlockChanges,
+    /// Stored until this instant (exclusive).
+    At(Millis),
+}
+
+impl Expiry {
+    /// The stored row's `expires_at` (`None`: until the block changes).
+    fn expires_at(self) -> Option<Millis> {
+        match self {
+            Expiry::At(at) => Some(at),
+            Expiry::NotStored | Expiry::UntilBlockChanges => None,
+        }
+    }
+
+    fn of_stored(expires_at: Option<Millis>) -> Expiry {
+        expires_at.map_or(Expiry::UntilBlockChanges, Expiry::At)
+    }
+}
+
+/// The answer to [`Engine::decide`]: always something to send.
+// Returned once per request and matched at once: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Answer {
+    /// The bytes are not a valid sampling request: send
+    /// [`Rejection::reply`] (-32700/-32600/-32602, step 1).
+    Invalid(Rejection),
+    /// The request was decided.
+    Decided {
+        /// The validated request.
+        request: SamplingRequest,
+        /// What to do with it.
+        decision: Decision,
+    },
+    /// The store failed; send `reply` (the request is refused).
+    Failed {
+        /// The -32603 reply, with the request's id.
+        reply: Vec<u8>,
+        /// The underlying error.
+        error: Error,
+    },
+}
+
+/// The outcome of a decision.
 #[derive(Debug)]
 pub enum Decision {
     /// Run the request as sent; enforce the grant's deadline.
     Allow(Grant),
-    /// Run the request narrowed by [`Grant::lowered`]; annotate the result
-    /// with [`Grant::annotations`] ([`frame::annotate_result`]).
+    /// Run the request narrowed by [`Grant::params`]; [`Grant::annotate`] the result.
     Trim(Grant),
-    /// Answer with [`Denial::frame`].
+    /// Send [`Denial::reply`].
     Deny(Denial),
-    /// Ask the user, then call [`Engine::resolve_consent`].
+    /// Ask the user, then [`PendingConsent::approve`] or [`PendingConsent::refuse`].
     NeedsConsent(PendingConsent),
 }
 
 impl Decision {
-    /// The reason name of a denial, if this is one.
-    pub fn deny_reason(&self) -> Option<&str> {
+    /// Why the decision is what it is.
+    pub fn cause(&self) -> Cause {
         match self {
-            Decision::Deny(denial) => Some(&denial.reason),
-            _ => None,
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.cause.clone(),
+            Decision::Deny(denial) => denial.cause(),
+            Decision::NeedsConsent(pending) => pending.grant.cause.clone(),
         }
-    }
-
-    /// The grant of an allow or a trim.
-    pub fn grant(&self) -> Option<&Grant> {
-        match self {
-            Decision::Allow(grant) | Decision::Trim(grant) => Some(grant),
-            _ => None,
-        }
-    }
-}
-
-/// Permission to run one completion.
-#[derive(Debug)]
-pub struct Grant {
-    /// Milliseconds the completion may take; report a miss with
-    /// [`Engine::report_deadline_miss`]. `None`: the block sets no deadline.
-    pub deadline_ms: Option<u64>,
-    /// Hand back to [`Engine::settle`] with the real token usage.
-    pub ticket: Ticket,
-    /// The changes a trim made to the request's params (empty for an allow).
-    pub lowered: Lowered,
-    /// What to write into the result's `_meta` (empty for an allow).
-    pub annotations: Annotations,
-    /// The request was allowed from a stored approval (consent not asked again).
-    pub replayed: bool,
-}
-
-impl Grant {
-    /// The params to send to the model: `original` with [`Grant::lowered`] applied.
-    pub fn params(&self, original: &Map<String, Value>) -> Map<String, Value> {
-        let mut params = original.clone();
-        self.lowered.apply(&mut params);
-        params
     }
 }
 
@@ -160,51 +274,156 @@ impl Lowered {
     }
 }
 
-/// What an admitted request spent, to settle afterwards. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Ticket {
+/// What an admitted request spent, to settle or release afterwards.
+#[derive(Debug)]
+struct Ticket {
+    engine: Engine,
     server_id: String,
     identity: String,
     entry: usize,
-    digest: Arc<str>,
     reservation: Reservation,
     plan: Arc<Plan>,
 }
 
 impl Ticket {
-    /// The server the request came from.
+    fn key(&self) -> DecisionKey {
+        DecisionKey {
+            server_id: self.server_id.clone(),
+            identity: self.identity.clone(),
+        }
+    }
+}
+
+/// Permission to run one completion. Consumed by what happens to it:
+/// [`Grant::complete`] with the real usage, or [`Grant::deadline_missed`].
+/// Dropping it (a completion abandoned, a provider failure with unknown
+/// usage) keeps its reservation counted, the safe side.
+#[derive(Debug)]
+pub struct Grant {
+    ticket: Ticket,
+    deadline_ms: Option<u64>,
+    lowered: Lowered,
+    annotations: Annotations,
+    cause: Cause,
+}
+
+impl Grant {
+    /// Milliseconds the completion may take; on a miss call
+    /// [`Grant::deadline_missed`]. `None`: the block sets no deadline.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        self.deadline_ms
+    }
+
+    /// Whether the policy narrowed the request (a [`Decision::Trim`]).
+    pub fn is_trim(&self) -> bool {
+        !self.annotations.is_empty()
+    }
+
+    /// The changes a trim made to the request's params (empty for an allow).
+    pub fn lowered(&self) -> &Lowered {
+        &self.lowered
+    }
+
+    /// What the result's `_meta` announces (empty for an allow).
+    pub fn annotations(&self) -> &Annotations {
+        &self.annotations
+    }
+
+    /// The params to send to the model: `original` with the trims applied.
+    pub fn params(&self, original: &Map<String, Value>) -> Map<String, Value> {
+        let mut params = original.clone();
+        self.lowered.apply(&mut params);
+        params
+    }
+
+    /// Adds the trim annotations to a `CreateMessageResult` under `_meta`
+    /// (created if absent; keys already there are kept). `false`, changing
+    /// nothing, when the result or its `_meta` is not an object.
+    pub fn annotate(&self, result: &mut Value) -> bool {
+        frame::annotate_result(result, &self.annotations)
+    }
+
+    /// Why the request may run.
+    pub fn cause(&self) -> &Cause {
+        &self.cause
+    }
+
+    /// The request was allowed on a stored approval (consent not asked again).
+    pub fn replayed(&self) -> bool {
+        self.cause.replayed
+    }
+
+    /// The server the request came from (NFC).
     pub fn server_id(&self) -> &str {
-        &self.server_id
+        &self.ticket.server_id
     }
 
     /// The request identity.
     pub fn identity(&self) -> &str {
-        &self.identity
+        &self.ticket.identity
     }
 
-    /// The store's reservation handle ([`Reservation::NONE`] when nothing was counted).
+    /// The store's handle of what the admission counted
+    /// ([`Reservation::NONE`] when the block has neither rate nor budgets).
     pub fn reservation(&self) -> Reservation {
-        self.reservation
+        self.ticket.reservation
+    }
+
+    /// The model globs (`models`) the request may run on, `None` when the
+    /// block allows any. The client picks its model from these, whether or
+    /// not the request carried hints.
+    pub fn allowed_models(&self) -> Option<impl ExactSizeIterator<Item = &str> + '_> {
+        self.ticket
+            .engine
+            .block(self.ticket.entry)
+            .models
+            .as_ref()
+            .map(|models| models.iter().map(String::as_str))
+    }
+
+    /// Whether `model` (the model the client is about to run, or ran) is
+    /// allowed for this request.
+    pub fn model_allowed(&self, model: &str) -> bool {
+        self.ticket
+            .engine
+            .block(self.ticket.entry)
+            .models
+            .as_ref()
+            .is_none_or(|globs| globs.iter().any(|g| glob::matches(g, &glob::nfc(model))))
+    }
+
+    /// The completion ran: settle the token budgets with the real usage
+    /// (input + output tokens as the provider reported them). Request
+    /// budgets and the rate keep their count.
+    pub fn complete(self, usage_tokens: u64) -> Result<(), Error> {
+        self.ticket.engine.settle(&self.ticket, usage_tokens)
+    }
+
+    /// The completion missed its deadline: the identity is denied with the
+    /// block's deadline reason (stored per its ttl, so an immediate
+    /// identical retry is answered from the store). Send the denial's reply.
+    pub fn deadline_missed(self) -> Result<Denial, Error> {
+        self.ticket.engine.report_deadline_miss(&self.ticket)
     }
 }
 
-/// A request waiting for the user. Resolve it with [`Engine::resolve_consent`];
-/// until then it holds its rate and budget reservation.
+/// A request waiting for the user. It holds its rate and budget
+/// reservation until it is approved, refused or abandoned (dropped
+/// unresolved, it keeps it).
 #[derive(Debug)]
 pub struct PendingConsent {
     grant: Grant,
-    trimmed: bool,
 }
 
 impl PendingConsent {
-    /// The server asking.
+    /// The server asking (NFC).
     pub fn server_id(&self) -> &str {
-        &self.grant.ticket.server_id
+        self.grant.server_id()
     }
 
     /// The request identity the answer will be stored under.
     pub fn identity(&self) -> &str {
-        &self.grant.ticket.identity
+        self.grant.identity()
     }
 
     /// What the request will run with if approved (show these to the user).
@@ -212,48 +431,212 @@ impl PendingConsent {
         &self.grant.lowered
     }
 
+    /// The params that will run if approved: `original` with the trims applied.
+    pub fn params(&self, original: &Map<String, Value>) -> Map<String, Value> {
+        self.grant.params(original)
+    }
+
     /// The trims that will be announced in the result.
     pub fn annotations(&self) -> &Annotations {
         &self.grant.annotations
     }
+
+    /// Why consent is asked ([`Statement::Consent`], [`Step::Consent`]).
+    pub fn cause(&self) -> &Cause {
+        &self.grant.cause
+    }
+
+    /// The user approved: the request may run (with `consent first` the
+    /// approval is stored as `user.approved`).
+    pub fn approve(self) -> Result<Grant, Error> {
+        let engine = self.grant.ticket.engine.clone();
+        engine.approve(self.grant)
+    }
+
+    /// The user refused: stored as `user.denied`; the reserved budget is
+    /// returned (the rate spend stays: the server did ask). Send the
+    /// denial's reply.
+    pub fn refuse(self) -> Result<Denial, Error> {
+        let ticket = &self.grant.ticket;
+        ticket.engine.refuse(ticket)
+    }
+
+    /// The user's answer never came: the client failed (an error other than
+    /// the user's rejection), or the task it ran ended without a result.
+    /// Nothing is stored, and the reserved budget is returned (the rate
+    /// spend stays: the server did ask).
+    pub fn abandon(self) -> Result<(), Error> {
+        let ticket = &self.grant.ticket;
+        ticket.engine.release_budgets(ticket)
+    }
 }
 
-/// A refusal. [`Denial::frame`] is what the server receives.
+/// A refusal: its typed data, and the reply written from it.
 #[derive(Debug, Clone)]
 pub struct Denial {
-    /// The reason name (`data.reason`).
-    pub reason: Arc<str>,
-    /// The server id (`data.server`).
-    pub server: String,
-    /// The JSON-RPC error code.
-    pub code: i64,
-    /// Whether the server may usefully retry (`data.retryable`).
-    pub retryable: bool,
-    /// The exact `error.data` JSON text (shared with the store on a replay).
-    pub data: Arc<str>,
-    /// This denial was answered from the store.
-    pub replayed: bool,
-    /// How often the identity has been re-presented (after this replay).
-    pub represented: u64,
-    /// When the stored decision expires; `None` for not stored or until the block changes.
-    pub expires_at: Option<Millis>,
-    /// Whether the decision was stored.
-    pub stored: bool,
+    reason: Arc<str>,
+    server: String,
+    code: i32,
+    retryable: bool,
+    /// The exact `error.data` JSON text: written from [`DenialData`] when
+    /// decided, stored with the decision, sent verbatim on every replay.
+    data: Arc<str>,
+    represented: u64,
+    expiry: Expiry,
     template: Arc<str>,
-    limit: Option<String>,
-    window: Option<String>,
-    deadline: Option<String>,
+    origin: Origin,
+}
+
+/// What a denial's message and cause are derived from.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// Decided now: everything is known.
+    Fresh {
+        timing: Option<Timing>,
+        limit: Option<String>,
+        window: Option<String>,
+        deadline: Option<String>,
+        cause: Cause,
+    },
+    /// Answered from the store. The cause, `{limit}` and `{window}` are
+    /// derived when asked, from the stored reason and `data` and the block
+    /// (unchanged: a replay matches only its own block's digest), so that a
+    /// replay costs no parsing.
+    Replayed {
+        engine: Engine,
+        entry: usize,
+        decided_at: Millis,
+        /// The request's number of messages (which of two input limits
+        /// sharing a reason it exceeds).
+        messages: u64,
+    },
 }
 
 impl Denial {
+    /// The reason name (`data.reason`), e.g. `policy.budget_exhausted`.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The server id (`data.server`, NFC).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The JSON-RPC error code (the reason's `code`).
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+
+    /// Whether the server may usefully retry (`data.retryable`).
+    pub fn retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// `data.resetsAt` or `data.retryAfter`, when the reason has one.
+    pub fn timing(&self) -> Option<Timing> {
+        match &self.origin {
+            Origin::Fresh { timing, .. } => *timing,
+            Origin::Replayed { .. } => DenialData::from_json(&self.data).and_then(|d| d.timing),
+        }
+    }
+
+    /// The typed `error.data` object.
+    pub fn data(&self) -> DenialData {
+        if let Origin::Replayed { .. } = self.origin
+            && let Some(data) = DenialData::from_json(&self.data)
+        {
+            return data;
+        }
+        DenialData {
+            reason: self.reason.to_string(),
+            server: self.server.clone(),
+            retryable: self.retryable,
+            timing: self.timing(),
+        }
+    }
+
+    /// The denial was answered from the store.
+    pub fn replayed(&self) -> bool {
+        matches!(self.origin, Origin::Replayed { .. })
+    }
+
+    /// How often the identity has been re-presented (after this replay; 0
+    /// for a fresh denial).
+    pub fn represented(&self) -> u64 {
+        self.represented
+    }
+
+    /// How long the denial is remembered.
+    pub fn expiry(&self) -> Expiry {
+        self.expiry
+    }
+
+    /// Which block, statement and step denied. For a replay it is derived
+    /// from the stored reason and `data` against the block (see
+    /// `docs/spec/evaluation.md`, "Replay").
+    pub fn cause(&self) -> Cause {
+        match &self.origin {
+            Origin::Fresh { cause, .. } => cause.clone(),
+            Origin::Replayed {
+                engine,
+                entry,
+                decided_at,
+                messages,
+            } => {
+                let block = engine.block(*entry);
+                let statement =
+                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at);
+                Cause {
+                    block: engine.block_ref(*entry),
+                    statement,
+                    step: Step::Replay,
+                    replayed: true,
+                }
+            }
+        }
+    }
+
     /// The prose message: the reason's template with its placeholders filled.
     pub fn message(&self) -> String {
-        let timing = parse_timing(&self.data);
+        let timing = self.timing();
+        let (limit, window, deadline) = match &self.origin {
+            Origin::Fresh {
+                limit,
+                window,
+                deadline,
+                ..
+            } => (limit.clone(), window.clone(), deadline.clone()),
+            Origin::Replayed {
+                engine,
+                entry,
+                decided_at,
+                messages,
+            } => {
+                let rt = engine.reason(&self.reason);
+                let block = engine.block(*entry);
+                let (limit, window) = if rt.needs_limit || rt.needs_window {
+                    replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
+                } else {
+                    (None, None)
+                };
+                let deadline = rt
+                    .needs_deadline
+                    .then(|| {
+                        block
+                            .deadline
+                            .as_ref()
+                            .map(|d| frame::format_duration(d.ms))
+                    })
+                    .flatten();
+                (limit, window, deadline)
+            }
+        };
         let values = Placeholders {
             server: &self.server,
             reason: &self.reason,
-            limit: self.limit.clone(),
-            window: self.window.clone(),
+            limit,
+            window,
             resets_at: match timing {
                 Some(Timing::ResetsAt(at)) => Some(at),
                 _ => None,
@@ -262,83 +645,29 @@ impl Denial {
                 Some(Timing::RetryAfter(s)) => Some(s),
                 _ => None,
             },
-            deadline: self.deadline.clone(),
+            deadline,
         };
         frame::render_message(&self.template, &values)
     }
 
-    /// The JSON-RPC error response for the request with this `id`.
-    pub fn frame(&self, id: Option<&Value>) -> String {
-        frame::error_response(id, self.code, &self.message(), Some(&self.data))
+    /// The JSON-RPC error response refusing the request with this `id`.
+    pub fn reply(&self, id: Option<&Value>) -> Vec<u8> {
+        frame::error_response(id, self.code, &self.message(), Some(&self.data)).into_bytes()
     }
 
-    /// The error object alone (`{"code","message","data"}`).
-    pub fn error_object(&self) -> String {
-        frame::error_object(self.code, &self.message(), Some(&self.data))
+    /// MCP 2026-07-28: the error answering the client's own pending call
+    /// (id `pending_call_id`) when a sampling entry of its
+    /// `InputRequiredResult` is denied: this denial's code, message and
+    /// `data` bytes.
+    pub fn local_error(&self, pending_call_id: Option<&Value>) -> Vec<u8> {
+        self.reply(pending_call_id)
     }
-
-    /// MCP 2026-07-28: the local error answering the client's own pending
-    /// call (id `pending_call_id`) with this denial's code, message and `data`.
-    pub fn local_error(&self, pending_call_id: Option<&Value>) -> String {
-        frame::local_error_response(
-            pending_call_id,
-            self.code,
-            &self.message(),
-            Some(&self.data),
-        )
-    }
-}
-
-/// Reads `resetsAt`/`retryAfter` back from data text this module wrote.
-/// Inside a JSON string every `"` is escaped, so `,"name":` only occurs as a key.
-fn parse_timing(data: &str) -> Option<Timing> {
-    if let Some(at) = data.rfind(",\"retryAfter\":") {
-        let digits: String = data[at + 14..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        return digits.parse().ok().map(Timing::RetryAfter);
-    }
-    if let Some(at) = data.rfind(",\"resetsAt\":\"") {
-        let rest = &data[at + 13..];
-        let end = rest.find('"')?;
-        return calendar::parse_rfc3339(&rest[..end]).map(Timing::ResetsAt);
-    }
-    None
-}
-
-/// The answer to [`Engine::decide_bytes`]: always something to send.
-// Returned once per request and matched at once: boxing would only add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Answer {
-    /// The bytes are not a valid sampling request; send `frame`.
-    Invalid {
-        /// The JSON-RPC error frame (-32700/-32600/-32602).
-        frame: String,
-        /// Its code.
-        code: i64,
-    },
-    /// The request was decided.
-    Decided {
-        /// The validated request.
-        request: SamplingRequest,
-        /// What to do with it.
-        decision: Decision,
-    },
-    /// The store failed; send `frame` (the request is refused).
-    Failed {
-        /// The -32603 frame.
-        frame: String,
-        /// The underlying error.
-        error: EngineError,
-    },
 }
 
 /// One entry of an MCP 2026-07-28 `inputRequests`, decided.
 #[derive(Debug)]
 pub struct InputDecision {
-    /// The server-assigned key of the entry.
+    /// The server-assigned key of the entry (for a list, its index).
     pub key: String,
     /// What happened to it.
     pub outcome: InputOutcome,
@@ -350,22 +679,19 @@ pub struct InputDecision {
 pub enum InputOutcome {
     /// Not a sampling request (e.g. `elicitation/create`): not this runtime's business.
     NotSampling,
-    /// A malformed sampling entry; answer the client's pending call with this error.
-    Invalid {
-        /// -32600 or -32602.
-        code: i64,
-        /// What was wrong.
-        message: String,
-    },
-    /// Decided like any sampling request.
+    /// A malformed sampling entry ([`Error::Request`]); answer the client's
+    /// pending call with [`Error::reply`].
+    Invalid(Error),
+    /// Decided like any sampling request (its key as the id); a
+    /// [`Decision::Deny`] is answered with [`Denial::local_error`].
     Decided {
         /// The validated request.
         request: SamplingRequest,
-        /// What to do with it; a [`Decision::Deny`] is answered with [`Denial::local_error`].
+        /// What to do with it.
         decision: Decision,
     },
-    /// The store failed; the entry is refused.
-    Failed(EngineError),
+    /// The store failed; the entry is refused with [`Error::reply`].
+    Failed(Error),
 }
 
 /// What an admission check stands for.
@@ -386,7 +712,9 @@ struct Plan {
 /// A reason's effective spec, shared, with what its template needs.
 #[derive(Debug, Clone)]
 struct ReasonRt {
-    spec: ReasonSpec,
+    retryable: bool,
+    ttl: Ttl,
+    code: i32,
     template: Arc<str>,
     needs_limit: bool,
     needs_window: bool,
@@ -394,14 +722,17 @@ struct ReasonRt {
 }
 
 impl ReasonRt {
-    fn new(spec: ReasonSpec) -> Self {
+    fn new(spec: &ReasonSpec) -> Self {
         let has = |p: &str| spec.message.contains(p);
         ReasonRt {
+            retryable: spec.retryable,
+            ttl: spec.ttl,
+            // A verified table's codes fit (`TableError::CodeOutOfRange`).
+            code: i32::try_from(spec.code).unwrap_or(jsonrpc::INTERNAL_ERROR),
             template: Arc::from(spec.message.as_str()),
             needs_limit: has("{limit}"),
             needs_window: has("{window}"),
             needs_deadline: has("{deadline}"),
-            spec,
         }
     }
 }
@@ -452,42 +783,39 @@ struct ServerIndex {
     globs: Vec<usize>,
 }
 
-/// Decides sampling requests against one compiled table.
-#[derive(Debug)]
+/// Decides sampling requests against one verified [`Policy`]. Cheap to
+/// clone: clones share the policy, the store, the clock and the caches;
+/// grants and consents hold one, so their transitions need no engine
+/// argument.
+#[derive(Debug, Clone)]
 pub struct Engine {
-    table: Table,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    policy: Policy,
     store: Arc<dyn DecisionStore>,
     clock: Arc<dyn Clock>,
     index: ServerIndex,
     plans: Vec<Arc<Plan>>,
+    /// Each entry's pattern, shared by every [`BlockRef`] naming it.
+    patterns: Vec<Arc<str>>,
     reasons: FastMap<String, ReasonRt>,
+    /// The spec of a reason the table lacks (cannot happen with a verified
+    /// table): unknown retryability is `false`, nothing is stored.
+    unknown_reason: ReasonRt,
     purged: RwLock<HashSet<String>>,
 }
 
-/// Builds the reason spec for a name the table lacks (cannot happen with a
-/// verified table): unknown retryability is `false`, nothing is stored.
-fn unknown_reason(error_code: i64) -> ReasonRt {
-    ReasonRt::new(ReasonSpec {
-        retryable: false,
-        ttl: Ttl::None,
-        code: error_code,
-        message: "Sampling denied: {reason} for server '{server}'".to_owned(),
-    })
-}
-
 impl Engine {
-    /// An engine over `table` (verify it first, e.g. with [`Table::from_json`]),
-    /// remembering decisions in `store`, reading time from `clock`.
+    /// An engine running `policy`, remembering decisions in `store`, reading
+    /// time from `clock`.
     ///
-    /// Server patterns are NFC-normalised here, as every server id is at
-    /// each decision: canonically equivalent spellings are one server. So
-    /// are `models` patterns, as each hint's name is when it is matched.
-    pub fn new(mut table: Table, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
-        for entry in table.servers.iter_mut() {
-            if let std::borrow::Cow::Owned(normalized) = glob::nfc(&entry.pattern) {
-                entry.pattern = normalized;
-            }
-        }
+    /// `models` patterns are NFC-normalised here, as each hint's name is
+    /// when it is matched (server patterns already are, by [`Policy`]).
+    pub fn new(policy: Policy, store: Arc<dyn DecisionStore>, clock: Arc<dyn Clock>) -> Self {
+        let mut table: Table = policy.table().clone();
         for entry in table
             .servers
             .iter_mut()
@@ -519,104 +847,153 @@ impl Engine {
                 *governing = g;
             }
         }
-        let plans = table
-            .servers
-            .iter()
-            .chain(std::iter::once(&table.fallback))
+        let entries = || table.servers.iter().chain(std::iter::once(&table.fallback));
+        let plans = entries()
             .map(|entry| Arc::new(plan_for(&entry.block, &entry.digest)))
+            .collect();
+        let patterns = entries()
+            .map(|entry| Arc::from(entry.pattern.as_str()))
             .collect();
         let reasons = table
             .reasons
             .iter()
-            .map(|(name, spec)| (name.clone(), ReasonRt::new(spec.clone())))
+            .map(|(name, spec)| (name.clone(), ReasonRt::new(spec)))
             .collect();
+        let unknown_reason = ReasonRt::new(&ReasonSpec {
+            retryable: false,
+            ttl: Ttl::None,
+            code: table.error_code,
+            message: "Sampling denied: {reason} for server '{server}'".to_owned(),
+        });
         Engine {
-            table,
-            store,
-            clock,
-            index: ServerIndex { exact, globs },
-            plans,
-            reasons,
-            purged: RwLock::new(HashSet::new()),
+            inner: Arc::new(Inner {
+                policy: Policy::verified(table),
+                store,
+                clock,
+                index: ServerIndex { exact, globs },
+                plans,
+                patterns,
+                reasons,
+                unknown_reason,
+                purged: RwLock::new(HashSet::new()),
+            }),
         }
     }
 
-    /// The table this engine executes.
-    pub fn table(&self) -> &Table {
-        &self.table
+    /// The policy this engine runs (`models` patterns in NFC).
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
     }
 
-    /// The store this engine records in.
-    pub fn store(&self) -> &Arc<dyn DecisionStore> {
-        &self.store
+    /// The store this engine records in (to inspect it: `get`, `server_stats`).
+    pub fn store(&self) -> &dyn DecisionStore {
+        &*self.inner.store
+    }
+
+    fn table(&self) -> &Table {
+        self.inner.policy.table()
     }
 
     /// Index of the entry governing `server_id` (`servers.len()` = fallback);
     /// the same answer as [`Table::entry_for`].
     fn entry_index(&self, server_id: &str) -> usize {
-        if let Some(&governing) = self.index.exact.get(server_id) {
+        if let Some(&governing) = self.inner.index.exact.get(server_id) {
             return governing;
         }
-        self.index
+        let servers = &self.table().servers;
+        self.inner
+            .index
             .globs
             .iter()
             .copied()
-            .find(|&i| glob::matches(&self.table.servers[i].pattern, server_id))
-            .unwrap_or(self.table.servers.len())
+            .find(|&i| glob::matches(&servers[i].pattern, server_id))
+            .unwrap_or(servers.len())
     }
 
     fn block(&self, entry: usize) -> &EffectiveBlock {
-        match self.table.servers.get(entry) {
+        let table = self.table();
+        match table.servers.get(entry) {
             Some(e) => &e.block,
-            None => &self.table.fallback.block,
+            None => &table.fallback.block,
         }
     }
 
-    fn reason(&self, name: &str) -> std::borrow::Cow<'_, ReasonRt> {
-        match self.reasons.get(name) {
-            Some(r) => std::borrow::Cow::Borrowed(r),
-            None => std::borrow::Cow::Owned(unknown_reason(self.table.error_code)),
+    fn block_ref(&self, entry: usize) -> BlockRef {
+        let fallback = entry >= self.table().servers.len();
+        BlockRef {
+            entry: (!fallback).then_some(entry),
+            pattern: self.inner.patterns[entry.min(self.inner.patterns.len() - 1)].clone(),
         }
     }
 
-    /// Parses, validates and decides raw request bytes: every input yields
+    fn cause(&self, entry: usize, statement: Option<Statement>, step: Step) -> Cause {
+        Cause {
+            block: self.block_ref(entry),
+            statement,
+            step,
+            replayed: false,
+        }
+    }
+
+    fn reason(&self, name: &str) -> &ReasonRt {
+        self.inner
+            .reasons
+            .get(name)
+            .unwrap_or(&self.inner.unknown_reason)
+    }
+
+    fn now(&self) -> Millis {
+        self.inner.clock.now()
+    }
+
+    /// The request identity of `params` from `server_id` under this policy's
+    /// identity fields (`docs/spec/identity.md`).
+    pub fn identity(&self, server_id: &str, params: &Map<String, Value>) -> RequestIdentity {
+        identity::request_identity(&glob::nfc(server_id), params, &self.table().identity)
+    }
+
+    /// Parses, validates and decides the raw bytes of a server's
+    /// `sampling/createMessage` request (steps 1–10): every input yields
     /// something to send, never a panic.
-    pub fn decide_bytes(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
+    pub fn decide(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
         let request = match request::parse_sampling(bytes) {
             Ok(request) => request,
-            Err(rejection) => {
-                return Answer::Invalid {
-                    frame: rejection.frame(),
-                    code: rejection.code(),
-                };
-            }
+            Err(rejection) => return Answer::Invalid(rejection),
         };
-        match self.decide(server_id, &request, ctx) {
+        match self.decide_request(server_id, &request, ctx) {
             Ok(decision) => Answer::Decided { request, decision },
             Err(error) => Answer::Failed {
-                frame: error.frame(request.id.as_ref(), server_id),
+                reply: error.reply(request.id.as_ref()),
                 error,
             },
         }
     }
 
-    /// Decides a validated request (DESIGN "Evaluation", steps 2–10).
-    pub fn decide(
+    /// Decides a request already validated by
+    /// [`request::validate_sampling`] (steps 2–10), for a client whose SDK
+    /// parsed the wire bytes itself.
+    pub fn decide_request(
         &self,
         server_id: &str,
         request: &SamplingRequest,
         ctx: &ClientContext,
-    ) -> Result<Decision, EngineError> {
+    ) -> Result<Decision, Error> {
         // NFC once, here: the id matches, keys the store and is reported in this form.
-        let server_id = glob::nfc(server_id);
-        let identity =
-            identity::request_identity(&server_id, &request.params, &self.table.identity);
-        self.decide_with_identity(&server_id, identity.into_string(), &request.params, ctx)
+        let nfc_id = glob::nfc(server_id);
+        let identity = identity::request_identity(&nfc_id, &request.params, &self.table().identity);
+        self.decide_with_identity(&nfc_id, identity.into_string(), &request.params, ctx)
+            .map_err(|error| match error {
+                // The fail-closed reply names the server as the caller did.
+                Error::Store { source, .. } => Error::store(server_id, source),
+                other => other,
+            })
     }
 
-    /// Steps 3–10 for a request whose identity is already known. Exposed for
-    /// benchmarks and for callers that computed the identity themselves; the
-    /// identity must be [`identity::request_identity`] of these params.
+    /// Steps 3–10 for a request whose identity is already known: what the
+    /// benchmarks time, the identity excluded. The identity must be
+    /// [`identity::request_identity`] of these params. Hidden because an
+    /// embedder passing a wrong identity would replay another request's
+    /// decisions.
     #[doc(hidden)]
     pub fn decide_with_identity(
         &self,
@@ -624,21 +1001,20 @@ impl Engine {
         identity: String,
         params: &Map<String, Value>,
         ctx: &ClientContext,
-    ) -> Result<Decision, EngineError> {
+    ) -> Result<Decision, Error> {
         let server_id = &*glob::nfc(server_id);
-        let now = self.clock.now();
+        let now = self.now();
         let entry = self.entry_index(server_id);
-        let plan = &self.plans[entry];
+        let plan = &self.inner.plans[entry];
         let block = self.block(entry);
         let key = DecisionKey {
             server_id: server_id.to_owned(),
             identity,
         };
 
-        // Steps 3–8 in one store call where the store can (SQLite: one
-        // transaction): the replay; then, unless a stored denial answers,
-        // steps 4–6 (pure computation, in `evaluate`) and the admission of
-        // steps 7–8.
+        // Steps 3–8 in one store call: the replay; then, unless a stored
+        // denial answers, steps 4–6 (pure computation, in `evaluate`) and
+        // the admission of steps 7–8.
         let mut approved_before = false;
         let mut early: Option<(&str, Produced)> = None;
         let mut trims: Option<(Lowered, Annotations)> = None;
@@ -646,127 +1022,112 @@ impl Engine {
             // 3. Replay.
             if let Some(stored) = stored {
                 match stored.verdict {
-                    Verdict::Deny if stored_denial_answers(block, stored, params) => return false,
+                    Verdict::Deny if stored_denial_answers(block, stored, params) => {
+                        return Evaluation::Answered;
+                    }
                     Verdict::Deny => {}
                     Verdict::Allow => approved_before = true,
                 }
             }
             // 4–5. Switches and input limits.
-            if let Some(denial) = self.switch_or_input_denial(block, params) {
+            if let Some(denial) = switch_or_input_denial(block, params) {
                 early = Some(denial);
-                return false;
+                return Evaluation::Answered;
             }
             // 6. Trims.
             let (lowered, annotations) = self.trims(block, params, ctx);
             // 7–8. Rate and budgets, admitted together.
             *checks = self.admission_checks(block, plan, &lowered, params, now);
             trims = Some((lowered, annotations));
-            true
+            Evaluation::Admit
         };
         let mut checks = Vec::new();
-        let combined =
-            self.store
-                .replay_then_admit(&key, &plan.digest, now, &mut checks, &mut evaluate)?;
-        let (reservation, lowered, annotations) = if let Some(answer) = combined {
-            let admission = match (answer.admission, early, trims) {
-                (Some(admission), _, Some((lowered, annotations))) => {
-                    Some((admission, lowered, annotations))
-                }
-                (_, Some((reason, produced)), _) => {
-                    return self.deny(key, plan, reason, produced, now);
-                }
-                _ => None,
-            };
-            let Some((admission, lowered, annotations)) = admission else {
-                // Not evaluated: a stored denial answers.
+        let answer = self
+            .inner
+            .store
+            .replay_or_admit(&key, &plan.digest, now, &mut checks, &mut evaluate)
+            .map_err(|e| Error::store(server_id, e))?;
+        let (admission, lowered, annotations) = match (answer.admission, early, trims) {
+            (Some(admission), None, Some((lowered, annotations))) => {
+                (admission, lowered, annotations)
+            }
+            (None, Some((reason, produced)), None) => {
+                return self.deny(key, entry, plan, reason, produced, now);
+            }
+            // Not evaluated: a stored denial answers.
+            (None, None, None) => {
                 return match answer.replayed {
-                    Some(stored) => Ok(Decision::Deny(
-                        self.replayed_denial(key, stored, block, params),
+                    Some(stored) if stored.verdict == Verdict::Deny => Ok(Decision::Deny(
+                        self.replayed_denial(key, entry, stored, params),
                     )),
-                    // A store that skipped `evaluate` without a replay: fail closed.
-                    None => Err(EngineError::Store(StoreError::BadRow {
-                        path: "<store>".into(),
-                        detail: "replay_then_admit answered neither a replay nor an admission"
-                            .to_owned(),
-                    })),
+                    // A store that skipped `evaluate` without a stored denial: fail closed.
+                    _ => Err(Error::store(
+                        server_id,
+                        StoreError::BadRow {
+                            path: "<store>".into(),
+                            detail:
+                                "replay_or_admit answered neither a stored denial nor an evaluation"
+                                    .to_owned(),
+                        },
+                    )),
                 };
-            };
-            let reservation = match admission {
-                Admission::Admitted { reservation } => reservation,
-                Admission::Refused {
-                    index,
-                    available_at,
-                    ..
-                } => {
-                    return self.refuse_limit(key, plan, block, &checks, index, available_at, now);
-                }
-            };
-            (reservation, lowered, annotations)
-        } else {
-            // The store does not combine them (the in-memory store, where
-            // two calls are cheap): steps 3–8 one after the other.
-            // 3. Replay.
-            if let Some(stored) = self.store.replay(&key, &plan.digest, now)? {
-                match stored.verdict {
-                    Verdict::Deny if stored_denial_answers(block, &stored, params) => {
-                        return Ok(Decision::Deny(
-                            self.replayed_denial(key, stored, block, params),
-                        ));
-                    }
-                    Verdict::Deny => {}
-                    Verdict::Allow => approved_before = true,
-                }
             }
-
-            // 4–5. Switches and input limits.
-            if let Some((reason, produced)) = self.switch_or_input_denial(block, params) {
-                return self.deny(key, plan, reason, produced, now);
+            // An admission `evaluate` did not ask for: fail closed.
+            _ => {
+                return Err(Error::store(
+                    server_id,
+                    StoreError::BadRow {
+                        path: "<store>".into(),
+                        detail: "replay_or_admit admitted what evaluate did not ask for".to_owned(),
+                    },
+                ));
             }
-
-            // 6. Trims.
-            let (lowered, annotations) = self.trims(block, params, ctx);
-
-            // 7–8. Rate and budgets, admitted together.
-            let reservation = if plan.checks.is_empty() {
-                Reservation::NONE
-            } else {
-                let checks = self.admission_checks(block, plan, &lowered, params, now);
-                match self.store.admit(server_id, &checks, now)? {
-                    Admission::Admitted { reservation } => reservation,
-                    Admission::Refused {
-                        index,
-                        available_at,
-                        ..
-                    } => {
-                        return self.refuse_limit(
-                            key,
-                            plan,
-                            block,
-                            &checks,
-                            index,
-                            available_at,
-                            now,
-                        );
-                    }
-                }
-            };
-            (reservation, lowered, annotations)
+        };
+        let reservation = match admission {
+            Admission::Admitted { reservation } => reservation,
+            Admission::Refused {
+                index,
+                available_at,
+                ..
+            } => {
+                return self.refuse_limit(key, entry, plan, &checks, index, available_at, now);
+            }
         };
 
-        let trimmed = !annotations.is_empty();
-        let grant = Grant {
-            deadline_ms: block.deadline.as_ref().map(|d| d.ms),
+        // The first trim names the statement of a trim's cause.
+        let trimmed_by = if annotations.context.is_some() {
+            Some(Statement::MaxContext)
+        } else if annotations.max_tokens.is_some() {
+            Some(Statement::MaxTokens)
+        } else if annotations.model.is_some() {
+            Some(Statement::Models)
+        } else {
+            None
+        };
+        let mut grant = Grant {
             ticket: Ticket {
+                engine: self.clone(),
                 server_id: key.server_id,
                 identity: key.identity,
                 entry,
-                digest: plan.digest.clone(),
                 reservation,
                 plan: plan.clone(),
             },
+            deadline_ms: block.deadline.as_ref().map(|d| d.ms),
             lowered,
             annotations,
-            replayed: approved_before,
+            cause: Cause {
+                replayed: approved_before,
+                ..self.cause(
+                    entry,
+                    trimmed_by,
+                    if trimmed_by.is_some() {
+                        Step::Trims
+                    } else {
+                        Step::Allow
+                    },
+                )
+            },
         };
 
         // 9. Consent.
@@ -776,11 +1137,13 @@ impl Engine {
             Consent::Never => false,
         };
         if ask {
-            return Ok(Decision::NeedsConsent(PendingConsent { grant, trimmed }));
+            grant.cause.statement = Some(Statement::Consent);
+            grant.cause.step = Step::Consent;
+            return Ok(Decision::NeedsConsent(PendingConsent { grant }));
         }
 
         // 10. Allow.
-        Ok(if trimmed {
+        Ok(if grant.is_trim() {
             Decision::Trim(grant)
         } else {
             Decision::Allow(grant)
@@ -791,58 +1154,22 @@ impl Engine {
     /// expired ones) are dropped the first time this engine records a
     /// decision for the server. Only housekeeping: a replay never matches
     /// another digest anyway.
-    fn purge_once(&self, server_id: &str, digest: &str, now: Millis) -> Result<(), EngineError> {
-        let seen = self
-            .purged
+    fn purge_once(&self, server_id: &str, digest: &str, now: Millis) -> Result<(), Error> {
+        let purged = &self.inner.purged;
+        let seen = purged
             .read()
             .map(|set| set.contains(server_id))
             .unwrap_or(false);
         if !seen {
-            self.store.purge_stale(server_id, digest, now)?;
-            if let Ok(mut set) = self.purged.write() {
+            self.inner
+                .store
+                .purge_stale(server_id, digest, now)
+                .map_err(|e| Error::store(server_id, e))?;
+            if let Ok(mut set) = purged.write() {
                 set.insert(server_id.to_owned());
             }
         }
         Ok(())
-    }
-
-    /// Steps 4–5: the denial a switch or an input limit gives this request, if any.
-    fn switch_or_input_denial<'b>(
-        &self,
-        block: &'b EffectiveBlock,
-        params: &Map<String, Value>,
-    ) -> Option<(&'b str, Produced)> {
-        // 4. Switches.
-        if !block.sampling.enabled {
-            return Some((&block.sampling.reason, Produced::recomputable()));
-        }
-        if !block.tools.enabled && carries_tools(params) {
-            return Some((&block.tools.reason, Produced::recomputable()));
-        }
-        // 5. Input limits.
-        if let Some(limit) = &block.max_messages {
-            let count = params
-                .get("messages")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len) as u64;
-            if count > limit.max {
-                let produced = Produced {
-                    limit: Some(format!("{} messages", limit.max)),
-                    ..Produced::recomputable()
-                };
-                return Some((&limit.reason, produced));
-            }
-        }
-        if let Some(limit) = &block.max_input
-            && !input_fits(params, limit.max)
-        {
-            let produced = Produced {
-                limit: Some(frame::format_size(limit.max)),
-                ..Produced::recomputable()
-            };
-            return Some((&limit.reason, produced));
-        }
-        None
     }
 
     fn trims(
@@ -866,7 +1193,7 @@ impl Engine {
             Some(_) => (ContextScope::AllServers, false),
         };
         let mut max = block.max_context;
-        if self.table.protocol >= ProtocolRevision::V2026_07_28 && !ctx.sampling_context {
+        if self.table().protocol >= ProtocolRevision::V2026_07_28 && !ctx.sampling_context {
             max = ContextScope::None;
         }
         if requested > max || !recognised {
@@ -969,13 +1296,14 @@ impl Engine {
     fn refuse_limit(
         &self,
         key: DecisionKey,
+        entry: usize,
         plan: &Plan,
-        block: &EffectiveBlock,
         checks: &[LimitCheck],
         index: usize,
         available_at: Millis,
         now: Millis,
-    ) -> Result<Decision, EngineError> {
+    ) -> Result<Decision, Error> {
+        let block = self.block(entry);
         let (kind, window) = match (plan.checks.get(index), checks.get(index)) {
             (Some((_, kind)), Some(check)) => (*kind, check.window),
             // A store answering with an index we did not send: refuse as rate.
@@ -1009,9 +1337,9 @@ impl Engine {
                     reset: Some(now.saturating_add((seconds as i64).saturating_mul(1000))),
                     limit,
                     window,
-                    ..Produced::plain()
+                    ..Produced::new(Statement::Rate, Step::Rate)
                 };
-                self.deny(key, plan, reason, produced, now)
+                self.deny(key, entry, plan, reason, produced, now)
             }
             CheckKind::Budget(i) => {
                 let budget = block.budgets.get(i);
@@ -1023,9 +1351,9 @@ impl Engine {
                     reset: Some(resets_at),
                     limit,
                     window,
-                    ..Produced::plain()
+                    ..Produced::new(Statement::Budget(i), Step::Budgets)
                 };
-                self.deny(key, plan, reason, produced, now)
+                self.deny(key, entry, plan, reason, produced, now)
             }
         }
     }
@@ -1034,209 +1362,186 @@ impl Engine {
     fn deny(
         &self,
         key: DecisionKey,
+        entry: usize,
         plan: &Plan,
         reason: &str,
         produced: Produced,
         now: Millis,
-    ) -> Result<Decision, EngineError> {
-        self.denial(key, plan, reason, produced, now)
+    ) -> Result<Decision, Error> {
+        self.denial(key, entry, plan, reason, produced, now)
             .map(Decision::Deny)
     }
 
     fn denial(
         &self,
         key: DecisionKey,
+        entry: usize,
         plan: &Plan,
         reason: &str,
         produced: Produced,
         now: Millis,
-    ) -> Result<Denial, EngineError> {
+    ) -> Result<Denial, Error> {
         let rt = self.reason(reason);
         let data = DenialData {
             reason: reason.to_owned(),
             server: key.server_id.clone(),
-            retryable: rt.spec.retryable,
+            retryable: rt.retryable,
             timing: produced.timing,
         }
         .to_json();
         let data: Arc<str> = Arc::from(data);
         let reason: Arc<str> = Arc::from(reason);
-        let expiry = expiry(rt.spec.ttl, now, produced.reset);
-        if let Some(expires_at) = expiry {
+        let expiry = expiry(rt.ttl, now, produced.reset);
+        if expiry != Expiry::NotStored {
             self.purge_once(&key.server_id, &plan.digest, now)?;
-            self.store.record(
-                &key,
-                &StoredDecision {
-                    verdict: Verdict::Deny,
-                    reason: reason.clone(),
-                    digest: plan.digest.clone(),
-                    expires_at,
-                    data: Some(data.clone()),
-                    represented: 0,
-                    decided_at: now,
-                    recomputable: produced.recomputable,
-                },
-            )?;
+            self.inner
+                .store
+                .record(
+                    &key,
+                    &StoredDecision {
+                        verdict: Verdict::Deny,
+                        reason: reason.clone(),
+                        digest: plan.digest.clone(),
+                        expires_at: expiry.expires_at(),
+                        data: Some(data.clone()),
+                        represented: 0,
+                        decided_at: now,
+                        recomputable: produced.recomputable,
+                    },
+                )
+                .map_err(|e| Error::store(&key.server_id, e))?;
         }
         Ok(Denial {
             reason,
             server: key.server_id,
-            code: rt.spec.code,
-            retryable: rt.spec.retryable,
+            code: rt.code,
+            retryable: rt.retryable,
             data,
-            replayed: false,
             represented: 0,
-            expires_at: expiry.flatten(),
-            stored: expiry.is_some(),
+            expiry,
             template: rt.template.clone(),
-            limit: produced.limit,
-            window: produced.window,
-            deadline: produced.deadline,
+            origin: Origin::Fresh {
+                timing: produced.timing,
+                limit: produced.limit,
+                window: produced.window,
+                deadline: produced.deadline,
+                cause: self.cause(entry, Some(produced.statement), produced.step),
+            },
         })
     }
 
-    /// A stored denial, answered again: same `data` bytes; the message's
-    /// `{limit}`, `{window}` and `{deadline}` are derived again from the
-    /// (unchanged) block.
+    /// A stored denial, answered again: same `data` bytes; the message and
+    /// the cause are derived when asked ([`Origin::Replayed`]).
     fn replayed_denial(
         &self,
         key: DecisionKey,
+        entry: usize,
         stored: StoredDecision,
-        block: &EffectiveBlock,
         params: &Map<String, Value>,
     ) -> Denial {
         let rt = self.reason(&stored.reason);
-        let template = rt.template.clone();
+        let block = self.block(entry);
         let data = stored.data.unwrap_or_else(|| {
             // A row written without data (another tool): rebuild it.
             DenialData {
                 reason: stored.reason.to_string(),
                 server: key.server_id.clone(),
-                retryable: rt.spec.retryable,
+                retryable: rt.retryable,
                 timing: None,
             }
             .to_json()
             .into()
         });
-        let (limit, window) = if rt.needs_limit || rt.needs_window {
-            replay_limit_window(block, &stored.reason, params, &data, stored.decided_at)
-        } else {
-            (None, None)
-        };
-        let deadline = rt
-            .needs_deadline
-            .then(|| {
-                block
-                    .deadline
-                    .as_ref()
-                    .map(|d| frame::format_duration(d.ms))
-            })
-            .flatten();
         Denial {
             reason: stored.reason,
             server: key.server_id,
-            code: rt.spec.code,
-            retryable: rt.spec.retryable,
+            code: rt.code,
+            retryable: rt.retryable,
             data,
-            replayed: true,
             represented: stored.represented,
-            expires_at: stored.expires_at,
-            stored: true,
-            template,
-            limit,
-            window,
-            deadline,
+            expiry: Expiry::of_stored(stored.expires_at),
+            template: rt.template.clone(),
+            origin: Origin::Replayed {
+                engine: self.clone(),
+                entry,
+                decided_at: stored.decided_at,
+                // Read only where it tells two input limits apart: a map
+                // look-up saved on every other replay.
+                messages: match (&block.max_messages, &block.max_input) {
+                    (Some(by_messages), Some(by_input))
+                        if by_messages.reason == by_input.reason =>
+                    {
+                        message_count(params)
+                    }
+                    _ => 0,
+                },
+            },
         }
     }
 
-    /// The user answered a [`Decision::NeedsConsent`]. Approval runs the
-    /// request (and, with `consent first`, is stored as `user.approved`);
-    /// refusal is stored as `user.denied` and returns the reserved budget
-    /// (the rate spend stays: the server did ask).
-    pub fn resolve_consent(
-        &self,
-        pending: PendingConsent,
-        approved: bool,
-    ) -> Result<Decision, EngineError> {
-        let now = self.clock.now();
-        let PendingConsent { grant, trimmed } = pending;
+    /// [`PendingConsent::approve`].
+    fn approve(&self, mut grant: Grant) -> Result<Grant, Error> {
+        let now = self.now();
         let ticket = &grant.ticket;
-        let key = DecisionKey {
-            server_id: ticket.server_id.clone(),
-            identity: ticket.identity.clone(),
-        };
-        if approved {
-            let block = self.block(ticket.entry);
-            let rt = self.reason(builtin::USER_APPROVED);
-            if block.consent == Consent::First
-                && let Some(expires_at) = expiry(rt.spec.ttl, now, None)
-            {
-                self.purge_once(&key.server_id, &ticket.digest, now)?;
-                self.store.record(
-                    &key,
+        let block = self.block(ticket.entry);
+        let rt = self.reason(builtin::USER_APPROVED);
+        let approval = expiry(rt.ttl, now, None);
+        if block.consent == Consent::First && approval != Expiry::NotStored {
+            self.purge_once(&ticket.server_id, &ticket.plan.digest, now)?;
+            self.inner
+                .store
+                .record(
+                    &ticket.key(),
                     &StoredDecision {
                         verdict: Verdict::Allow,
                         reason: Arc::from(builtin::USER_APPROVED),
-                        digest: ticket.digest.clone(),
-                        expires_at,
+                        digest: ticket.plan.digest.clone(),
+                        expires_at: approval.expires_at(),
                         data: None,
                         represented: 0,
                         decided_at: now,
                         recomputable: false,
                     },
-                )?;
-            }
-            return Ok(if trimmed {
-                Decision::Trim(grant)
-            } else {
-                Decision::Allow(grant)
-            });
+                )
+                .map_err(|e| Error::store(&ticket.server_id, e))?;
         }
-        self.release_budgets(ticket)?;
-        let plan = ticket.plan.clone();
-        self.deny(key, &plan, builtin::USER_DENIED, Produced::plain(), now)
+        grant.cause.statement = Some(Statement::Consent);
+        grant.cause.step = Step::Consent;
+        Ok(grant)
     }
 
-    /// The user's answer to a [`Decision::NeedsConsent`] never came: the
-    /// client failed (an error other than the user's rejection), or the task
-    /// it ran ended without a result. Nothing is stored, and the reserved
-    /// budget is returned (the rate spend stays: the server did ask).
-    pub fn abandon_consent(&self, pending: PendingConsent) -> Result<(), EngineError> {
-        self.release_budgets(&pending.grant.ticket)
+    /// [`PendingConsent::refuse`].
+    fn refuse(&self, ticket: &Ticket) -> Result<Denial, Error> {
+        let now = self.now();
+        self.release_budgets(ticket)?;
+        self.denial(
+            ticket.key(),
+            ticket.entry,
+            &ticket.plan,
+            builtin::USER_DENIED,
+            Produced::new(Statement::Consent, Step::Consent),
+            now,
+        )
     }
 
     /// Returns a reservation's budget spend (not its rate spend).
-    fn release_budgets(&self, ticket: &Ticket) -> Result<(), EngineError> {
+    fn release_budgets(&self, ticket: &Ticket) -> Result<(), Error> {
         if ticket.reservation.is_none() {
             return Ok(());
         }
         for (counter, kind) in &ticket.plan.checks {
             if let CheckKind::Budget(_) = kind {
-                self.store
-                    .settle(&ticket.server_id, ticket.reservation, counter, 0)?;
+                self.inner
+                    .store
+                    .settle(&ticket.server_id, ticket.reservation, counter, 0)
+                    .map_err(|e| Error::store(&ticket.server_id, e))?;
             }
         }
         Ok(())
     }
 
-    /// The model globs (`models`) the granted request may run on, `None`
-    /// when the block allows any. The client must pick its model from these,
-    /// whether or not the request carried hints.
-    pub fn allowed_models(&self, ticket: &Ticket) -> Option<&[String]> {
-        self.block(ticket.entry).models.as_deref()
-    }
-
-    /// Whether `model` (the model the client is about to run, or ran) is
-    /// allowed for the granted request.
-    pub fn model_allowed(&self, ticket: &Ticket, model: &str) -> bool {
-        self.allowed_models(ticket)
-            .is_none_or(|globs| globs.iter().any(|g| glob::matches(g, &glob::nfc(model))))
-    }
-
-    /// Settles a completed request's token budgets with the real usage
-    /// (input + output tokens as the provider reported them). Request
-    /// budgets and the rate keep their count.
-    pub fn settle(&self, ticket: &Ticket, usage_tokens: u64) -> Result<(), EngineError> {
+    /// [`Grant::complete`].
+    fn settle(&self, ticket: &Ticket, usage_tokens: u64) -> Result<(), Error> {
         if ticket.reservation.is_none() {
             return Ok(());
         }
@@ -1248,27 +1553,26 @@ impl Engine {
                     .get(*i)
                     .is_some_and(|b| b.metric == BudgetMetric::Tokens)
             {
-                self.store
-                    .settle(&ticket.server_id, ticket.reservation, counter, usage_tokens)?;
+                self.inner
+                    .store
+                    .settle(&ticket.server_id, ticket.reservation, counter, usage_tokens)
+                    .map_err(|e| Error::store(&ticket.server_id, e))?;
             }
         }
         Ok(())
     }
 
-    /// The client reports that the completion missed its deadline: the
-    /// identity is denied with the block's deadline reason (stored per its
-    /// ttl, so an immediate identical retry is answered from the store).
-    /// Returns the denial to send.
-    pub fn report_deadline_miss(&self, ticket: &Ticket) -> Result<Denial, EngineError> {
-        let now = self.clock.now();
+    /// [`Grant::deadline_missed`].
+    fn report_deadline_miss(&self, ticket: &Ticket) -> Result<Denial, Error> {
+        let now = self.now();
         let block = self.block(ticket.entry);
         let reason = block
             .deadline
             .as_ref()
             .map_or(builtin::DEADLINE, |d| d.reason.as_str());
         let rt = self.reason(reason);
-        let timing = match rt.spec.ttl {
-            Ttl::AfterMs(ms) if rt.spec.retryable => Some(Timing::RetryAfter(ms.div_ceil(1000))),
+        let timing = match rt.ttl {
+            Ttl::AfterMs(ms) if rt.retryable => Some(Timing::RetryAfter(ms.div_ceil(1000))),
             _ => None,
         };
         let produced = Produced {
@@ -1277,38 +1581,31 @@ impl Engine {
                 .deadline
                 .as_ref()
                 .map(|d| frame::format_duration(d.ms)),
-            ..Produced::plain()
+            ..Produced::new(Statement::Deadline, Step::Allow)
         };
-        let key = DecisionKey {
-            server_id: ticket.server_id.clone(),
-            identity: ticket.identity.clone(),
-        };
-        let plan = ticket.plan.clone();
-        self.denial(key, &plan, reason, produced, now)
+        self.denial(
+            ticket.key(),
+            ticket.entry,
+            &ticket.plan,
+            reason,
+            produced,
+            now,
+        )
     }
 
     /// MCP 2026-07-28: decides every sampling entry of an
     /// `InputRequiredResult` (or of its `inputRequests` value) received from
-    /// `server_id`, given as raw bytes so duplicate keys are caught. A
-    /// malformed result yields `Err((code, message))` for the client's pending call.
+    /// `server_id`, given as raw bytes so duplicate keys are caught. Entries
+    /// come back in key order. A malformed result is an [`Error::Request`]
+    /// whose [`Error::reply`] answers the client's pending call.
     pub fn decide_input_required(
         &self,
         server_id: &str,
         bytes: &[u8],
         ctx: &ClientContext,
-    ) -> Result<Vec<InputDecision>, (i64, String)> {
-        let value = request::parse_strict(bytes).map_err(|e| (e.code(), e.to_string()))?;
-        Ok(self.decide_input_requests(server_id, &value, ctx))
-    }
-
-    /// Like [`Engine::decide_input_required`] on an already strictly parsed value.
-    pub fn decide_input_requests(
-        &self,
-        server_id: &str,
-        result: &Value,
-        ctx: &ClientContext,
-    ) -> Vec<InputDecision> {
-        frame::input_requests(result)
+    ) -> Result<Vec<InputDecision>, Error> {
+        let result = request::parse_strict(bytes)?;
+        Ok(frame::input_requests(&result)
             .into_iter()
             .map(|entry| {
                 let outcome = if !entry.is_sampling() {
@@ -1317,16 +1614,13 @@ impl Engine {
                     let mut wrapped = Map::new();
                     wrapped.insert("jsonrpc".to_owned(), Value::from("2.0"));
                     wrapped.insert("id".to_owned(), Value::from(entry.key.as_str()));
-                    wrapped.insert("method".to_owned(), Value::from(frame::SAMPLING_METHOD));
+                    wrapped.insert("method".to_owned(), Value::from(jsonrpc::SAMPLING_METHOD));
                     if let Some(params) = entry.entry.get("params") {
                         wrapped.insert("params".to_owned(), params.clone());
                     }
                     match request::validate_sampling(Value::Object(wrapped)) {
-                        Err(err) => InputOutcome::Invalid {
-                            code: err.code(),
-                            message: err.to_string(),
-                        },
-                        Ok(request) => match self.decide(server_id, &request, ctx) {
+                        Err(error) => InputOutcome::Invalid(error.into()),
+                        Ok(request) => match self.decide_request(server_id, &request, ctx) {
                             Ok(decision) => InputOutcome::Decided { request, decision },
                             Err(error) => InputOutcome::Failed(error),
                         },
@@ -1337,13 +1631,59 @@ impl Engine {
                     outcome,
                 }
             })
-            .collect()
+            .collect())
     }
 }
 
+/// Steps 4–5: the denial a switch or an input limit gives this request, if any.
+fn switch_or_input_denial<'b>(
+    block: &'b EffectiveBlock,
+    params: &Map<String, Value>,
+) -> Option<(&'b str, Produced)> {
+    // 4. Switches.
+    if !block.sampling.enabled {
+        let produced = Produced::new(Statement::Sampling, Step::Switches).recomputable();
+        return Some((&block.sampling.reason, produced));
+    }
+    if !block.tools.enabled && carries_tools(params) {
+        let produced = Produced::new(Statement::Tools, Step::Switches).recomputable();
+        return Some((&block.tools.reason, produced));
+    }
+    // 5. Input limits.
+    if let Some(limit) = &block.max_messages
+        && message_count(params) > limit.max
+    {
+        let produced = Produced {
+            limit: Some(format!("{} messages", limit.max)),
+            ..Produced::new(Statement::MaxMessages, Step::InputLimits).recomputable()
+        };
+        return Some((&limit.reason, produced));
+    }
+    if let Some(limit) = &block.max_input
+        && !input_fits(params, limit.max)
+    {
+        let produced = Produced {
+            limit: Some(frame::format_size(limit.max)),
+            ..Produced::new(Statement::MaxInput, Step::InputLimits).recomputable()
+        };
+        return Some((&limit.reason, produced));
+    }
+    None
+}
+
+/// The entries of `messages` (0 when absent).
+fn message_count(params: &Map<String, Value>) -> u64 {
+    params
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len) as u64
+}
+
 /// What produced a denial, beyond its reason name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Produced {
+    statement: Statement,
+    step: Step,
     timing: Option<Timing>,
     /// The instant the denial stops being true (rate: retryAfter; budget: resetsAt).
     reset: Option<Millis>,
@@ -1356,31 +1696,39 @@ struct Produced {
 }
 
 impl Produced {
-    fn plain() -> Self {
-        Produced::default()
+    fn new(statement: Statement, step: Step) -> Self {
+        Produced {
+            statement,
+            step,
+            timing: None,
+            reset: None,
+            limit: None,
+            window: None,
+            deadline: None,
+            recomputable: false,
+        }
     }
 
     /// A switch's or an input limit's denial.
-    fn recomputable() -> Self {
+    fn recomputable(self) -> Self {
         Produced {
             recomputable: true,
-            ..Produced::default()
+            ..self
         }
     }
 }
 
-/// When a decision with `ttl`, made at `now`, expires: `None` = not stored,
-/// `Some(None)` = until the block changes. A fixed ttl never outlives the
-/// condition that produced the denial (`reset`).
-fn expiry(ttl: Ttl, now: Millis, reset: Option<Millis>) -> Option<Option<Millis>> {
+/// When a decision with `ttl`, made at `now`, expires. A fixed ttl never
+/// outlives the condition that produced the denial (`reset`).
+fn expiry(ttl: Ttl, now: Millis, reset: Option<Millis>) -> Expiry {
     match ttl {
-        Ttl::None => None,
-        Ttl::Forever => Some(None),
+        Ttl::None => Expiry::NotStored,
+        Ttl::Forever => Expiry::UntilBlockChanges,
         // A reason with no window behind it (not a budget or rate): until the block changes.
-        Ttl::UntilReset => Some(reset),
+        Ttl::UntilReset => reset.map_or(Expiry::UntilBlockChanges, Expiry::At),
         Ttl::AfterMs(ms) => {
             let after = now.saturating_add(ms_i64(ms));
-            Some(Some(reset.map_or(after, |r| after.min(r))))
+            Expiry::At(reset.map_or(after, |r| after.min(r)))
         }
     }
 }
@@ -1447,16 +1795,10 @@ fn plan_for(block: &EffectiveBlock, digest: &str) -> Plan {
 }
 
 /// `maxTokens` as validation accepts it: an integer, also when written
-/// `9000.0` or `9e3` (a float must not slip past the clamp or the reservation).
+/// `9000.0` or `9e3` (a float must not slip past the clamp or the
+/// reservation). The same reader as validation's.
 fn max_tokens_of(params: &Map<String, Value>) -> Option<u64> {
-    let Some(Value::Number(number)) = params.get("maxTokens") else {
-        return None;
-    };
-    if let Some(n) = number.as_u64() {
-        return Some(n);
-    }
-    let f = number.as_f64()?;
-    (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0).then_some(f as u64)
+    params.get("maxTokens").and_then(as_non_negative_integer)
 }
 
 /// Whether a stored denial answers this request again (step 3). `tools` is
@@ -1474,9 +1816,8 @@ fn stored_denial_answers(
 }
 
 /// Whether the request offers tools to the model (`tools` non-empty, or a
-/// `toolChoice`): what `tools off` refuses. Public so that tools tracing a
-/// decision (`mcpc test`'s coverage) read a request exactly as the engine does.
-pub fn carries_tools(params: &Map<String, Value>) -> bool {
+/// `toolChoice`): what `tools off` refuses.
+fn carries_tools(params: &Map<String, Value>) -> bool {
     let tools = match params.get("tools") {
         None | Some(Value::Null) => false,
         Some(Value::Array(list)) => !list.is_empty(),
@@ -1561,12 +1902,13 @@ fn rate_labels(rate: &Rate) -> (String, String) {
 fn replay_limit_window(
     block: &EffectiveBlock,
     reason: &str,
-    params: &Map<String, Value>,
-    data: &str,
+    messages: u64,
+    timing: Option<Timing>,
     decided_at: Millis,
 ) -> (Option<String>, Option<String>) {
-    match parse_timing(data) {
+    match timing {
         Some(Timing::ResetsAt(at)) => replay_budget(block, reason, at, decided_at)
+            .and_then(|i| block.budgets.get(i))
             .map(budget_labels)
             .unzip(),
         Some(Timing::RetryAfter(_)) => block
@@ -1575,44 +1917,94 @@ fn replay_limit_window(
             .filter(|r| r.reason == reason)
             .map(rate_labels)
             .unzip(),
-        None => (replay_input_limit(block, reason, params), None),
+        None => (
+            replay_input_limit(block, reason, messages).map(|(_, limit)| limit),
+            None,
+        ),
     }
 }
 
-/// `{limit}` for a replayed input denial: the limit this request exceeds.
+/// The input limit behind a replayed input denial, and its `{limit}`: the
+/// limit this request exceeds.
 fn replay_input_limit(
     block: &EffectiveBlock,
     reason: &str,
-    params: &Map<String, Value>,
-) -> Option<String> {
-    let messages = block.max_messages.as_ref().filter(|l| l.reason == reason);
-    let input = block.max_input.as_ref().filter(|l| l.reason == reason);
-    if let Some(limit) = messages {
-        let count = params
-            .get("messages")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len) as u64;
-        if count > limit.max || input.is_none() {
-            return Some(format!("{} messages", limit.max));
-        }
+    messages: u64,
+) -> Option<(Statement, String)> {
+    let by_messages = block.max_messages.as_ref().filter(|l| l.reason == reason);
+    let by_input = block.max_input.as_ref().filter(|l| l.reason == reason);
+    if let Some(limit) = by_messages
+        && (messages > limit.max || by_input.is_none())
+    {
+        return Some((Statement::MaxMessages, format!("{} messages", limit.max)));
     }
-    input.map(|limit| frame::format_size(limit.max))
+    by_input.map(|limit| (Statement::MaxInput, frame::format_size(limit.max)))
 }
 
-/// The budget behind a replayed budget denial: the one with that reason
-/// whose window reset is the stored `resetsAt`.
-fn replay_budget<'b>(
-    block: &'b EffectiveBlock,
+/// The statement behind a replayed denial, derived from its reason, the
+/// kind of its stored timing and the (unchanged) block, in the order the
+/// steps run: `resetsAt` is a budget's, `retryAfter` the rate's or a
+/// missed deadline's; without timing a switch, an input limit, the user's
+/// refusal or a missed deadline. The cause is derived rather than stored
+/// because the store's rows (`runtime/schema/`) are frozen and a replay
+/// matches only the digest of the block that decided, so the derivation
+/// sees that same block.
+fn replay_statement(
+    block: &EffectiveBlock,
+    reason: &str,
+    timing: Option<Timing>,
+    messages: u64,
+    decided_at: Millis,
+) -> Option<Statement> {
+    let deadline = || {
+        block
+            .deadline
+            .as_ref()
+            .map_or(reason == builtin::DEADLINE, |d| d.reason == reason)
+            .then_some(Statement::Deadline)
+    };
+    match timing {
+        Some(Timing::ResetsAt(at)) => {
+            replay_budget(block, reason, at, decided_at).map(Statement::Budget)
+        }
+        Some(Timing::RetryAfter(_)) => {
+            if block.rate.as_ref().is_some_and(|r| r.reason == reason) {
+                Some(Statement::Rate)
+            } else {
+                deadline()
+            }
+        }
+        None => {
+            if !block.sampling.enabled && block.sampling.reason == reason {
+                Some(Statement::Sampling)
+            } else if !block.tools.enabled && block.tools.reason == reason {
+                Some(Statement::Tools)
+            } else if let Some((statement, _)) = replay_input_limit(block, reason, messages) {
+                Some(statement)
+            } else if reason == builtin::USER_DENIED {
+                Some(Statement::Consent)
+            } else {
+                deadline()
+            }
+        }
+    }
+}
+
+/// The budget behind a replayed budget denial (its index): the one with
+/// that reason whose window reset is the stored `resetsAt`.
+fn replay_budget(
+    block: &EffectiveBlock,
     reason: &str,
     resets_at: Millis,
     decided_at: Millis,
-) -> Option<&'b Budget> {
-    let candidates: Vec<&Budget> = block
+) -> Option<usize> {
+    let candidates: Vec<(usize, &Budget)> = block
         .budgets
         .iter()
-        .filter(|b| b.reason == reason)
+        .enumerate()
+        .filter(|(_, b)| b.reason == reason)
         .collect();
-    let calendar_match = candidates.iter().find(|b| match b.window {
+    let calendar_match = candidates.iter().find(|(_, b)| match b.window {
         Window::Calendar(unit) => calendar::window(unit, decided_at).1 == resets_at,
         Window::RollingMs(_) => false,
     });
@@ -1620,10 +2012,10 @@ fn replay_budget<'b>(
         .or_else(|| {
             candidates
                 .iter()
-                .find(|b| matches!(b.window, Window::RollingMs(_)))
+                .find(|(_, b)| matches!(b.window, Window::RollingMs(_)))
         })
         .or(candidates.first())
-        .copied()
+        .map(|(i, _)| *i)
 }
 
 #[cfg(test)]
@@ -1649,27 +2041,50 @@ mod tests {
     fn timing_is_read_back_from_data() {
         let data =
             r#"{"reason":"r","server":",\"retryAfter\":9","retryable":true,"retryAfter":12}"#;
-        assert_eq!(parse_timing(data), Some(Timing::RetryAfter(12)));
+        let timing = |data: &str| DenialData::from_json(data).and_then(|d| d.timing);
+        assert_eq!(timing(data), Some(Timing::RetryAfter(12)));
         let data =
             r#"{"reason":"r","server":"s","retryable":false,"resetsAt":"2026-03-11T00:00:00Z"}"#;
         assert_eq!(
-            parse_timing(data),
+            timing(data),
             Some(Timing::ResetsAt(calendar::timestamp(2026, 3, 11, 0, 0, 0)))
         );
-        assert_eq!(parse_timing(r#"{"reason":"r"}"#), None);
+        assert_eq!(
+            timing(r#"{"reason":"r","server":"s","retryable":true}"#),
+            None
+        );
+        assert_eq!(DenialData::from_json(r#"{"reason":"r"}"#), None);
     }
 
     #[test]
     fn expiry_never_outlives_the_condition() {
-        assert_eq!(expiry(Ttl::None, 0, Some(5)), None);
-        assert_eq!(expiry(Ttl::Forever, 0, Some(5)), Some(None));
-        assert_eq!(expiry(Ttl::UntilReset, 0, Some(5)), Some(Some(5)));
-        assert_eq!(expiry(Ttl::UntilReset, 0, None), Some(None));
-        assert_eq!(expiry(Ttl::AfterMs(10), 0, Some(5)), Some(Some(5)));
-        assert_eq!(expiry(Ttl::AfterMs(10), 0, None), Some(Some(10)));
+        assert_eq!(expiry(Ttl::None, 0, Some(5)), Expiry::NotStored);
+        assert_eq!(expiry(Ttl::Forever, 0, Some(5)), Expiry::UntilBlockChanges);
+        assert_eq!(expiry(Ttl::UntilReset, 0, Some(5)), Expiry::At(5));
+        assert_eq!(expiry(Ttl::UntilReset, 0, None), Expiry::UntilBlockChanges);
+        assert_eq!(expiry(Ttl::AfterMs(10), 0, Some(5)), Expiry::At(5));
+        assert_eq!(expiry(Ttl::AfterMs(10), 0, None), Expiry::At(10));
         assert_eq!(
             expiry(Ttl::AfterMs(u64::MAX), 1, None),
-            Some(Some(i64::MAX))
+            Expiry::At(i64::MAX)
         );
+    }
+
+    #[test]
+    fn steps_are_numbered_as_the_specification() {
+        let steps = [
+            Step::Validation,
+            Step::Identity,
+            Step::Replay,
+            Step::Switches,
+            Step::InputLimits,
+            Step::Trims,
+            Step::Rate,
+            Step::Budgets,
+            Step::Consent,
+            Step::Allow,
+        ];
+        let numbers: Vec<u8> = steps.iter().map(|s| s.number()).collect();
+        assert_eq!(numbers, (1..=10).collect::<Vec<u8>>());
     }
 }

@@ -1,38 +1,27 @@
-//! Frames: what the far side of the connection sees.
+//! Frames: what the far side of the connection sees
+//! (`docs/spec/frames.md`).
 //!
-//! - [`DenialData`] is the `error.data` object of a denial, written as JSON
-//!   text with a fixed key order (`reason`, `server`, `retryable`, then
+//! - [`DenialData`] is the typed `error.data` object of a denial, written as
+//!   JSON text with a fixed key order (`reason`, `server`, `retryable`, then
 //!   `resetsAt` or `retryAfter`). The text is stored with the decision so a
 //!   replay sends the same bytes.
-//! - [`error_response`] wraps a code, a message and that text into a JSON-RPC
-//!   error response; [`request_error_response`] does the same for requests
+//! - Every reply is written here, as bytes: a denial's
+//!   ([`crate::engine::Denial::reply`]), a failure's
+//!   ([`crate::Error::reply`]), and [`request_error_response`] for requests
 //!   that never reached the policy (-32700/-32600/-32602, `id` null when it
 //!   cannot be known).
-//! - [`Annotations`] and [`annotate_result`] add `_meta.context`,
-//!   `_meta.maxTokens` and `_meta.model` to a trimmed `CreateMessageResult`.
-//! - [`input_requests`] lists the entries of an MCP 2026-07-28
-//!   `InputRequiredResult.inputRequests`, and [`local_error_response`] answers
-//!   the client's own pending call with a denial's `data`.
+//! - [`Annotations`] are the `_meta.context`, `_meta.maxTokens` and
+//!   `_meta.model` members a trimmed `CreateMessageResult` carries
+//!   ([`crate::engine::Grant::annotate`]).
 //!
 //! Every function here returns text or edits a value; none can panic on input.
 
 use serde_json::{Map, Value};
 
+use crate::jsonrpc;
 use crate::store::Millis;
 use crate::table::ContextScope;
 use crate::{calendar, table::builtin};
-
-/// JSON-RPC: the text is not JSON.
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC: not a valid request object.
-pub const INVALID_REQUEST: i64 = -32600;
-/// JSON-RPC: invalid method parameters.
-pub const INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC: internal error (the decision store failed; the request is refused).
-pub const INTERNAL_ERROR: i64 = -32603;
-
-/// The MCP method this runtime decides.
-pub const SAMPLING_METHOD: &str = "sampling/createMessage";
 
 /// When a denied request may be tried again, as the frame states it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +46,72 @@ pub struct DenialData {
 }
 
 impl DenialData {
+    /// The `data` of a request refused because the decision store failed:
+    /// reason `runtime.store_unavailable`, retryable (the store may recover).
+    pub fn store_unavailable(server: &str) -> DenialData {
+        DenialData {
+            reason: STORE_UNAVAILABLE.to_owned(),
+            server: server.to_owned(),
+            retryable: true,
+            timing: None,
+        }
+    }
+
+    /// The same object as a JSON value, for an SDK that builds its error
+    /// from a `serde_json::Value` (the members are the same; their order is
+    /// the SDK's).
+    pub fn to_value(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("reason".to_owned(), Value::from(self.reason.as_str()));
+        map.insert("server".to_owned(), Value::from(self.server.as_str()));
+        map.insert("retryable".to_owned(), Value::from(self.retryable));
+        match self.timing {
+            Some(Timing::ResetsAt(at)) => {
+                map.insert(
+                    "resetsAt".to_owned(),
+                    Value::from(calendar::format_rfc3339(at)),
+                );
+            }
+            Some(Timing::RetryAfter(seconds)) => {
+                map.insert("retryAfter".to_owned(), Value::from(seconds));
+            }
+            None => {}
+        }
+        Value::Object(map)
+    }
+
+    /// Reads back text [`DenialData::to_json`] wrote (a stored denial's
+    /// `data`), by a typed parse. `None` when it is not such an object
+    /// (a damaged or foreign row).
+    pub(crate) fn from_json(text: &str) -> Option<DenialData> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            #[serde(borrow)]
+            reason: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            server: std::borrow::Cow<'a, str>,
+            retryable: bool,
+            #[serde(borrow, default)]
+            resets_at: Option<std::borrow::Cow<'a, str>>,
+            #[serde(default)]
+            retry_after: Option<u64>,
+        }
+        let wire: Wire<'_> = serde_json::from_str(text).ok()?;
+        let timing = match (wire.resets_at, wire.retry_after) {
+            (Some(at), None) => Some(Timing::ResetsAt(calendar::parse_rfc3339(&at)?)),
+            (None, Some(seconds)) => Some(Timing::RetryAfter(seconds)),
+            (None, None) => None,
+            (Some(_), Some(_)) => return None,
+        };
+        Some(DenialData {
+            reason: wire.reason.into_owned(),
+            server: wire.server.into_owned(),
+            retryable: wire.retryable,
+            timing,
+        })
+    }
+
     /// The JSON text, keys in the order `reason`, `server`, `retryable`,
     /// then `resetsAt` or `retryAfter`; no whitespace.
     pub fn to_json(&self) -> String {
@@ -106,7 +161,7 @@ fn push_id(out: &mut String, id: Option<&Value>) {
 
 /// The JSON-RPC error object `{"code":…,"message":…,"data":…}`; `data_json`
 /// is inserted verbatim (it must be JSON text, e.g. [`DenialData::to_json`]).
-pub fn error_object(code: i64, message: &str, data_json: Option<&str>) -> String {
+pub(crate) fn error_object(code: i32, message: &str, data_json: Option<&str>) -> String {
     let mut out = String::with_capacity(64 + message.len() + data_json.map_or(0, str::len));
     out.push_str("{\"code\":");
     out.push_str(&code.to_string());
@@ -123,9 +178,9 @@ pub fn error_object(code: i64, message: &str, data_json: Option<&str>) -> String
 /// The JSON-RPC error response
 /// `{"jsonrpc":"2.0","id":<id>,"error":{"code":…,"message":…,"data":…}}`.
 /// An id that is absent or not a string/number is written as `null`.
-pub fn error_response(
+pub(crate) fn error_response(
     id: Option<&Value>,
-    code: i64,
+    code: i32,
     message: &str,
     data_json: Option<&str>,
 ) -> String {
@@ -139,45 +194,25 @@ pub fn error_response(
     out
 }
 
-/// The error frame for a request that failed validation (`code` is -32700,
-/// -32600 or -32602; `message` says what was wrong). No `data`: these are
+/// The error frame for a request that failed validation, or that a
+/// forwarder refuses on its own (`code` -32700, -32600 or -32602, see
+/// [`jsonrpc`]; `message` says what was wrong). No `data`: these are
 /// JSON-RPC's own errors, not policy decisions.
-pub fn request_error_response(id: Option<&Value>, code: i64, message: &str) -> String {
-    error_response(id, code, message, None)
+pub fn request_error_response(id: Option<&Value>, code: i32, message: &str) -> Vec<u8> {
+    error_response(id, code, message, None).into_bytes()
 }
 
-/// The frame sent when the decision store fails: the request is refused
-/// (fail closed) with -32603 and `data.reason` `runtime.store_unavailable`,
-/// retryable since the store may recover.
-pub fn internal_error_response(id: Option<&Value>, server: &str, detail: &str) -> String {
-    let data = format!(
-        "{{\"reason\":\"runtime.store_unavailable\",\"server\":{},\"retryable\":true}}",
-        serde_json::to_string(server).unwrap_or_else(|_| "\"\"".to_owned())
-    );
-    error_response(
-        id,
-        INTERNAL_ERROR,
-        &format!("Sampling denied: the decision store is unavailable ({detail})"),
-        Some(&data),
-    )
-}
+/// The reason of a request refused because the decision store failed.
+const STORE_UNAVAILABLE: &str = "runtime.store_unavailable";
 
-/// The answer to the client's *own* pending call (MCP 2026-07-28) when a
-/// sampling entry of its `InputRequiredResult` was denied: an error response
-/// with the id of that call and the denial's code, message and exact `data`,
-/// so whoever made the call learns why.
-pub fn local_error_response(
-    pending_call_id: Option<&Value>,
-    code: i64,
-    message: &str,
-    data_json: Option<&str>,
-) -> String {
-    error_response(pending_call_id, code, message, data_json)
+/// The message of a request refused because the decision store failed.
+pub(crate) fn store_unavailable_message(detail: &str) -> String {
+    format!("Sampling denied: the decision store is unavailable ({detail})")
 }
 
 /// Values for the placeholders of a reason's message template.
 #[derive(Debug, Clone, Default)]
-pub struct Placeholders<'a> {
+pub(crate) struct Placeholders<'a> {
     /// `{server}`.
     pub server: &'a str,
     /// `{reason}`.
@@ -196,7 +231,7 @@ pub struct Placeholders<'a> {
 
 /// Fills a message template. A placeholder with no value for this denial,
 /// and any unknown `{name}`, is left as written so the gap is visible.
-pub fn render_message(template: &str, values: &Placeholders<'_>) -> String {
+pub(crate) fn render_message(template: &str, values: &Placeholders<'_>) -> String {
     let mut out = String::with_capacity(template.len() + 32);
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -232,7 +267,7 @@ pub fn render_message(template: &str, values: &Placeholders<'_>) -> String {
 }
 
 /// A duration as policies write it: `500ms`, `30s`, `5m`, `24h`, `7d`.
-pub fn format_duration(ms: u64) -> String {
+pub(crate) fn format_duration(ms: u64) -> String {
     const DAY: u64 = 86_400_000;
     if ms != 0 && ms.is_multiple_of(DAY) && ms > DAY {
         format!("{}d", ms / DAY)
@@ -248,7 +283,7 @@ pub fn format_duration(ms: u64) -> String {
 }
 
 /// A size as policies write it: `512 B`, `64 KiB`, `2 MiB`.
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     const KIB: u64 = 1024;
     const MIB: u64 = 1024 * 1024;
     if bytes != 0 && bytes.is_multiple_of(MIB) {
@@ -367,7 +402,7 @@ fn note(requested: Value, applied: Value, reason: &str) -> Value {
 /// creating `_meta` if needed. Keys already present in `_meta` are kept as
 /// they are (never clobbered). Returns `false`, changing nothing, when the
 /// result is not an object or its `_meta` is not an object.
-pub fn annotate_result(result: &mut Value, annotations: &Annotations) -> bool {
+pub(crate) fn annotate_result(result: &mut Value, annotations: &Annotations) -> bool {
     let Value::Object(result) = result else {
         return false;
     };
@@ -388,7 +423,7 @@ pub fn annotate_result(result: &mut Value, annotations: &Annotations) -> bool {
 
 /// One entry of an MCP 2026-07-28 `InputRequiredResult.inputRequests`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct InputRequest<'a> {
+pub(crate) struct InputRequest<'a> {
     /// The server-assigned key (for a list, the index as a decimal string).
     pub key: String,
     /// The entry's `method`, if it has a string one.
@@ -400,7 +435,7 @@ pub struct InputRequest<'a> {
 impl InputRequest<'_> {
     /// Whether this entry asks for sampling.
     pub fn is_sampling(&self) -> bool {
-        self.method == Some(SAMPLING_METHOD)
+        self.method == Some(jsonrpc::SAMPLING_METHOD)
     }
 }
 
@@ -408,10 +443,13 @@ impl InputRequest<'_> {
 /// `inputRequests` value itself, when given directly). The schema makes it a
 /// map from server-assigned keys to requests; a list is accepted too, keyed
 /// by index. Anything else yields no entries.
-pub fn input_requests(result: &Value) -> Vec<InputRequest<'_>> {
-    let requests = match result.get("inputRequests") {
-        Some(inner) => inner,
-        None => result,
+pub(crate) fn input_requests(result: &Value) -> Vec<InputRequest<'_>> {
+    // Under a result's `inputRequests` member every key is an entry, a key
+    // spelt `method` included: a client reads the map that way, so an entry
+    // beside such a key must still be decided (`sampling off` was bypassed).
+    let (requests, member) = match result.get("inputRequests") {
+        Some(inner) => (inner, true),
+        None => (result, false),
     };
     fn make(key: String, entry: &Value) -> InputRequest<'_> {
         InputRequest {
@@ -421,7 +459,8 @@ pub fn input_requests(result: &Value) -> Vec<InputRequest<'_>> {
         }
     }
     match requests {
-        Value::Object(map) if !map.contains_key("method") => {
+        // Given directly, an object with a `method` is one request, not a map.
+        Value::Object(map) if member || !map.contains_key("method") => {
             map.iter().map(|(k, v)| make(k.clone(), v)).collect()
         }
         Value::Array(list) => list
@@ -501,5 +540,145 @@ mod tests {
         let mut bad = json!({"_meta": 3});
         assert!(!annotate_result(&mut bad, &ann));
         assert!(!annotate_result(&mut json!([1]), &ann));
+    }
+}
+
+/// The exact bytes of frames: what a server branches on must not drift.
+#[cfg(test)]
+mod frozen_bytes {
+    use super::*;
+    use crate::calendar::timestamp;
+    use serde_json::json;
+
+    #[test]
+    fn the_seeds_budget_frame_byte_for_byte() {
+        let data = DenialData {
+            reason: "policy.budget_exhausted".into(),
+            server: "release-notes".into(),
+            retryable: false,
+            timing: Some(Timing::ResetsAt(timestamp(2026, 3, 11, 0, 0, 0))),
+        };
+        let text = error_response(
+            Some(&json!(47)),
+            -32003,
+            "Sampling denied: 24h budget for server 'release-notes' exhausted",
+            Some(&data.to_json()),
+        );
+        assert_eq!(
+            text,
+            r#"{"jsonrpc":"2.0","id":47,"error":{"code":-32003,"message":"Sampling denied: 24h budget for server 'release-notes' exhausted","data":{"reason":"policy.budget_exhausted","server":"release-notes","retryable":false,"resetsAt":"2026-03-11T00:00:00Z"}}}"#
+        );
+    }
+
+    #[test]
+    fn retry_after_and_plain_data() {
+        let rate = DenialData {
+            reason: "policy.rate_limit".into(),
+            server: "ünï\u{1F600}".into(),
+            retryable: true,
+            timing: Some(Timing::RetryAfter(12)),
+        };
+        assert_eq!(
+            rate.to_json(),
+            "{\"reason\":\"policy.rate_limit\",\"server\":\"ünï\u{1F600}\",\"retryable\":true,\"retryAfter\":12}"
+        );
+        let plain = DenialData {
+            reason: "user.denied".into(),
+            server: "a\nb".into(),
+            retryable: false,
+            timing: None,
+        };
+        assert_eq!(
+            plain.to_json(),
+            r#"{"reason":"user.denied","server":"a\nb","retryable":false}"#
+        );
+    }
+
+    #[test]
+    fn ids_and_error_frames() {
+        assert_eq!(
+            request_error_response(None, -32700, "invalid JSON"),
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"invalid JSON"}}"#
+        );
+        assert_eq!(
+            request_error_response(Some(&json!("x\"y")), -32602, "bad"),
+            br#"{"jsonrpc":"2.0","id":"x\"y","error":{"code":-32602,"message":"bad"}}"#
+        );
+        // A boolean or object id is not a JSON-RPC id: null.
+        assert!(
+            String::from_utf8_lossy(&request_error_response(Some(&json!(true)), -32600, "m"))
+                .contains("\"id\":null")
+        );
+        let failure = crate::Error::Store {
+            server: "s".into(),
+            source: crate::store::StoreError::Poisoned,
+        };
+        let internal: serde_json::Value =
+            serde_json::from_slice(&failure.reply(Some(&json!(3)))).expect("json");
+        assert_eq!(internal["error"]["code"], -32603);
+        assert_eq!(
+            internal["error"]["data"],
+            json!({"reason": "runtime.store_unavailable", "server": "s", "retryable": true})
+        );
+        assert_eq!(
+            error_response(
+                Some(&json!(9)),
+                -1,
+                "no",
+                Some(r#"{"reason":"user.denied"}"#)
+            ),
+            r#"{"jsonrpc":"2.0","id":9,"error":{"code":-1,"message":"no","data":{"reason":"user.denied"}}}"#
+        );
+    }
+
+    #[test]
+    fn annotation_shapes() {
+        let annotations = Annotations {
+            context: Some(ContextTrim {
+                requested: ContextScope::AllServers,
+                applied: ContextScope::None,
+            }),
+            max_tokens: Some(MaxTokensTrim {
+                requested: 8000,
+                applied: 4096,
+            }),
+            model: Some(ModelTrim {
+                requested: vec![Some("gpt-5".into()), None],
+                applied: vec![],
+                allowed: vec!["claude-*".into()],
+            }),
+        };
+        let mut result = json!({"role": "assistant", "content": {"type": "text", "text": "t"}, "model": "claude-x", "stopReason": "endTurn"});
+        assert!(annotate_result(&mut result, &annotations));
+        assert_eq!(
+            result["_meta"],
+            json!({
+                "context": {"requested": "allServers", "applied": "none", "reason": "policy.max_scope"},
+                "maxTokens": {"requested": 8000, "applied": 4096, "reason": "policy.max_tokens"},
+                "model": {"requested": ["gpt-5", null], "applied": [], "allowed": ["claude-*"], "reason": "policy.model"},
+            })
+        );
+        // Nothing to add: the result is untouched (no empty `_meta`).
+        let mut plain = json!({"model": "m"});
+        assert!(annotate_result(&mut plain, &Annotations::default()));
+        assert_eq!(plain, json!({"model": "m"}));
+    }
+
+    #[test]
+    fn input_request_listing() {
+        let result = json!({"resultType": "input_required", "inputRequests": {
+            "b": {"method": "sampling/createMessage", "params": {}},
+            "a": {"method": "elicitation/create", "params": {}},
+            "c": {"params": {}},
+        }});
+        let entries = input_requests(&result);
+        let summary: Vec<(&str, bool)> = entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.is_sampling()))
+            .collect();
+        assert_eq!(summary, [("a", false), ("b", true), ("c", false)]);
+        // The inputRequests value on its own works too.
+        assert_eq!(input_requests(&result["inputRequests"]).len(), 3);
+        assert!(input_requests(&json!("x")).is_empty());
     }
 }

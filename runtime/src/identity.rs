@@ -103,14 +103,21 @@ pub fn canonical_len(value: &Value) -> u64 {
 ///
 /// Field names are looked up in `params` exactly as given; a field listed
 /// twice appears once.
-pub fn write_identity_payload(params: &Map<String, Value>, fields: &[String], out: &mut impl Sink) {
+pub fn write_identity_payload<F: AsRef<str>>(
+    params: &Map<String, Value>,
+    fields: &[F],
+    out: &mut impl Sink,
+) {
     static NULL: Value = Value::Null;
     let mut entries: Vec<Entry<'_>> = fields
         .iter()
-        .map(|field| Entry {
-            key: nfc(field),
-            raw: field.as_str(),
-            value: params.get(field.as_str()).unwrap_or(&NULL),
+        .map(|field| {
+            let field = field.as_ref();
+            Entry {
+                key: nfc(field),
+                raw: field,
+                value: params.get(field).unwrap_or(&NULL),
+            }
         })
         .collect();
     entries.sort_by(Entry::cmp);
@@ -156,10 +163,10 @@ impl AsRef<str> for RequestIdentity {
 ///
 /// Absent fields count as `null`; every other member of `params` (such as
 /// `maxTokens` or `temperature`) leaves the identity unchanged.
-pub fn request_identity(
+pub fn request_identity<F: AsRef<str>>(
     server_id: &str,
     params: &Map<String, Value>,
-    fields: &[String],
+    fields: &[F],
 ) -> RequestIdentity {
     // Server ids key stored decisions in NFC, like every string of the payload.
     let server_id = &*crate::glob::nfc(server_id);

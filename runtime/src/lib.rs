@@ -1,11 +1,18 @@
 #![doc = include_str!("../README.md")]
 
-pub mod calendar;
+mod calendar;
 pub mod clock;
 pub mod engine;
+mod error;
 pub mod frame;
-pub mod glob;
+mod glob;
 pub mod identity;
+pub mod jsonrpc;
+mod policy;
 pub mod request;
 pub mod store;
 pub mod table;
+
+pub use engine::Engine;
+pub use error::Error;
+pub use policy::Policy;

@@ -18,21 +18,12 @@ use serde_json::{Map, Number, Value};
 
 use crate::frame;
 use crate::identity::nfc;
+use crate::jsonrpc;
 
 mod literal;
 mod recover;
 
 pub use recover::IdScan;
-
-/// JSON-RPC 2.0 "Parse error".
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC 2.0 "Invalid Request".
-pub const INVALID_REQUEST: i64 = -32600;
-/// JSON-RPC 2.0 "Invalid params".
-pub const INVALID_PARAMS: i64 = -32602;
-
-/// The method this module accepts.
-pub const SAMPLING_METHOD: &str = "sampling/createMessage";
 
 /// serde_json refuses to nest deeper than this on its own (127 containers);
 /// [`Limits::max_depth`] is capped here so our clearer error always fires first.
@@ -150,18 +141,18 @@ impl RequestError {
     /// acceptable JSON), -32600 (not a valid sampling request, including
     /// duplicate keys and a request over the size limit) or -32602 (invalid
     /// params).
-    pub fn code(&self) -> i64 {
+    pub fn code(&self) -> i32 {
         match self {
             RequestError::InvalidUtf8 { .. }
             | RequestError::LoneSurrogate { .. }
             | RequestError::TooDeep { .. }
-            | RequestError::Syntax { .. } => PARSE_ERROR,
+            | RequestError::Syntax { .. } => jsonrpc::PARSE_ERROR,
             RequestError::TooLarge { .. }
             | RequestError::DuplicateKey { .. }
             | RequestError::NotAnObject { .. }
             | RequestError::InvalidEnvelope { .. }
-            | RequestError::WrongMethod { .. } => INVALID_REQUEST,
-            RequestError::InvalidParams { .. } => INVALID_PARAMS,
+            | RequestError::WrongMethod { .. } => jsonrpc::INVALID_REQUEST,
+            RequestError::InvalidParams { .. } => jsonrpc::INVALID_PARAMS,
         }
     }
 }
@@ -231,12 +222,12 @@ pub struct Rejection {
 
 impl Rejection {
     /// The JSON-RPC error code ([`RequestError::code`]).
-    pub fn code(&self) -> i64 {
+    pub fn code(&self) -> i32 {
         self.error.code()
     }
 
     /// The JSON-RPC error response for this refusal.
-    pub fn frame(&self) -> String {
+    pub fn reply(&self) -> Vec<u8> {
         frame::request_error_response(self.id.as_ref(), self.code(), &self.error.to_string())
     }
 }
@@ -466,7 +457,7 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
         }
     }
     match object.get("method") {
-        Some(Value::String(method)) if method == SAMPLING_METHOD => {}
+        Some(Value::String(method)) if method == jsonrpc::SAMPLING_METHOD => {}
         Some(method @ Value::String(_)) => {
             return Err(RequestError::WrongMethod {
                 found: describe(method),
@@ -659,7 +650,7 @@ fn check_field_types(params: &Map<String, Value>, at: &str) -> Result<(), Reques
 
 /// A non-negative integer, written as `5`, `5.0` or `5e0` (JSON does not tell
 /// them apart, and neither does the canonical form).
-fn as_non_negative_integer(value: &Value) -> Option<u64> {
+pub(crate) fn as_non_negative_integer(value: &Value) -> Option<u64> {
     let Value::Number(number) = value else {
         return None;
     };

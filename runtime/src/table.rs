@@ -21,6 +21,7 @@ pub const TABLE_FORMAT: &str = "mcpolicy-table/1";
 
 /// Why a table was refused. The runtime fails closed on every one of these.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TableError {
     /// The bytes are not a JSON table of the expected shape.
     #[error("the table is not valid mcpolicy-table JSON: {0}")]
@@ -74,6 +75,15 @@ pub enum TableError {
         statement: &'static str,
         /// The shared reason.
         reason: String,
+    },
+    /// A code (`error_code` or a reason's `code`) does not fit a JSON-RPC
+    /// error code, a 32-bit signed integer.
+    #[error("{what} has code {code}, outside the 32-bit range of JSON-RPC error codes")]
+    CodeOutOfRange {
+        /// `error_code`, or the reason whose code it is.
+        what: String,
+        /// The code.
+        code: i64,
     },
     /// A block references a reason the table does not define.
     #[error("server pattern `{pattern}` references undefined reason `{reason}`")]
@@ -429,16 +439,22 @@ impl Table {
             });
         }
         table.verify()?;
-        for entry in table
+        table.normalize_patterns();
+        Ok(table)
+    }
+
+    /// NFC-normalises every server pattern (the digests do not cover
+    /// patterns, so no digest changes).
+    pub(crate) fn normalize_patterns(&mut self) {
+        for entry in self
             .servers
             .iter_mut()
-            .chain(std::iter::once(&mut table.fallback))
+            .chain(std::iter::once(&mut self.fallback))
         {
             if let std::borrow::Cow::Owned(normalized) = glob::nfc(&entry.pattern) {
                 entry.pattern = normalized;
             }
         }
-        Ok(table)
     }
 
     /// Checks that every entry's digest matches its contents, that every
@@ -446,6 +462,16 @@ impl Table {
     /// reason it does not produce ([`builtin::may_deny_as`]), and that the
     /// reason of `tools` is its own within each block.
     pub fn verify(&self) -> Result<(), TableError> {
+        let codes = std::iter::once(("error_code".to_owned(), self.error_code)).chain(
+            self.reasons
+                .iter()
+                .map(|(name, spec)| (format!("reason `{name}`"), spec.code)),
+        );
+        for (what, code) in codes {
+            if i32::try_from(code).is_err() {
+                return Err(TableError::CodeOutOfRange { what, code });
+            }
+        }
         for entry in self.servers.iter().chain(std::iter::once(&self.fallback)) {
             if let Some((statement, reason)) =
                 entry
@@ -539,6 +565,15 @@ pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpe
         out.push_str(&format!("{byte:02x}"));
     }
     out
+}
+
+/// Server and model patterns as the table format defines them
+/// (`docs/table-format.md`): a pattern is matched against a server id or a
+/// model name after both are NFC-normalised; `*` matches any run of
+/// characters, `?` exactly one. The compiler uses the same functions, so that what it checks
+/// (a pattern covered by an earlier one) is what the engine matches.
+pub mod pattern {
+    pub use crate::glob::{covers, is_glob, matches, nfc};
 }
 
 /// The built-in reasons and their defaults (DESIGN, "Built-in reasons").

@@ -6,10 +6,9 @@ mod engine_support;
 use std::sync::Arc;
 
 use engine_support::*;
-use mcpolicy_runtime::calendar::{self, timestamp};
 use mcpolicy_runtime::clock::Clock;
-use mcpolicy_runtime::engine::{Decision, Denial, Grant, PendingConsent};
-use mcpolicy_runtime::frame::annotate_result;
+use mcpolicy_runtime::clock::timestamp;
+use mcpolicy_runtime::engine::{Decision, Denial, Expiry, Grant, PendingConsent};
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, MemoryStore, Verdict};
 use mcpolicy_runtime::table::{
     BudgetMetric, CalendarUnit, Consent, ContextScope, ProtocolRevision, Ttl, Window, builtin,
@@ -63,19 +62,15 @@ impl Client {
         let mut decision = self.h.decide(server, request);
         if let Decision::NeedsConsent(p) = decision {
             self.consent_prompts_shown += 1;
-            decision = self
-                .h
-                .engine
-                .resolve_consent(p, self.user_approves)
-                .expect("store");
+            decision = resolve(p, self.user_approves);
         }
         match decision {
-            Decision::Deny(d) => parse(&d.frame(request.id.as_ref())),
+            Decision::Deny(d) => parse(&d.reply(request.id.as_ref())),
             Decision::Allow(g) | Decision::Trim(g) => {
                 self.provider_calls += 1;
-                self.h.engine.settle(&g.ticket, 10).expect("settle");
                 let mut result = json!({"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"});
-                annotate_result(&mut result, &g.annotations);
+                g.annotate(&mut result);
+                g.complete(10).expect("settle");
                 json!({"jsonrpc": "2.0", "id": request.id, "result": result})
             }
             Decision::NeedsConsent(_) => unreachable!(),
@@ -130,7 +125,7 @@ fn retry_cannot_bypass_denial(store: Arc<dyn DecisionStore>) {
     let identity = mcpolicy_runtime::identity::request_identity(
         "release-notes",
         &seed_request("M").params,
-        &client.h.engine.table().identity,
+        &client.h.engine.policy().table().identity,
     );
     let stored = client
         .h
@@ -192,15 +187,15 @@ fn replayed_frame_is_byte_identical() {
     let first = denial(h.decide("s", &request));
     h.clock.advance(5_000);
     let second = denial(h.decide("s", &request));
-    assert!(!first.replayed && second.replayed);
-    assert_eq!(first.data, second.data);
-    assert_eq!(first.frame(Some(&json!(1))), second.frame(Some(&json!(1))));
+    assert!(!first.replayed() && second.replayed());
+    assert_eq!(data_text(&first), data_text(&second));
+    assert_eq!(first.reply(Some(&json!(1))), second.reply(Some(&json!(1))));
     assert_eq!(
         first.message(),
         "Sampling denied: the request from server 's' exceeds 10 B"
     );
-    assert_eq!(second.represented, 1);
-    assert_eq!(denial(h.decide("s", &request)).represented, 2);
+    assert_eq!(second.represented(), 1);
+    assert_eq!(denial(h.decide("s", &request)).represented(), 2);
 }
 
 #[test]
@@ -209,14 +204,14 @@ fn allow_carries_deadline_and_ticket() {
     block.deadline = deadline(60_000);
     let h = Harness::new(table(vec![("s", block)]));
     let grant = allowed(h.decide("s", &simple("hi")));
-    assert_eq!(grant.deadline_ms, Some(60_000));
-    assert!(grant.annotations.is_empty() && grant.lowered.is_empty());
-    assert_eq!(grant.ticket.server_id(), "s");
-    assert!(grant.ticket.identity().starts_with("s:"));
-    assert_eq!(grant.ticket.identity().len(), 2 + 32);
+    assert_eq!(grant.deadline_ms(), Some(60_000));
+    assert!(grant.annotations().is_empty() && grant.lowered().is_empty());
+    assert_eq!(grant.server_id(), "s");
+    assert!(grant.identity().starts_with("s:"));
+    assert_eq!(grant.identity().len(), 2 + 32);
     // Nothing counted, nothing stored.
-    assert!(grant.ticket.reservation().is_none());
-    let key = DecisionKey::new("s", grant.ticket.identity());
+    assert!(grant.reservation().is_none());
+    let key = DecisionKey::new("s", grant.identity());
     assert_eq!(h.store.get(&key).expect("get"), None);
 }
 
@@ -226,20 +221,19 @@ fn sampling_off_denies_forever_until_the_block_changes() {
     off.sampling.enabled = false;
     let h = Harness::new(table(vec![("github-*", off.clone())]));
     let d = denial(h.decide("github-enterprise", &simple("x")));
-    assert_eq!(&*d.reason, builtin::SAMPLING_DISABLED);
-    assert_eq!(d.code, CODE);
-    assert!(!d.retryable);
-    assert_eq!(d.expires_at, None);
-    assert!(d.stored);
+    assert_eq!(d.reason(), builtin::SAMPLING_DISABLED);
+    assert_eq!(d.code(), CODE_I32);
+    assert!(!d.retryable());
+    assert_eq!(d.expiry(), Expiry::UntilBlockChanges);
     assert_eq!(
-        parse(&d.frame(Some(&json!("a")))),
+        parse(&d.reply(Some(&json!("a")))),
         json!({"jsonrpc": "2.0", "id": "a", "error": {"code": CODE,
             "message": "Sampling denied: sampling is disabled for server 'github-enterprise'",
             "data": {"reason": "policy.sampling_disabled", "server": "github-enterprise", "retryable": false}}})
     );
     // A year later: still replayed.
-    h.clock.advance(365 * calendar::MS_PER_DAY);
-    assert!(denial(h.decide("github-enterprise", &simple("x"))).replayed);
+    h.clock.advance(365 * 86_400_000);
+    assert!(denial(h.decide("github-enterprise", &simple("x"))).replayed());
     // Other servers fall through to the open fallback.
     allowed(h.decide("gitlab", &simple("x")));
 }
@@ -259,14 +253,14 @@ fn tools_off_denies_requests_that_carry_tools_in(store: Arc<dyn DecisionStore>) 
         "tools": [{"name": "get_weather", "inputSchema": {"type": "object"}}],
     }));
     assert_eq!(
-        &*denial(h.decide("s", &with_tools)).reason,
+        denial(h.decide("s", &with_tools)).reason(),
         builtin::TOOLS_DISABLED
     );
     let choice = params(json!({
         "messages": [], "maxTokens": 10, "toolChoice": {"mode": "auto"},
     }));
     assert_eq!(
-        &*denial(h.decide("s", &choice)).reason,
+        denial(h.decide("s", &choice)).reason(),
         builtin::TOOLS_DISABLED
     );
     let empty = params(json!({"messages": [], "maxTokens": 10, "tools": []}));
@@ -291,7 +285,7 @@ fn input_limits_deny_in(store: Arc<dyn DecisionStore>) {
         {"role": "assistant", "content": {"type": "text", "text": "2"}},
         {"role": "user", "content": {"type": "text", "text": "3"}}], "maxTokens": 5}));
     let d = denial(h.decide("s", &three));
-    assert_eq!(&*d.reason, builtin::INPUT_TOO_LARGE);
+    assert_eq!(d.reason(), builtin::INPUT_TOO_LARGE);
     assert_eq!(
         d.message(),
         "Sampling denied: the request from server 's' exceeds 2 messages"
@@ -338,7 +332,7 @@ fn trims_lower_the_request_and_annotate_the_result() {
         json!({"hints": [{"name": "claude-3-sonnet"}, {"name": "gpt-4o"}], "speedPriority": 0.5})
     );
     let mut result = json!({"role": "assistant", "content": {"type": "text", "text": "t"}, "model": "claude-3-sonnet", "_meta": {"trace": 1}});
-    assert!(annotate_result(&mut result, &grant.annotations));
+    assert!(grant.annotate(&mut result));
     assert_eq!(
         result["_meta"],
         json!({
@@ -350,13 +344,13 @@ fn trims_lower_the_request_and_annotate_the_result() {
         })
     );
     assert_eq!(
-        h.engine.allowed_models(&grant.ticket),
-        Some(&["claude-*".to_owned(), "gpt-4o".to_owned()][..])
+        grant.allowed_models().map(Iterator::collect::<Vec<_>>),
+        Some(vec!["claude-*", "gpt-4o"])
     );
-    assert!(h.engine.model_allowed(&grant.ticket, "claude-3-opus"));
-    assert!(!h.engine.model_allowed(&grant.ticket, "gpt-5"));
+    assert!(grant.model_allowed("claude-3-opus"));
+    assert!(!grant.model_allowed("gpt-5"));
     // Trims are never stored.
-    let key = DecisionKey::new("s", grant.ticket.identity());
+    let key = DecisionKey::new("s", grant.identity());
     assert_eq!(h.store.get(&key).expect("get"), None);
 
     // A request inside every limit is a plain allow.
@@ -390,10 +384,10 @@ fn unknown_include_context_is_refused_not_widened() {
             "params": {"messages": [], "maxTokens": 1, "includeContext": scope},
         }))
         .expect("serialise");
-        match h.engine.decide_bytes("s", &bytes, &Default::default()) {
-            mcpolicy_runtime::engine::Answer::Invalid { frame, code } => {
-                assert_eq!(code, -32602, "{scope}");
-                assert_eq!(parse(&frame)["id"], 47);
+        match h.engine.decide("s", &bytes, &Default::default()) {
+            mcpolicy_runtime::engine::Answer::Invalid(rejection) => {
+                assert_eq!(rejection.code(), -32602, "{scope}");
+                assert_eq!(parse(&rejection.reply())["id"], 47);
             }
             other => panic!("{scope}: {other:?}"),
         }
@@ -413,20 +407,28 @@ fn context_capability_rule_of_2026_07_28() {
     let h = Harness::new(t);
     let request = params(json!({"messages": [], "maxTokens": 1, "includeContext": "thisServer"}));
     let without = mcpolicy_runtime::engine::ClientContext::with_sampling_context(false);
-    let grant = match h.engine.decide("s", &request, &without).expect("decide") {
+    let grant = match h
+        .engine
+        .decide_request("s", &request, &without)
+        .expect("decide")
+    {
         Decision::Trim(g) => g,
         other => panic!("{other:?}"),
     };
     assert_eq!(grant.params(&request.params)["includeContext"], "none");
     let with = mcpolicy_runtime::engine::ClientContext::with_sampling_context(true);
     assert!(matches!(
-        h.engine.decide("s", &request, &with).expect("decide"),
+        h.engine
+            .decide_request("s", &request, &with)
+            .expect("decide"),
         Decision::Allow(_)
     ));
     // Earlier revisions do not apply the rule.
     let old = Harness::new(table(vec![("s", block)]));
     assert!(matches!(
-        old.engine.decide("s", &request, &without).expect("decide"),
+        old.engine
+            .decide_request("s", &request, &without)
+            .expect("decide"),
         Decision::Allow(_)
     ));
 }
@@ -440,21 +442,21 @@ fn rate_limit_denies_retryably_and_expires() {
     h.clock.advance(10_500);
     allowed(h.decide("s", &simple("b")));
     let d = denial(h.decide("s", &simple("c")));
-    assert_eq!(&*d.reason, builtin::RATE_LIMIT);
-    assert!(d.retryable);
+    assert_eq!(d.reason(), builtin::RATE_LIMIT);
+    assert!(d.retryable());
     // "a" leaves the window 60 s after it was admitted: 49.5 s from now, rounded up.
     assert_eq!(
-        &*d.data,
+        data_text(&d),
         r#"{"reason":"policy.rate_limit","server":"s","retryable":true,"retryAfter":50}"#
     );
     assert_eq!(
         d.message(),
         "Sampling denied: rate limit for server 's' reached; retry after 50s"
     );
-    assert_eq!(d.expires_at, Some(h.clock.now() + 50_000));
+    assert_eq!(d.expiry(), Expiry::At(h.clock.now() + 50_000));
     // Replayed until then, evaluated afresh at retryAfter.
     h.clock.advance(49_999);
-    assert!(denial(h.decide("s", &simple("c"))).replayed);
+    assert!(denial(h.decide("s", &simple("c"))).replayed());
     h.clock.advance(1);
     allowed(h.decide("s", &simple("c")));
 }
@@ -471,17 +473,17 @@ fn rate_ttl_in(store: Arc<dyn DecisionStore>) {
     let h = Harness::with_store(table(vec![("s", block)]), store);
     allowed(h.decide("s", &simple("a")));
     let d = denial(h.decide("s", &simple("b")));
-    assert_eq!(d.expires_at, Some(t0() + 60_000));
-    assert!(d.data.ends_with(r#""retryAfter":3600}"#));
+    assert_eq!(d.expiry(), Expiry::At(t0() + 60_000));
+    assert!(data_text(&d).ends_with(r#""retryAfter":3600}"#));
     h.clock.advance(59_999);
-    assert!(denial(h.decide("s", &simple("b"))).replayed);
+    assert!(denial(h.decide("s", &simple("b"))).replayed());
     h.clock.advance(1);
     let fresh = denial(h.decide("s", &simple("b")));
     assert!(
-        !fresh.replayed,
+        !fresh.replayed(),
         "after the ttl the request is evaluated afresh"
     );
-    assert!(fresh.data.ends_with(r#""retryAfter":3540}"#));
+    assert!(data_text(&fresh).ends_with(r#""retryAfter":3540}"#));
 }
 
 /// Runs `check` against the in-memory store and, with the `sqlite` feature, a fresh SQLite file.
@@ -512,18 +514,18 @@ fn budget_denial_expires_at_resets_at_in(store: Arc<dyn DecisionStore>) {
     allowed(h.decide("release-notes", &simple("1")));
     allowed(h.decide("release-notes", &simple("2")));
     let d = denial(h.decide("release-notes", &simple("3")));
-    assert_eq!(&*d.reason, builtin::BUDGET_EXHAUSTED);
-    assert!(!d.retryable);
+    assert_eq!(d.reason(), builtin::BUDGET_EXHAUSTED);
+    assert!(!d.retryable());
     assert_eq!(
         d.message(),
         "Sampling denied: daily budget for server 'release-notes' exhausted"
     );
     let midnight = timestamp(2026, 3, 11, 0, 0, 0);
-    assert_eq!(d.expires_at, Some(midnight));
-    assert!(d.data.ends_with(r#""resetsAt":"2026-03-11T00:00:00Z"}"#));
+    assert_eq!(d.expiry(), Expiry::At(midnight));
+    assert!(data_text(&d).ends_with(r#""resetsAt":"2026-03-11T00:00:00Z"}"#));
     h.clock.set(midnight - 1);
     let replay = denial(h.decide("release-notes", &simple("3")));
-    assert!(replay.replayed);
+    assert!(replay.replayed());
     assert_eq!(replay.message(), d.message());
     h.clock.set(midnight);
     allowed(h.decide("release-notes", &simple("3")));
@@ -542,9 +544,16 @@ fn calendar_windows_reset_in_utc() {
         let h = Harness::new(table(vec![("s", block)]));
         allowed(h.decide("s", &simple("1")));
         let d = denial(h.decide("s", &simple("2")));
-        assert_eq!(d.expires_at, Some(reset), "{unit:?}");
-        let expected = format!(r#""resetsAt":"{}"}}"#, calendar::format_rfc3339(reset));
-        assert!(d.data.ends_with(&expected), "{unit:?}: {}", d.data);
+        assert_eq!(d.expiry(), Expiry::At(reset), "{unit:?}");
+        let expected = format!(
+            r#""resetsAt":"{}"}}"#,
+            mcpolicy_runtime::clock::format_rfc3339(reset)
+        );
+        assert!(
+            data_text(&d).ends_with(&expected),
+            "{unit:?}: {}",
+            data_text(&d)
+        );
         h.clock.set(reset);
         allowed(h.decide("s", &simple("2")));
     }
@@ -568,7 +577,7 @@ fn rolling_budget_resets_when_spend_leaves_the_window() {
     );
     // Spend at t0+250ms leaves at t0+24h+250ms; announced rounded up to the second.
     let reset = t0() + 86_400_000 + 1_000;
-    assert_eq!(d.expires_at, Some(reset));
+    assert_eq!(d.expiry(), Expiry::At(reset));
     h.clock.set(reset);
     allowed(h.decide("s", &simple("2")));
 }
@@ -596,24 +605,24 @@ fn tokens_in(store: Arc<dyn DecisionStore>) {
     let float = params(json!({"messages": [], "maxTokens": 9e3}));
     let grant = trimmed(h.decide("s", &float));
     assert_eq!(grant.params(&float.params)["maxTokens"], 600);
-    h.engine.settle(&grant.ticket, 0).expect("settle");
+    grant.complete(0).expect("settle");
     // 9000 is clamped to 600 and 600 is reserved.
     let first = trimmed(h.decide("s", &ask("1", 9000)));
     // 600 + 600 > 1000.
     assert_eq!(
-        &*denial(h.decide("s", &ask("2", 600))).reason,
+        denial(h.decide("s", &ask("2", 600))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
     // The first completion used 100 tokens: 900 more fit now.
-    h.engine.settle(&first.ticket, 100).expect("settle");
+    first.complete(100).expect("settle");
     allowed(h.decide("s", &ask("3", 600)));
     assert_eq!(
-        &*denial(h.decide("s", &ask("4", 301))).reason,
+        denial(h.decide("s", &ask("4", 301))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
     allowed(h.decide("s", &ask("5", 300)));
     assert_eq!(
-        &*denial(h.decide("s", &ask("6", 1))).reason,
+        denial(h.decide("s", &ask("6", 1))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
 }
@@ -628,7 +637,7 @@ fn a_request_larger_than_the_whole_budget_is_denied_until_the_reset() {
     )];
     let h = Harness::new(table(vec![("s", block)]));
     let d = denial(h.decide("s", &params(json!({"messages": [], "maxTokens": 500}))));
-    assert_eq!(d.expires_at, Some(timestamp(2026, 3, 11, 0, 0, 0)));
+    assert_eq!(d.expiry(), Expiry::At(timestamp(2026, 3, 11, 0, 0, 0)));
 }
 
 #[test]
@@ -646,17 +655,17 @@ fn consent_first_is_asked_once_and_stored_approval_still_counts_rate_in(
     let request = simple("same");
     let p = pending(h.decide("s", &request));
     assert_eq!(p.server_id(), "s");
-    let grant = allowed(h.engine.resolve_consent(p, true).expect("resolve"));
-    assert!(!grant.replayed);
-    let key = DecisionKey::new("s", grant.ticket.identity());
+    let grant = allowed(resolve(p, true));
+    assert!(!grant.replayed());
+    let key = DecisionKey::new("s", grant.identity());
     let stored = h.store.get(&key).expect("get").expect("approval stored");
     assert_eq!(stored.verdict, Verdict::Allow);
     assert_eq!(&*stored.reason, builtin::USER_APPROVED);
     assert_eq!(stored.expires_at, None);
     // Second time: no question, but the rate counts it.
-    assert!(allowed(h.decide("s", &request)).replayed);
+    assert!(allowed(h.decide("s", &request)).replayed());
     assert_eq!(
-        &*denial(h.decide("s", &request)).reason,
+        denial(h.decide("s", &request)).reason(),
         builtin::RATE_LIMIT
     );
 }
@@ -669,13 +678,13 @@ fn consent_always_asks_every_time() {
     let request = simple("same");
     for _ in 0..3 {
         let p = pending(h.decide("s", &request));
-        allowed(h.engine.resolve_consent(p, true).expect("resolve"));
+        allowed(resolve(p, true));
     }
     let p = pending(h.decide("s", &request));
-    let d = denial(h.engine.resolve_consent(p, false).expect("resolve"));
-    assert_eq!(d.code, builtin::USER_REFUSAL_CODE);
+    let d = denial(resolve(p, false));
+    assert_eq!(i64::from(d.code()), builtin::USER_REFUSAL_CODE);
     // A refusal is remembered even under `always`.
-    assert!(denial(h.decide("s", &request)).replayed);
+    assert!(denial(h.decide("s", &request)).replayed());
 }
 
 #[test]
@@ -689,10 +698,10 @@ fn refused_consent_returns_the_reserved_budget() {
     )];
     let h = Harness::new(table(vec![("s", block)]));
     let p = pending(h.decide("s", &simple("no")));
-    denial(h.engine.resolve_consent(p, false).expect("resolve"));
+    denial(resolve(p, false));
     // The refused request did not use the day's one request.
     let p = pending(h.decide("s", &simple("yes")));
-    allowed(h.engine.resolve_consent(p, true).expect("resolve"));
+    allowed(resolve(p, true));
 }
 
 #[test]
@@ -703,7 +712,7 @@ fn trimmed_request_under_consent_stays_a_trim() {
     let h = Harness::new(table(vec![("s", block)]));
     let p = pending(h.decide("s", &simple("x")));
     assert_eq!(p.lowered().max_tokens, Some(10));
-    trimmed(h.engine.resolve_consent(p, true).expect("resolve"));
+    trimmed(resolve(p, true));
     trimmed(h.decide("s", &simple("x")));
 }
 
@@ -713,14 +722,11 @@ fn deadline_miss_is_stored_briefly() {
     block.deadline = deadline(60_000);
     let h = Harness::new(table(vec![("s", block)]));
     let grant = allowed(h.decide("s", &simple("slow")));
-    let d = h
-        .engine
-        .report_deadline_miss(&grant.ticket)
-        .expect("report");
-    assert_eq!(&*d.reason, builtin::DEADLINE);
-    assert!(d.retryable);
+    let d = grant.deadline_missed().expect("report");
+    assert_eq!(d.reason(), builtin::DEADLINE);
+    assert!(d.retryable());
     assert_eq!(
-        &*d.data,
+        data_text(&d),
         r#"{"reason":"policy.deadline","server":"s","retryable":true,"retryAfter":30}"#
     );
     assert_eq!(
@@ -728,8 +734,8 @@ fn deadline_miss_is_stored_briefly() {
         "Sampling denied: the completion for server 's' missed its 1m deadline"
     );
     let replay = denial(h.decide("s", &simple("slow")));
-    assert!(replay.replayed);
-    assert_eq!(replay.frame(None), d.frame(None));
+    assert!(replay.replayed());
+    assert_eq!(replay.reply(None), d.reply(None));
     h.clock.advance(30_000);
     allowed(h.decide("s", &simple("slow")));
 }
@@ -759,17 +765,17 @@ fn redeclared_reasons_change_code_retryability_and_ttl() {
         open_block(),
     ));
     let d = denial(h.decide("s", &simple("x")));
-    assert_eq!(d.code, 1234);
+    assert_eq!(d.code(), 1234);
     assert_eq!(
         d.message(),
         "no more for s until 2026-03-16T00:00:00Z (weekly, policy.budget_exhausted)"
     );
-    assert_eq!(d.expires_at, Some(t0() + 1_000));
+    assert_eq!(d.expiry(), Expiry::At(t0() + 1_000));
     // ttl none: not stored, every retry is evaluated (and counted) afresh.
     allowed(h.decide("r", &simple("x")));
     let d = denial(h.decide("r", &simple("y")));
-    assert!(!d.stored);
-    assert!(!denial(h.decide("r", &simple("y"))).replayed);
+    assert_eq!(d.expiry(), Expiry::NotStored);
+    assert!(!denial(h.decide("r", &simple("y"))).replayed());
 }
 
 #[test]
@@ -794,9 +800,9 @@ fn custom_reason_with_unknown_retryability_is_not_retryable() {
         open_block(),
     ));
     let d = denial(h.decide("s", &simple("x")));
-    assert_eq!(d.code, -32011);
+    assert_eq!(d.code(), -32011);
     assert_eq!(d.message(), "Sampling denied: s rests");
-    assert!(!d.retryable);
+    assert!(!d.retryable());
 }
 
 #[test]
@@ -815,13 +821,13 @@ fn invalidation_in(store: Arc<dyn DecisionStore>) {
     edited.max_messages = limit(100);
     let h2 = h.reload(table(vec![("a", edited), ("b", off.clone())]));
     let a = denial(h2.decide("a", &simple("x")));
-    assert!(!a.replayed, "a's decisions were invalidated by the edit");
+    assert!(!a.replayed(), "a's decisions were invalidated by the edit");
     let b = denial(h2.decide("b", &simple("x")));
-    assert!(b.replayed, "b's block did not change");
+    assert!(b.replayed(), "b's block did not change");
     // Turning sampling back on for a takes effect at once.
     let h3 = h2.reload(table(vec![("a", open_block()), ("b", off)]));
     allowed(h3.decide("a", &simple("x")));
-    assert!(denial(h3.decide("b", &simple("x"))).replayed);
+    assert!(denial(h3.decide("b", &simple("x"))).replayed());
 }
 
 #[test]
@@ -841,7 +847,7 @@ fn editing_a_block_keeps_what_was_spent() {
     let h2 = h.reload(table(vec![("s", block)]));
     allowed(h2.decide("s", &simple("3")));
     assert_eq!(
-        &*denial(h2.decide("s", &simple("4"))).reason,
+        denial(h2.decide("s", &simple("4"))).reason(),
         builtin::BUDGET_EXHAUSTED
     );
 }
@@ -858,7 +864,7 @@ fn first_matching_block_wins() {
         ("notes", small),
         ("*-notes", off),
     ]));
-    let t = h.engine.table().clone();
+    let t = h.engine.policy().table().clone();
     for server in [
         "github-ok",
         "github-",
@@ -869,7 +875,7 @@ fn first_matching_block_wins() {
     ] {
         let expected_off = !t.entry_for(server).block.sampling.enabled;
         let d = h.decide(server, &simple("x"));
-        assert_eq!(d.deny_reason().is_some(), expected_off, "{server}");
+        assert_eq!(matches!(d, Decision::Deny(_)), expected_off, "{server}");
     }
     assert!(matches!(h.decide("notes", &simple("x")), Decision::Trim(_)));
 }
@@ -890,9 +896,10 @@ fn concurrent_deciders_never_overspend() {
                 scope.spawn(move || {
                     (0..1000)
                         .filter(|i| {
-                            h.decide("s", &simple(&format!("{t}-{i}")))
-                                .grant()
-                                .is_some()
+                            matches!(
+                                h.decide("s", &simple(&format!("{t}-{i}"))),
+                                Decision::Allow(_) | Decision::Trim(_)
+                            )
                         })
                         .count()
                 })
@@ -956,15 +963,34 @@ impl DecisionStore for BrokenStore {
     ) -> Result<u64, mcpolicy_runtime::store::StoreError> {
         Err(mcpolicy_runtime::store::StoreError::Poisoned)
     }
+    fn server_stats(
+        &self,
+        _: &str,
+    ) -> Result<mcpolicy_runtime::store::ServerStats, mcpolicy_runtime::store::StoreError> {
+        Err(mcpolicy_runtime::store::StoreError::Poisoned)
+    }
+    fn replay_or_admit(
+        &self,
+        _: &DecisionKey,
+        _: &str,
+        _: i64,
+        _: &mut Vec<mcpolicy_runtime::store::LimitCheck>,
+        _: &mut dyn FnMut(
+            Option<&mcpolicy_runtime::store::StoredDecision>,
+            &mut Vec<mcpolicy_runtime::store::LimitCheck>,
+        ) -> mcpolicy_runtime::store::Evaluation,
+    ) -> Result<mcpolicy_runtime::store::ReplayOrAdmit, mcpolicy_runtime::store::StoreError> {
+        Err(mcpolicy_runtime::store::StoreError::Poisoned)
+    }
 }
 
 #[test]
 fn a_failing_store_refuses_with_a_frame() {
     let h = Harness::with_store(table(vec![]), Arc::new(BrokenStore));
     let bytes = br#"{"jsonrpc":"2.0","id":9,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}"#;
-    match h.engine.decide_bytes("s", bytes, &Default::default()) {
-        mcpolicy_runtime::engine::Answer::Failed { frame, .. } => {
-            let f = parse(&frame);
+    match h.engine.decide("s", bytes, &Default::default()) {
+        mcpolicy_runtime::engine::Answer::Failed { reply, .. } => {
+            let f = parse(&reply);
             assert_eq!(f["id"], 9);
             assert_eq!(f["error"]["code"], -32603);
             assert_eq!(f["error"]["data"]["reason"], "runtime.store_unavailable");
@@ -975,7 +1001,7 @@ fn a_failing_store_refuses_with_a_frame() {
 
 /// 8 threads × 1,000 distinct requests through the engine against a budget of
 /// 500 requests: exactly 500 are allowed, with either store (the SQLite store
-/// replays and admits in one transaction, `replay_then_admit`).
+/// replays and admits in one transaction, `replay_or_admit`).
 #[test]
 fn engine_threads_never_overspend_a_budget() {
     with_each_store(|store| {
@@ -1065,8 +1091,8 @@ fn limit_and_window_in(store: Arc<dyn DecisionStore>) {
         "b: daily limit of 1000 tokens used up; resets at 2026-03-11T00:00:00Z"
     );
     let replay = denial(h.decide("b", &big));
-    assert!(replay.replayed);
-    assert_eq!(replay.frame(None), d.frame(None));
+    assert!(replay.replayed());
+    assert_eq!(replay.reply(None), d.reply(None));
 
     allowed(h.decide("r", &simple("1")));
     let d = denial(h.decide("r", &simple("2")));
@@ -1075,6 +1101,6 @@ fn limit_and_window_in(store: Arc<dyn DecisionStore>) {
         format!("r: at most 1 request per 1m; retry in {}s", 60)
     );
     let replay = denial(h.decide("r", &simple("2")));
-    assert!(replay.replayed);
-    assert_eq!(replay.frame(None), d.frame(None));
+    assert!(replay.replayed());
+    assert_eq!(replay.reply(None), d.reply(None));
 }

@@ -14,20 +14,21 @@ use serde_json::{Value, json};
 
 fn answer_frame(answer: &Answer) -> Option<Value> {
     match answer {
-        Answer::Invalid { frame, .. } | Answer::Failed { frame, .. } => Some(parse(frame)),
+        Answer::Invalid(rejection) => Some(parse(&rejection.reply())),
+        Answer::Failed { reply, .. } => Some(parse(reply)),
         Answer::Decided {
             decision: Decision::Deny(d),
             request,
-        } => Some(parse(&d.frame(request.id.as_ref()))),
+        } => Some(parse(&d.reply(request.id.as_ref()))),
         Answer::Decided { .. } => None,
     }
 }
 
 fn invalid(h: &Harness, bytes: &[u8]) -> Value {
-    match h.engine.decide_bytes("s", bytes, &ClientContext::default()) {
-        Answer::Invalid { frame, code } => {
-            let frame = parse(&frame);
-            assert_eq!(frame["error"]["code"], code);
+    match h.engine.decide("s", bytes, &ClientContext::default()) {
+        Answer::Invalid(rejection) => {
+            let frame = parse(&rejection.reply());
+            assert_eq!(frame["error"]["code"], rejection.code());
             assert_eq!(frame["jsonrpc"], "2.0");
             frame
         }
@@ -85,17 +86,35 @@ fn invalid_requests_get_frames() {
     }
 }
 
+/// A request nested `depth` arrays deep inside `messages`.
+fn nested(depth: usize) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{{"messages":[{}1{}],"maxTokens":1}}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    )
+}
+
+/// Just past each bound the engine reads with (nesting 64 deep, 16 MiB):
+/// both are refused with a frame. Cheap: the size bound is checked before
+/// anything is read, the depth bound as soon as it is crossed.
 #[test]
 fn deep_and_huge_inputs_get_frames() {
     let h = Harness::new(table(vec![]));
-    let deep = format!(
-        r#"{{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{{"messages":[{}1{}],"maxTokens":1}}}}"#,
-        "[".repeat(100_000),
-        "]".repeat(100_000)
-    );
-    invalid(&h, deep.as_bytes());
-    let huge = vec![b' '; 64 * 1024 * 1024 + 1];
-    invalid(&h, &huge);
+    let limits = mcpolicy_runtime::request::Limits::default();
+    invalid(&h, nested(limits.max_depth).as_bytes());
+    invalid(&h, &vec![b' '; limits.max_bytes + 1]);
+}
+
+/// The same far past the bounds (100,000 arrays deep, 64 MiB): no stack
+/// overflow, no allocation in proportion. Ignored by default for its cost
+/// (about a second of a debug build); `.ci/run` runs it with `--ignored`.
+#[test]
+#[ignore = "full-size inputs: run by .ci/run with --ignored"]
+fn far_too_deep_and_far_too_large_inputs_get_frames() {
+    let h = Harness::new(table(vec![]));
+    invalid(&h, nested(100_000).as_bytes());
+    invalid(&h, &vec![b' '; 64 * 1024 * 1024 + 1]);
 }
 
 #[test]
@@ -104,13 +123,13 @@ fn valid_bytes_are_decided_and_denials_echo_the_id() {
     off.sampling.enabled = false;
     let h = Harness::new(table(vec![("s", off)]));
     let bytes = br#"{"jsonrpc":"2.0","id":"req-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}"#;
-    let frame = answer_frame(&h.engine.decide_bytes("s", bytes, &ClientContext::default()))
+    let frame = answer_frame(&h.engine.decide("s", bytes, &ClientContext::default()))
         .expect("a denial frame");
     assert_eq!(frame["id"], "req-1");
     assert_eq!(frame["error"]["data"]["reason"], builtin::SAMPLING_DISABLED);
     // Bare params are accepted too (no id: the frame carries null).
     let bare = br#"{"messages":[],"maxTokens":1}"#;
-    let frame = answer_frame(&h.engine.decide_bytes("s", bare, &ClientContext::default()))
+    let frame = answer_frame(&h.engine.decide("s", bare, &ClientContext::default()))
         .expect("a denial frame");
     assert!(frame["id"].is_null());
 }
@@ -127,11 +146,11 @@ fn same_request_in_other_spellings_replays_the_same_decision() {
         ..
     } = h
         .engine
-        .decide_bytes("s", a.as_bytes(), &ClientContext::default())
+        .decide("s", a.as_bytes(), &ClientContext::default())
     else {
         panic!("consent expected");
     };
-    let denied = h.engine.resolve_consent(p, false).expect("resolve");
+    let denied = resolve(p, false);
     let Decision::Deny(first) = denied else {
         panic!()
     };
@@ -140,12 +159,12 @@ fn same_request_in_other_spellings_replays_the_same_decision() {
         ..
     } = h
         .engine
-        .decide_bytes("s", b.as_bytes(), &ClientContext::default())
+        .decide("s", b.as_bytes(), &ClientContext::default())
     else {
         panic!("replayed denial expected");
     };
-    assert!(second.replayed);
-    assert_eq!(first.data, second.data);
+    assert!(second.replayed());
+    assert_eq!(data_text(&first), data_text(&second));
 }
 
 const INPUT_REQUIRED: &str = r#"{
@@ -184,8 +203,9 @@ fn input_requests_are_decided_entry_by_entry() {
     for d in &decisions {
         match (d.key.as_str(), &d.outcome) {
             ("roots", InputOutcome::NotSampling) => {}
-            ("broken", InputOutcome::Invalid { code, message }) => {
-                assert_eq!(*code, -32602);
+            ("broken", InputOutcome::Invalid(error)) => {
+                assert_eq!(error.code(), -32602);
+                let message = error.message();
                 assert!(message.contains("messages"), "{message}");
             }
             // No `sampling.context` capability under 2026-07-28: context becomes none.
@@ -212,9 +232,12 @@ fn input_requests_are_decided_entry_by_entry() {
                 assert_eq!(
                     serde_json::to_string(&local["error"]["data"]).expect("json"),
                     // serde_json sorts keys; compare as values, and the text itself below.
-                    serde_json::to_string(&parse(&denial.data)).expect("json")
+                    serde_json::to_string(&parse(data_text(denial).as_bytes())).expect("json")
                 );
-                assert!(denial.local_error(Some(&json!(12))).contains(&*denial.data));
+                assert!(
+                    String::from_utf8_lossy(&denial.local_error(Some(&json!(12))))
+                        .contains(&data_text(denial))
+                );
                 assert_eq!(local["error"]["data"]["reason"], builtin::TOOLS_DISABLED);
             }
             (key, outcome) => panic!("{key}: unexpected {outcome:?}"),
@@ -224,7 +247,12 @@ fn input_requests_are_decided_entry_by_entry() {
     let list = json!({"inputRequests": [{"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 1}}]});
     let decisions = h
         .engine
-        .decide_input_requests("srv", &list, &ClientContext::default());
+        .decide_input_required(
+            "srv",
+            list.to_string().as_bytes(),
+            &ClientContext::default(),
+        )
+        .expect("well-formed result");
     assert_eq!(decisions.len(), 1);
     assert_eq!(decisions[0].key, "0");
     // Malformed results are refused as a whole.
@@ -236,10 +264,11 @@ fn input_requests_are_decided_entry_by_entry() {
             &ClientContext::default(),
         )
         .expect_err("duplicate keys");
-    assert!(err.0 == -32600 || err.0 == -32700);
+    assert!(err.code() == -32600 || err.code() == -32700);
     assert!(
         h.engine
-            .decide_input_requests("srv", &json!(5), &ClientContext::default())
+            .decide_input_required("srv", b"5", &ClientContext::default())
+            .expect("a number is JSON")
             .is_empty()
     );
 }
@@ -290,15 +319,13 @@ fn float_spelled_max_tokens_is_allowed_or_lowered() {
         )
     };
     for (spelled, forwarded) in [("1E0", json!(1)), ("9.0", json!(5)), ("5e0", json!(5))] {
-        let answer =
-            h.engine
-                .decide_bytes("s", request(spelled).as_bytes(), &ClientContext::default());
+        let answer = h
+            .engine
+            .decide("s", request(spelled).as_bytes(), &ClientContext::default());
         let Answer::Decided { request, decision } = &answer else {
             panic!("{spelled}: {answer:?}");
         };
-        let grant = decision
-            .grant()
-            .unwrap_or_else(|| panic!("{spelled}: {decision:?}"));
+        let grant = grant_of(decision).unwrap_or_else(|| panic!("{spelled}: {decision:?}"));
         let lowered = grant.params(&request.params);
         assert_eq!(lowered.get("maxTokens"), Some(&forwarded), "{spelled}");
         assert!(integral_at_most(&forwarded, 5));
@@ -330,7 +357,7 @@ proptest! {
     #[test]
     fn random_bytes_always_get_a_frame_or_a_decision(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
         let h = open_harness();
-        let answer = h.engine.decide_bytes("s", &bytes, &ClientContext::default());
+        let answer = h.engine.decide("s", &bytes, &ClientContext::default());
         if let Some(frame) = answer_frame(&answer) {
             prop_assert_eq!(&frame["jsonrpc"], "2.0");
             prop_assert!(frame["error"]["code"].is_i64());
@@ -340,14 +367,14 @@ proptest! {
     #[test]
     fn mutated_requests_always_get_a_frame_or_a_decision(bytes in sampling_bytes()) {
         let h = strict_harness();
-        let answer = h.engine.decide_bytes("s", &bytes, &ClientContext::default());
+        let answer = h.engine.decide("s", &bytes, &ClientContext::default());
         match &answer {
             Answer::Decided { request, decision } => {
-                if let Some(grant) = decision.grant() {
+                if let Some(grant) = grant_of(decision) {
                     let lowered = grant.params(&request.params);
                     prop_assert!(lowered.get("maxTokens").is_some_and(|t| integral_at_most(t, 5)));
                     let mut result = json!({"model": "y"});
-                    prop_assert!(mcpolicy_runtime::frame::annotate_result(&mut result, &grant.annotations));
+                    prop_assert!(grant.annotate(&mut result));
                 }
             }
             _ => {
@@ -392,7 +419,7 @@ proptest! {
         let expected = t.entry_for(&id).block.max_tokens;
         let h = Harness::new(t);
         let request = params(json!({"messages": [], "maxTokens": 100_000}));
-        let got = h.decide(&id, &request).grant().and_then(|g| g.lowered.max_tokens);
+        let got = grant_of(&h.decide(&id, &request)).and_then(|g| g.lowered().max_tokens);
         prop_assert_eq!(got, expected);
     }
 }

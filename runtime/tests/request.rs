@@ -1,8 +1,8 @@
 //! Strict request parsing and `sampling/createMessage` validation.
 
+use mcpolicy_runtime::jsonrpc::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use mcpolicy_runtime::request::{
-    INVALID_PARAMS, INVALID_REQUEST, Limits, PARSE_ERROR, RequestError, envelope_id, parse_strict,
-    parse_strict_with, validate_sampling,
+    Limits, RequestError, envelope_id, parse_strict, parse_strict_with, validate_sampling,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};

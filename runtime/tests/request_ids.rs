@@ -1,9 +1,10 @@
 //! Error frames carry the request's id whenever the envelope's id can be
 //! read, also when strict parsing failed (issue 11, item 16).
 
+use mcpolicy_runtime::jsonrpc::{INVALID_REQUEST, PARSE_ERROR};
 use mcpolicy_runtime::request::{
-    INVALID_REQUEST, IdScan, Limits, PARSE_ERROR, Rejection, envelope_id, parse_sampling,
-    parse_sampling_with, read_bounded, recover_id,
+    IdScan, Limits, Rejection, envelope_id, parse_sampling, parse_sampling_with, read_bounded,
+    recover_id,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -30,14 +31,14 @@ fn rejected(bytes: &[u8]) -> Rejection {
 }
 
 fn frame_id(rejection: &Rejection) -> Value {
-    let frame: Value = serde_json::from_str(&rejection.frame()).expect("a frame is JSON");
+    let frame: Value = serde_json::from_slice(&rejection.reply()).expect("a frame is JSON");
     frame["id"].clone()
 }
 
 #[test]
 fn strict_parse_failures_keep_a_readable_id() {
     let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
-    let cases: Vec<(Vec<u8>, i64)> =
+    let cases: Vec<(Vec<u8>, i32)> =
         vec![
         (
             envelope("7", r#"{"messages":[],"maxTokens":1,"a":{"x":1,"x":2}}"#).into_bytes(),
@@ -270,7 +271,7 @@ proptest! {
         };
         let rejection = parse_sampling_with(&bytes, &limits).expect_err("damaged");
         prop_assert_eq!(&rejection.id, &Some(id.clone()), "{}", String::from_utf8_lossy(&bytes));
-        let frame: Value = serde_json::from_str(&rejection.frame()).expect("JSON");
+        let frame: Value = serde_json::from_slice(&rejection.reply()).expect("JSON");
         prop_assert_eq!(&frame["id"], &id);
         // Fed in pieces, the scanner agrees.
         let mut scan = IdScan::new(limits.max_bytes);

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mcpolicy_runtime::calendar::timestamp;
+use mcpolicy_runtime::clock::timestamp;
 #[cfg(feature = "sqlite")]
 use mcpolicy_runtime::store::SqliteStore;
 use mcpolicy_runtime::store::{

@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, MemoryStore, Millis,
-    Reservation, ServerStats, StoredDecision, Verdict,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore,
+    Millis, Reservation, ServerStats, StoredDecision, Verdict,
 };
 use proptest::prelude::*;
 
@@ -58,9 +58,9 @@ enum Op {
         server: u8,
         digest: u8,
     },
-    /// `replay_then_admit` as the engine calls it: admit unless a stored
-    /// denial answers (or, for a store without it, the two calls).
-    ReplayThenAdmit {
+    /// `replay_or_admit` as the engine calls it: admit unless a stored
+    /// denial answers.
+    ReplayOrAdmit {
         server: u8,
         id: u8,
         digest: u8,
@@ -81,7 +81,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2, 0u8..6).prop_map(|(server, id)| Op::Get { server, id }),
         1 => (0u8..2, 0u8..2).prop_map(|(server, digest)| Op::Purge { server, digest }),
         4 => (0u8..2, 0u8..6, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
-            Op::ReplayThenAdmit { server, id, digest, mask, tokens }
+            Op::ReplayOrAdmit { server, id, digest, mask, tokens }
         }),
     ]
 }
@@ -365,7 +365,7 @@ fn run(ops: Vec<Op>) {
                     assert_eq!(got, expected, "{name} replay at step {step}");
                 }
             }
-            Op::ReplayThenAdmit {
+            Op::ReplayOrAdmit {
                 server,
                 id,
                 digest,
@@ -391,27 +391,20 @@ fn run(ops: Vec<Op>) {
                     let mut buffer = Vec::new();
                     let mut evaluate =
                         |stored: Option<&StoredDecision>, out: &mut Vec<LimitCheck>| {
-                            let admit = go(stored);
-                            if admit {
+                            if go(stored) {
                                 out.extend(wanted.iter().cloned());
+                                Evaluation::Admit
+                            } else {
+                                Evaluation::Answered
                             }
-                            admit
                         };
-                    let (replayed, admission) = match store
-                        .replay_then_admit(&key, &digest, now, &mut buffer, &mut evaluate)
-                        .expect("replay_then_admit")
-                    {
-                        Some(answer) => (answer.replayed, answer.admission),
-                        None => {
-                            let replayed = store.replay(&key, &digest, now).expect("replay");
-                            let admission = go(replayed.as_ref())
-                                .then(|| store.admit(server, &wanted, now).expect("admit"));
-                            (replayed, admission)
-                        }
-                    };
+                    let answer = store
+                        .replay_or_admit(&key, &digest, now, &mut buffer, &mut evaluate)
+                        .expect("replay_or_admit");
+                    let (replayed, admission) = (answer.replayed, answer.admission);
                     assert_eq!(
                         replayed, expected_replay,
-                        "{name} replay_then_admit (replay) at step {step}"
+                        "{name} replay_or_admit (replay) at step {step}"
                     );
                     match (&expected_admission, &admission) {
                         (
@@ -420,7 +413,7 @@ fn run(ops: Vec<Op>) {
                         ) => handles.push(*reservation),
                         _ => assert_eq!(
                             admission, expected_admission,
-                            "{name} replay_then_admit (admit) at step {step}"
+                            "{name} replay_or_admit (admit) at step {step}"
                         ),
                     }
                 }

@@ -18,6 +18,7 @@ use mcpolicy_runtime::engine::Decision;
 use mcpolicy_runtime::table::{
     EffectiveBlock, ReasonSpec, Switch, TABLE_FORMAT, Table, TableError, Ttl, builtin,
 };
+use mcpolicy_runtime::{Error, Policy};
 use proptest::prelude::*;
 use unicode_normalization::UnicodeNormalization;
 
@@ -228,10 +229,9 @@ fn a_reason_shared_by_tools_and_another_statement_is_refused() {
 /// acme.x`. A reported deadline miss is stored (retry after the reason's
 /// ttl), but the engine reads the stored `acme.x` as a tools denial and
 /// skips it for the same request without tools, which then runs again at
-/// once.
+/// once. Such a table is refused as a file and as a [`Policy`].
 #[test]
 fn a_shared_tools_reason_would_skip_a_stored_deadline_denial() {
-    use mcpolicy_runtime::engine::ClientContext;
     let mut reasons = reasons();
     reasons.extend([custom("acme.x")]);
     let mut block = open_block();
@@ -256,28 +256,12 @@ fn a_shared_tools_reason_would_skip_a_stored_deadline_denial() {
         Table::from_json(table.to_json().as_bytes()),
         Err(TableError::SharedToolsReason { .. })
     ));
-    // Driven directly (an engine does not verify its table): the bypass.
-    let h = Harness::new(table);
-    let Decision::Allow(grant) = h.decide("srv", &simple("hi")) else {
-        panic!("first request is allowed")
-    };
-    let miss = h
-        .engine
-        .report_deadline_miss(&grant.ticket)
-        .expect("store works");
-    assert_eq!(&*miss.reason, "acme.x");
-    let again = h
-        .engine
-        .decide(
-            "srv",
-            &simple("hi"),
-            &ClientContext::with_sampling_context(true),
-        )
-        .expect("store works");
-    assert!(
-        matches!(again, Decision::Allow(_)),
-        "the engine now replays the stored deadline denial: SharedToolsReason may no longer be needed"
-    );
+    // Nor can it be run: an engine runs only a verified `Policy`, so the
+    // bypass (a deadline denial skipped as a tools denial) has no way in.
+    assert!(matches!(
+        Policy::verify(table),
+        Err(Error::Table(TableError::SharedToolsReason { .. }))
+    ));
 }
 
 // ---- server ids in NFC (issue 11, item 7) ----
@@ -292,16 +276,16 @@ fn an_nfd_server_id_finds_its_nfc_block() {
     assert_eq!(table.entry_for("cafe\u{301}").pattern, "caf\u{e9}");
     let h = Harness::new(table);
     let decision = h.decide("cafe\u{301}", &simple("hi"));
-    assert_eq!(decision.deny_reason(), Some(builtin::SAMPLING_DISABLED));
+    assert_eq!(deny_reason(&decision), Some(builtin::SAMPLING_DISABLED));
     let Decision::Deny(denial) = decision else {
         unreachable!()
     };
-    assert_eq!(denial.server, "caf\u{e9}", "the id is reported in NFC");
+    assert_eq!(denial.server(), "caf\u{e9}", "the id is reported in NFC");
     // The NFC id replays the decision stored under the NFD one: one key.
     let Decision::Deny(again) = h.decide("caf\u{e9}", &simple("hi")) else {
         panic!("not a denial")
     };
-    assert!(again.replayed, "stored under another key");
+    assert!(again.replayed(), "stored under another key");
 }
 
 /// A hand-written table whose patterns are not in NFC matches NFC and NFD
@@ -332,7 +316,7 @@ fn a_non_nfc_pattern_in_a_table_matches_after_loading() {
         assert_ne!(loaded.entry_for(id).pattern, "*", "{id:?}");
         let h = Harness::new(loaded.clone());
         assert_eq!(
-            h.decide(id, &simple("hi")).deny_reason(),
+            deny_reason(&h.decide(id, &simple("hi"))),
             Some(builtin::SAMPLING_DISABLED),
             "{id:?}"
         );
@@ -427,7 +411,7 @@ proptest! {
         let expected = patterns
             .iter()
             .position(|p| {
-                mcpolicy_runtime::glob::matches(&p.nfc().collect::<String>(), &nfc_id)
+                mcpolicy_runtime::table::pattern::matches(&p.nfc().collect::<String>(), &nfc_id)
             })
             .map_or("t.fallback".to_owned(), |i| format!("t.r{i}"));
         let h = Harness::new(table.clone());
@@ -439,7 +423,7 @@ proptest! {
             prop_assert_eq!(&by_loaded, &expected, "loaded entry_for({:?})", s);
             for harness in [&h, &h_loaded] {
                 let decision = harness.decide(s, &simple("hi"));
-                prop_assert_eq!(decision.deny_reason(), Some(expected.as_str()), "engine({:?})", s);
+                prop_assert_eq!(deny_reason(&decision), Some(expected.as_str()), "engine({:?})", s);
             }
         }
     }
@@ -458,7 +442,7 @@ proptest! {
         let h = Harness::new(table(vec![("s", block)]));
         let nfc_name: String = name.nfc().collect();
         let allowed = patterns.iter().any(|p| {
-            mcpolicy_runtime::glob::matches(&p.nfc().collect::<String>(), &nfc_name)
+            mcpolicy_runtime::table::pattern::matches(&p.nfc().collect::<String>(), &nfc_name)
         });
         for spelling in [name.clone(), nfc_name.clone(), name.nfd().collect::<String>()] {
             let request = params(serde_json::json!({
@@ -469,11 +453,11 @@ proptest! {
             match h.decide("s", &request) {
                 Decision::Allow(grant) => {
                     prop_assert!(allowed, "{:?} kept against {:?}", spelling, patterns);
-                    prop_assert!(h.engine.model_allowed(&grant.ticket, &spelling));
+                    prop_assert!(grant.model_allowed(&spelling));
                 }
                 Decision::Trim(grant) => {
                     prop_assert!(!allowed, "{:?} dropped against {:?}", spelling, patterns);
-                    prop_assert!(!h.engine.model_allowed(&grant.ticket, &spelling));
+                    prop_assert!(!grant.model_allowed(&spelling));
                 }
                 other => prop_assert!(false, "{:?}", other),
             }
@@ -497,7 +481,41 @@ fn model_hints_and_patterns_match_in_every_normal_form() {
     let Decision::Allow(grant) = h.decide("s", &request) else {
         panic!("both hints are allowed models: no trim")
     };
-    assert!(h.engine.model_allowed(&grant.ticket, "cafe\u{301}-2"));
-    assert!(h.engine.model_allowed(&grant.ticket, "caf\u{e9}-2"));
-    assert!(!h.engine.model_allowed(&grant.ticket, "cafe-2"));
+    assert!(grant.model_allowed("cafe\u{301}-2"));
+    assert!(grant.model_allowed("caf\u{e9}-2"));
+    assert!(!grant.model_allowed("cafe-2"));
+}
+
+/// Codes are JSON-RPC error codes, 32-bit: a hand-written table with a
+/// wider `error_code` or reason code is refused (the checker refuses such a
+/// policy too), as a file and as a [`Policy`], so a denial's code is an `i32`.
+#[test]
+fn a_code_outside_32_bits_is_refused() {
+    for (error_code, reason_code) in [
+        (i64::from(i32::MAX) + 1, CODE),
+        (CODE, i64::from(i32::MIN) - 1),
+    ] {
+        let mut reasons = reasons();
+        let (name, mut spec) = custom("acme.wide");
+        spec.code = reason_code;
+        reasons.insert(name, spec);
+        let mut table = table(vec![("srv", open_block())]);
+        table.error_code = error_code;
+        table.reasons = reasons;
+        let block = open_block();
+        table.servers = vec![entry("srv", block.clone(), &table.reasons)];
+        table.fallback = entry("*", block, &table.reasons);
+        assert!(matches!(
+            Table::from_json(table.to_json().as_bytes()),
+            Err(TableError::CodeOutOfRange { .. })
+        ));
+        assert!(matches!(
+            Policy::verify(table),
+            Err(Error::Table(TableError::CodeOutOfRange { .. }))
+        ));
+    }
+    // The bounds themselves fit.
+    let mut table = table(vec![]);
+    table.error_code = i64::from(i32::MIN);
+    assert!(Policy::verify(table).is_ok());
 }

@@ -328,7 +328,7 @@ impl Checker {
             let block = self.block(&server.body, true);
             // The model holds the pattern in NFC, the form the runtime matches.
             self.model.servers.push((
-                mcpolicy_runtime::glob::nfc(&server.pattern.value).into_owned(),
+                mcpolicy_runtime::table::pattern::nfc(&server.pattern.value).into_owned(),
                 block,
             ));
         }

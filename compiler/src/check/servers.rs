@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use mcpolicy_runtime::glob;
+use mcpolicy_runtime::table::pattern as glob;
 
 use super::Checker;
 use crate::codes::Code;

@@ -134,6 +134,45 @@ pub struct BudgetRule {
     pub reason: String,
 }
 
+impl BudgetRule {
+    /// The budget as a cause names it: metric, limit and window (a block
+    /// has one budget per metric and window, so this names it uniquely).
+    pub fn name(&self) -> String {
+        let metric = if self.tokens { "tokens" } else { "requests" };
+        let window = match self.window {
+            Win::Cal(Cal::Hour) => "hour".to_owned(),
+            Win::Cal(Cal::Day) => "day".to_owned(),
+            Win::Cal(Cal::Week) => "week".to_owned(),
+            Win::Cal(Cal::Month) => "month".to_owned(),
+            Win::Rolling(ms) => format!("{ms}ms"),
+        };
+        format!("budget {} {metric} per {window}", self.limit)
+    }
+}
+
+/// Which server block (its index among the server blocks; `None`: the
+/// defaults alone), which statement (its keyword; a budget by
+/// [`BudgetRule::name`]) and which evaluation step (numbered as in
+/// `docs/spec/evaluation.md`) decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CauseView {
+    pub block: Option<usize>,
+    pub statement: Option<String>,
+    pub step: u8,
+}
+
+/// The evaluation steps the interpreter names (`docs/spec/evaluation.md`).
+pub mod step {
+    pub const REPLAY: u8 = 3;
+    pub const SWITCHES: u8 = 4;
+    pub const INPUT_LIMITS: u8 = 5;
+    pub const TRIMS: u8 = 6;
+    pub const RATE: u8 = 7;
+    pub const BUDGETS: u8 = 8;
+    pub const CONSENT: u8 = 9;
+    pub const ALLOW: u8 = 10;
+}
+
 /// The rules that govern one server, merged statement by statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
@@ -151,6 +190,31 @@ pub struct Block {
 }
 
 impl Block {
+    /// How many statements of the block can deny with `reason`: when more
+    /// than one, a stored denial's reason (and timing) does not say which
+    /// did, and the engine, which derives a replay's cause from them
+    /// rather than storing it, may name another.
+    pub fn deniers_of(&self, reason: &str) -> usize {
+        let deadline = self
+            .deadline
+            .as_ref()
+            .map_or("policy.deadline", |d| d.1.as_str());
+        [
+            (!self.sampling.0).then_some(self.sampling.1.as_str()),
+            (!self.tools.0).then_some(self.tools.1.as_str()),
+            self.max_messages.as_ref().map(|m| m.1.as_str()),
+            self.max_input.as_ref().map(|m| m.1.as_str()),
+            self.rate.as_ref().map(|r| r.2.as_str()),
+            Some(deadline),
+            Some("user.denied"),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.budgets.iter().map(|b| b.reason.as_str()))
+        .filter(|r| *r == reason)
+        .count()
+    }
+
     /// Whether `tools off` shares its reason with another statement of the
     /// block (via `as`): then a stored denial with that reason does not say
     /// which statement produced it, and the engine, which tells a stored
@@ -621,6 +685,8 @@ pub struct DenyView {
     pub data: Value,
     pub replayed: bool,
     pub represented: u64,
+    /// What decided it (for a replay: the stored decision's statement).
+    pub cause: Option<CauseView>,
 }
 
 /// Model hints trimmed: (requested names, kept names, allowed globs).
@@ -640,6 +706,8 @@ pub struct GrantView {
     pub model: Option<ModelView>,
     /// The params the completion runs with.
     pub params: Value,
+    /// What decided it: the first trim, `consent` when the user was asked.
+    pub cause: Option<CauseView>,
 }
 
 /// What the test does with a request the user is asked about.
@@ -664,6 +732,8 @@ pub struct Memory {
     /// The denial came from `tools off`: tools are not part of a request's
     /// identity, so it answers only a request that offers tools.
     pub by_tools: bool,
+    /// The statement that decided a denial.
+    pub statement: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -681,6 +751,8 @@ struct Check {
     fixed: Option<(Millis, Millis)>,
     ms: u64,
     reason: String,
+    /// The statement, as a cause names it.
+    statement: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -877,7 +949,14 @@ impl State {
                 };
             }
         };
-        let (_, block) = policy.block_for(server);
+        let (found, block) = policy.block_for(server);
+        let cause = |statement: Option<String>, step: u8| {
+            Some(CauseView {
+                block: found,
+                statement,
+                step,
+            })
+        };
         // 2. Identity.
         let key = (server.to_owned(), identity_of(policy, &params));
         let done = |observed| Outcome {
@@ -906,6 +985,10 @@ impl State {
                     data: stored.data.clone().unwrap_or(Value::Null),
                     replayed: true,
                     represented: stored.represented,
+                    // Compared only where the reason names one statement.
+                    cause: (block.deniers_of(&stored.reason) == 1)
+                        .then(|| cause(stored.statement.clone(), step::REPLAY))
+                        .flatten(),
                 }));
             }
         }
@@ -913,17 +996,20 @@ impl State {
         // 4. Switches.
         if !block.sampling.0 {
             let r = block.sampling.1.clone();
-            return done(self.deny(policy, &key, &r, None, None, now, false));
+            let why = cause(Some("sampling".into()), step::SWITCHES);
+            return done(self.deny(policy, &key, &r, None, None, now, false, why));
         }
         if !block.tools.0 && offers_tools(&params) {
             let r = block.tools.1.clone();
-            return done(self.deny(policy, &key, &r, None, None, now, true));
+            let why = cause(Some("tools".into()), step::SWITCHES);
+            return done(self.deny(policy, &key, &r, None, None, now, true, why));
         }
         // 5. Input limits.
         if let Some((max, r)) = &block.max_messages {
             let n = params["messages"].as_array().map_or(0, Vec::len) as u64;
             if n > *max {
-                return done(self.deny(policy, &key, r, None, None, now, false));
+                let why = cause(Some("max_messages".into()), step::INPUT_LIMITS);
+                return done(self.deny(policy, &key, r, None, None, now, false, why));
             }
         }
         if let Some((max, r)) = &block.max_input {
@@ -933,7 +1019,8 @@ impl State {
                 .map(mcpolicy_runtime::identity::canonical_len)
                 .sum();
             if size > *max {
-                return done(self.deny(policy, &key, r, None, None, now, false));
+                let why = cause(Some("max_input".into()), step::INPUT_LIMITS);
+                return done(self.deny(policy, &key, r, None, None, now, false, why));
             }
         }
 
@@ -1002,6 +1089,7 @@ impl State {
                 fixed: None,
                 ms: *window,
                 reason: r.clone(),
+                statement: "rate".into(),
             });
         }
         for b in &block.budgets {
@@ -1016,6 +1104,7 @@ impl State {
                 fixed,
                 ms,
                 reason: b.reason.clone(),
+                statement: b.name(),
             });
         }
         let mut admitted = None;
@@ -1027,6 +1116,7 @@ impl State {
                 fixed,
                 ms,
                 reason,
+                statement,
             } in &checks
             {
                 let rows: Vec<Row> = self
@@ -1078,6 +1168,7 @@ impl State {
                         Some(now + seconds * 1000),
                         now,
                         false,
+                        cause(Some(statement.clone()), step::RATE),
                     )
                 } else {
                     let resets = ceil_second(available);
@@ -1089,6 +1180,7 @@ impl State {
                         Some(resets),
                         now,
                         false,
+                        cause(Some(statement.clone()), step::BUDGETS),
                     )
                 };
                 return done(observed);
@@ -1135,8 +1227,9 @@ impl State {
                     if let Some(a) = &admitted {
                         self.settle_budgets(a, |_| true, 0);
                     }
+                    let why = cause(Some("consent".into()), step::CONSENT);
                     let mut observed =
-                        self.deny(policy, &key, "user.denied", None, None, now, false);
+                        self.deny(policy, &key, "user.denied", None, None, now, false, why);
                     if let Observed::Deny(d) = &mut observed {
                         d.consent_asked = true;
                     }
@@ -1156,12 +1249,30 @@ impl State {
                                 represented: 0,
                                 data: None,
                                 by_tools: false,
+                                statement: None,
                             },
                         );
                     }
                 }
             }
         }
+        // The first trim names a grant's statement; `consent` when asked.
+        let trimmed_by = if grant.context.is_some() {
+            Some("max_context")
+        } else if grant.max_tokens.is_some() {
+            Some("max_tokens")
+        } else if grant.model.is_some() {
+            Some("models")
+        } else {
+            None
+        };
+        grant.cause = if grant.consent_asked {
+            cause(Some("consent".into()), step::CONSENT)
+        } else if let Some(statement) = trimmed_by {
+            cause(Some(statement.into()), step::TRIMS)
+        } else {
+            cause(None, step::ALLOW)
+        };
         // 10. Allow.
         Outcome {
             observed: Observed::Grant(grant),
@@ -1181,6 +1292,7 @@ impl State {
         reset: Option<Millis>,
         now: Millis,
         by_tools: bool,
+        cause: Option<CauseView>,
     ) -> Observed {
         let spec = policy.reason(reason);
         let data = data(reason, &key.0, spec.retryable, timing);
@@ -1194,6 +1306,7 @@ impl State {
                     represented: 0,
                     data: Some(data.clone()),
                     by_tools,
+                    statement: cause.as_ref().and_then(|c| c.statement.clone()),
                 },
             );
         }
@@ -1205,6 +1318,7 @@ impl State {
             data,
             replayed: false,
             represented: 0,
+            cause,
         })
     }
 
@@ -1241,7 +1355,7 @@ impl State {
         key: &(String, String),
         now: Millis,
     ) -> Observed {
-        let (_, block) = policy.block_for(&key.0);
+        let (found, block) = policy.block_for(&key.0);
         let reason = block
             .deadline
             .as_ref()
@@ -1253,7 +1367,12 @@ impl State {
             }
             _ => None,
         };
-        self.deny(policy, key, &reason, timing, None, now, false)
+        let cause = Some(CauseView {
+            block: found,
+            statement: Some("deadline".into()),
+            step: step::ALLOW,
+        });
+        self.deny(policy, key, &reason, timing, None, now, false, cause)
     }
 
     /// The policy was edited: the stored decisions of every server whose

@@ -15,9 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use mcpolicy_runtime::engine::{ClientContext, Decision, Denial, Engine, Grant};
-use mcpolicy_runtime::frame::Annotations;
-use mcpolicy_runtime::request::{self, SAMPLING_METHOD, SamplingRequest};
+use mcpolicy_runtime::engine::{ClientContext, Decision, Denial, Grant};
+use mcpolicy_runtime::frame::{Annotations, DenialData};
+use mcpolicy_runtime::jsonrpc::SAMPLING_METHOD;
+use mcpolicy_runtime::request::{self, SamplingRequest};
+use mcpolicy_runtime::{Engine, Error};
 use rmcp::ClientHandler;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ErrorCode,
@@ -126,11 +128,12 @@ fn bump(counter: &AtomicU64) {
 /// One `PolicyClient` per server connection: `server_id` is the name the
 /// *user* gave that server in the client's configuration (the key the policy's
 /// `server "…"` blocks match), never the name the server reports about itself.
-/// Share one `Arc<Engine>` between all connections so they count against the
-/// same store. Cloning is cheap and clones share counters.
+/// Give every connection a clone of one [`Engine`] (cheap: clones share the
+/// policy and the store) so they count against the same store. Cloning a
+/// `PolicyClient` is cheap and clones share counters.
 #[derive(Debug)]
 pub struct PolicyClient<P, C> {
-    engine: Arc<Engine>,
+    engine: Engine,
     server_id: Arc<str>,
     provider: Arc<P>,
     consent: Arc<C>,
@@ -157,7 +160,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     /// It declares the `sampling` capability with `context` (the policy decides
     /// how much context a request gets) and speaks MCP 2025-11-25, the last
     /// revision in which servers send `sampling/createMessage` as a request.
-    pub fn new(engine: Arc<Engine>, server_id: impl Into<String>, provider: P, consent: C) -> Self {
+    pub fn new(engine: Engine, server_id: impl Into<String>, provider: P, consent: C) -> Self {
         let mut sampling = SamplingCapability::default();
         sampling.context = Some(Map::new());
         let mut capabilities = ClientCapabilities::default();
@@ -191,7 +194,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     }
 
     /// The engine deciding for this client.
-    pub fn engine(&self) -> &Arc<Engine> {
+    pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
@@ -235,17 +238,14 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     /// fsyncs) every decision, which must not stall the connection's I/O.
     async fn on_store<T: Send + 'static>(
         &self,
-        job: impl FnOnce(&Engine) -> T + Send + 'static,
+        job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, ErrorData> {
-        let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || job(&engine))
-            .await
-            .map_err(|err| {
-                internal(
-                    &self.server_id,
-                    &format!("policy engine task failed: {err}"),
-                )
-            })
+        tokio::task::spawn_blocking(job).await.map_err(|err| {
+            internal(
+                &self.server_id,
+                &format!("policy engine task failed: {err}"),
+            )
+        })
     }
 
     /// Decides one request and carries the decision out. Every path answers
@@ -258,67 +258,52 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
         let request = sampling_request(&params, &context)?;
         let server = self.server_id.clone();
         let ctx = self.context();
+        let engine = self.engine.clone();
         let (request, decided) = self
-            .on_store(move |engine| {
-                let decided = engine.decide(&server, &request, &ctx);
+            .on_store(move || {
+                let decided = engine.decide_request(&server, &request, &ctx);
                 (request, decided)
             })
             .await?;
-        let decision = decided.map_err(|err| {
-            error_from_frame(
-                &err.frame(request.id.as_ref(), &self.server_id),
-                &self.server_id,
-            )
-        })?;
+        let decision = decided.map_err(|err| engine_error(&err))?;
 
-        let decision = match decision {
+        let grant = match decision {
+            Decision::Deny(denial) => return Err(self.deny(&denial)),
+            Decision::Allow(grant) | Decision::Trim(grant) => grant,
             Decision::NeedsConsent(pending) => {
                 // Show what will actually run: the trims are already applied.
-                let mut shown = request.params.clone();
-                pending.lowered().apply(&mut shown);
                 let prompt = ConsentRequest {
                     server_id: pending.server_id().to_owned(),
                     identity: pending.identity().to_owned(),
-                    params: to_rmcp_params(shown, &self.server_id)?,
+                    params: to_rmcp_params(pending.params(&request.params), &self.server_id)?,
                     annotations: pending.annotations().clone(),
                 };
                 bump(&self.counters.consent_prompts);
-                let approved = self.consent.ask(prompt).await;
-                self.on_store(move |engine| engine.resolve_consent(pending, approved))
-                    .await?
-                    .map_err(|err| {
-                        error_from_frame(
-                            &err.frame(request.id.as_ref(), &self.server_id),
-                            &self.server_id,
-                        )
-                    })?
+                if self.consent.ask(prompt).await {
+                    self.on_store(move || pending.approve())
+                        .await?
+                        .map_err(|err| engine_error(&err))?
+                } else {
+                    let denial = self
+                        .on_store(move || pending.refuse())
+                        .await?
+                        .map_err(|err| engine_error(&err))?;
+                    return Err(self.deny(&denial));
+                }
             }
-            decision => decision,
         };
-
-        match decision {
-            Decision::Deny(denial) => Err(self.deny(&denial)),
-            Decision::Allow(grant) => {
-                bump(&self.counters.allowed);
-                self.run(grant, &request.params, context.ct.cancelled())
-                    .await
-            }
-            Decision::Trim(grant) => {
-                bump(&self.counters.trimmed);
-                self.run(grant, &request.params, context.ct.cancelled())
-                    .await
-            }
-            // `resolve_consent` answers with an allow, a trim or a denial.
-            Decision::NeedsConsent(_) => Err(internal(
-                &self.server_id,
-                "consent was asked twice for one request",
-            )),
-        }
+        bump(if grant.is_trim() {
+            &self.counters.trimmed
+        } else {
+            &self.counters.allowed
+        });
+        self.run(grant, &request.params, context.ct.cancelled())
+            .await
     }
 
     fn deny(&self, denial: &Denial) -> ErrorData {
         bump(&self.counters.denied);
-        if denial.replayed {
+        if denial.replayed() {
             bump(&self.counters.replayed_denials);
         }
         denial_error(denial)
@@ -335,7 +320,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     ) -> Result<CreateMessageResult, ErrorData> {
         let params = to_rmcp_params(grant.params(original), &self.server_id)?;
         bump(&self.counters.provider_calls);
-        let call = within(grant.deadline_ms, self.provider.complete(params));
+        let call = within(grant.deadline_ms(), self.provider.complete(params));
         // An abandoned completion (deadline or cancel) keeps its reservation
         // counted: the provider may have billed it.
         let outcome = tokio::select! {
@@ -346,13 +331,10 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
         };
         let Some(outcome) = outcome else {
             bump(&self.counters.deadline_misses);
-            let ticket = grant.ticket.clone();
             let denial = self
-                .on_store(move |engine| engine.report_deadline_miss(&ticket))
+                .on_store(move || grant.deadline_missed())
                 .await?
-                .map_err(|err| {
-                    error_from_frame(&err.frame(None, &self.server_id), &self.server_id)
-                })?;
+                .map_err(|err| engine_error(&err))?;
             return Err(self.deny(&denial));
         };
         match outcome {
@@ -360,13 +342,13 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
                 mut result,
                 usage_tokens,
             }) => {
-                self.settle(&grant, usage_tokens).await;
-                annotate(&mut result, &grant.annotations);
+                annotate(&mut result, grant.annotations());
+                self.settle(grant, usage_tokens).await;
                 Ok(result)
             }
             Err(error) => {
                 if let Some(used) = error.usage_tokens {
-                    self.settle(&grant, used).await;
+                    self.settle(grant, used).await;
                 }
                 Err(ErrorData::internal_error(
                     format!("completion failed: {}", error.message),
@@ -379,11 +361,8 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     /// Replaces the `maxTokens` reservation with the real usage. A failure
     /// leaves the reservation counted (over-counting is the safe side) and
     /// does not take the paid-for completion away from the server.
-    async fn settle(&self, grant: &Grant, usage_tokens: u64) {
-        let ticket = grant.ticket.clone();
-        let settled = self
-            .on_store(move |engine| engine.settle(&ticket, usage_tokens))
-            .await;
+    async fn settle(&self, grant: Grant, usage_tokens: u64) {
+        let settled = self.on_store(move || grant.complete(usage_tokens)).await;
         if !matches!(settled, Ok(Ok(()))) {
             bump(&self.counters.settle_failures);
         }
@@ -431,13 +410,8 @@ fn sampling_request(
         "method": SAMPLING_METHOD,
         "params": params,
     });
-    request::validate_sampling(envelope).map_err(|err| {
-        ErrorData::new(
-            ErrorCode(i32::try_from(err.code()).unwrap_or(ErrorCode::INVALID_PARAMS.0)),
-            err.to_string(),
-            None,
-        )
-    })
+    request::validate_sampling(envelope)
+        .map_err(|err| ErrorData::new(ErrorCode(err.code()), err.to_string(), None))
 }
 
 /// The runtime's params (possibly lowered) as rmcp's type, for the provider.
@@ -453,28 +427,21 @@ fn to_rmcp_params(
     })
 }
 
-/// The JSON-RPC error for a denial: its code, its message, and `data` parsed
-/// from the runtime's exact `data` text (`reason`, `server`, `retryable`,
-/// `resetsAt`/`retryAfter`). rmcp serialises `data` from a `serde_json::Value`,
-/// so the members arrive in serde_json's key order — the same bytes on every
-/// replay, since the stored text is the same.
+/// The JSON-RPC error for a denial: its code, its message and its typed
+/// `data` (`reason`, `server`, `retryable`, `resetsAt`/`retryAfter`). rmcp
+/// serialises `data` from a `serde_json::Value`, so the members arrive in
+/// serde_json's key order: the same bytes on every replay.
 pub fn denial_error(denial: &Denial) -> ErrorData {
-    let data = match serde_json::from_str::<Value>(&denial.data) {
-        Ok(data) => data,
-        // The runtime writes `data` itself; unparsable means a damaged store.
-        Err(err) => {
-            return internal(
-                &denial.server,
-                &format!("stored denial data is not JSON: {err}"),
-            );
-        }
-    };
-    ErrorData::new(code(denial.code), denial.message(), Some(data))
+    ErrorData::new(
+        ErrorCode(denial.code()),
+        denial.message(),
+        Some(denial.data().to_value()),
+    )
 }
 
 /// Adds the trim annotations (`_meta.context`, `_meta.maxTokens`,
 /// `_meta.model`) to the result; keys the provider already set are kept, as
-/// in `mcpolicy_runtime::frame::annotate_result`. rmcp flattens the result's
+/// `mcpolicy_runtime::engine::Grant::annotate` does. rmcp flattens the result's
 /// message into the result, so `message.meta` is `result._meta` on the wire.
 pub fn annotate(result: &mut CreateMessageResult, annotations: &Annotations) {
     if annotations.is_empty() {
@@ -486,45 +453,25 @@ pub fn annotate(result: &mut CreateMessageResult, annotations: &Annotations) {
     }
 }
 
-/// A JSON-RPC code from the table (always within i32: the checker bounds it).
-fn code(code: i64) -> ErrorCode {
-    ErrorCode(i32::try_from(code).unwrap_or(ErrorCode::INTERNAL_ERROR.0))
-}
-
-/// A fail-closed -32603 with the runtime's `runtime.store_unavailable`-style data.
-fn internal(server_id: &str, detail: &str) -> ErrorData {
-    error_from_frame(
-        &mcpolicy_runtime::frame::internal_error_response(None, server_id, detail),
-        server_id,
+/// The engine could not decide (the store failed): the request is refused
+/// with the runtime's fail-closed error (-32603, `runtime.store_unavailable`).
+fn engine_error(error: &Error) -> ErrorData {
+    ErrorData::new(
+        ErrorCode(error.code()),
+        error.message(),
+        error.data().map(|data| data.to_value()),
     )
 }
 
-/// Turns a JSON-RPC error response written by the runtime into rmcp's error.
-fn error_from_frame(frame: &str, server_id: &str) -> ErrorData {
-    let parsed: Option<Value> = serde_json::from_str(frame).ok();
-    let error = parsed.as_ref().and_then(|frame| frame.get("error"));
-    match error {
-        Some(error) => ErrorData::new(
-            code(
-                error
-                    .get("code")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(i64::from(ErrorCode::INTERNAL_ERROR.0)),
-            ),
-            error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("sampling refused: policy engine failed")
-                .to_owned(),
-            error.get("data").cloned(),
-        ),
-        None => ErrorData::internal_error(
-            "sampling refused: policy engine failed",
-            Some(
-                json!({"reason": "runtime.store_unavailable", "server": server_id, "retryable": true}),
-            ),
-        ),
-    }
+/// This client failed on its own (its blocking task, rmcp's types): refused
+/// the way the runtime refuses when its store fails, so a server sees one
+/// shape for "the client could not decide".
+fn internal(server_id: &str, detail: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("Sampling denied: the decision store is unavailable ({detail})"),
+        Some(DenialData::store_unavailable(server_id).to_value()),
+    )
 }
 
 #[cfg(test)]
@@ -576,17 +523,23 @@ mod tests {
     }
 
     #[test]
-    fn engine_failure_frames_become_fail_closed_errors() {
-        let frame =
-            mcpolicy_runtime::frame::internal_error_response(Some(&json!(7)), "srv", "disk full");
-        let error = error_from_frame(&frame, "srv");
+    fn engine_failures_become_fail_closed_errors() {
+        let failure = Error::Store {
+            server: "srv".into(),
+            source: mcpolicy_runtime::store::StoreError::Poisoned,
+        };
+        let error = engine_error(&failure);
         assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
         let data = error.data.unwrap();
         assert_eq!(data["reason"], "runtime.store_unavailable");
         assert_eq!(data["server"], "srv");
+        // The same error as the runtime's own reply for it.
+        let reply: Value = serde_json::from_slice(&failure.reply(Some(&json!(7)))).unwrap();
+        assert_eq!(reply["error"]["message"], error.message.as_ref());
+        assert_eq!(reply["error"]["data"], data);
 
-        let garbage = error_from_frame("not json", "srv");
-        assert_eq!(garbage.code, ErrorCode::INTERNAL_ERROR);
-        assert_eq!(garbage.data.unwrap()["reason"], "runtime.store_unavailable");
+        let own = internal("srv", "task failed");
+        assert_eq!(own.code, ErrorCode::INTERNAL_ERROR);
+        assert_eq!(own.data.unwrap()["reason"], "runtime.store_unavailable");
     }
 }

@@ -17,12 +17,9 @@ use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_example_rmcp_client::PolicyClient;
 use mcpolicy_example_rmcp_client::adversary::Adversary;
 use mcpolicy_example_rmcp_client::fake::{FakeProvider, ScriptedConsent};
-use mcpolicy_runtime::calendar;
 use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::Engine;
-use mcpolicy_runtime::identity;
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
-use mcpolicy_runtime::table::Table;
+use mcpolicy_runtime::{Engine, Policy};
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, ContextInclusion, CreateMessageRequestParams, ProtocolVersion,
@@ -90,26 +87,28 @@ server "slow" {
 
 /// 2026-03-10T12:00:00Z, frozen: windows and retryAfter are deterministic.
 fn clock() -> Arc<ManualClock> {
-    Arc::new(ManualClock::new(calendar::timestamp(2026, 3, 10, 12, 0, 0)))
+    Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
+        2026, 3, 10, 12, 0, 0,
+    )))
 }
 
 /// The policy compiled by the compiler, loaded as a client loads `mcpc compile` output.
-fn table() -> Table {
+fn table() -> Policy {
     compile(POLICY)
 }
 
-fn compile(policy: &str) -> Table {
+fn compile(policy: &str) -> Policy {
     let db = Database::default();
     let source = SourceText::new(&db, "e2e.mcpolicy".into(), policy.into());
     let Some(table) = db::lower_file(&db, source).clone() else {
         panic!("policy has errors: {:#?}", db::diagnostics(&db, source));
     };
-    Table::from_json(table.to_json().as_bytes()).unwrap()
+    Policy::from_json(table.to_json().as_bytes()).unwrap()
 }
 
-fn engine(path: &Path, clock: Arc<ManualClock>) -> (Arc<Engine>, Arc<SqliteStore>) {
+fn engine(path: &Path, clock: Arc<ManualClock>) -> (Engine, Arc<SqliteStore>) {
     let store = Arc::new(SqliteStore::open(path).unwrap());
-    let engine = Arc::new(Engine::new(table(), store.clone(), clock));
+    let engine = Engine::new(table(), store.clone(), clock);
     (engine, store)
 }
 
@@ -196,9 +195,9 @@ fn request(prompt: &str, context: ContextInclusion) -> CreateMessageRequestParam
 /// The identity the runtime stores the decision under.
 fn identity_of(engine: &Engine, server: &str, params: &CreateMessageRequestParams) -> DecisionKey {
     let Value::Object(map) = serde_json::to_value(params).unwrap() else {
-        unreachable!()
+        panic!("params serialise to an object")
     };
-    let id = identity::request_identity(server, &map, &engine.table().identity);
+    let id = engine.identity(server, &map);
     DecisionKey::new(server, id.into_string())
 }
 
@@ -504,7 +503,7 @@ async fn deadline_miss_is_a_retryable_denial() {
 async fn input_required_2026_07_28() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("decisions.sqlite3")).unwrap());
-    let engine = Arc::new(Engine::new(compile(POLICY_2026), store.clone(), clock()));
+    let engine = Engine::new(compile(POLICY_2026), store.clone(), clock());
 
     let refuse = connect_2026(PolicyClient::new(
         engine.clone(),

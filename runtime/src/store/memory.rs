@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, EvictionKey,
-    LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Reservation, ServerStats, StoreError,
-    StoredDecision, eviction_key, must_free, retention, rolling_available_at, unknown_available_at,
-    window_changed, window_floor,
+    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, Evaluation,
+    EvictionKey, LimitCheck, LimitWindow, Millis, PRUNE_BATCH, ReplayOrAdmit, Reservation,
+    ServerStats, StoreError, StoredDecision, eviction_key, must_free, retention,
+    rolling_available_at, unknown_available_at, window_changed, window_floor,
 };
 
 /// Number of shards; a power of two so a hash picks one with a mask.
@@ -595,5 +595,30 @@ impl DecisionStore for MemoryStore {
             .get(server_id)
             .map(|entry| entry.stats)
             .unwrap_or_default())
+    }
+
+    /// The replay, then (unless `evaluate` answers) the admission: each
+    /// takes its own shard lock, as two calls would. In one process the
+    /// two are as cheap as one, and a request's own identity cannot be
+    /// decided twice at once in a way the order of the locks could change:
+    /// the replay only counts, the admission only spends.
+    fn replay_or_admit(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+        checks: &mut Vec<LimitCheck>,
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
+    ) -> Result<ReplayOrAdmit, StoreError> {
+        let replayed = self.replay(key, digest, now)?;
+        checks.clear();
+        let admission = match evaluate(replayed.as_ref(), checks) {
+            Evaluation::Admit => Some(self.admit(&key.server_id, checks, now)?),
+            Evaluation::Answered => None,
+        };
+        Ok(ReplayOrAdmit {
+            replayed,
+            admission,
+        })
     }
 }

@@ -277,6 +277,17 @@ pub enum StoreError {
 /// Atomic operations at the level the engine needs — never a read-modify-write split across
 /// calls — so a networked store (Redis, PostgreSQL) can implement each in one round trip.
 ///
+/// Every method is required; none has a default a wrapping store could
+/// silently fall back to. The engine calls [`DecisionStore::replay_or_admit`]
+/// for every request (steps 3–8), [`DecisionStore::record`] for a decision
+/// to remember, [`DecisionStore::settle`] for usage and refunds, and
+/// [`DecisionStore::purge_stale`] once per server. [`DecisionStore::replay`]
+/// and [`DecisionStore::admit`] are the two halves `replay_or_admit` is
+/// specified by: a store implements them so that the differential model
+/// tests (`runtime/tests/store_model.rs`) check each half against the same
+/// reference. [`DecisionStore::get`] and [`DecisionStore::server_stats`]
+/// answer inspection (`mcpc eval`, operators) without counting anything.
+///
 /// `Debug` is a supertrait so that `Arc<dyn DecisionStore>` can sit in a derived-`Debug` struct.
 pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// If a decision for `key` exists with this `digest` and has not expired at `now`, increment its
@@ -328,37 +339,56 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// How many decisions are stored for `server_id`, and how many were
     /// evicted to keep it within the store's bound (with their `represented`).
     ///
-    /// Both stores of this crate implement it; the provided implementation
-    /// answers zeros, for a store that neither counts nor evicts (a test
-    /// double). A store wrapping another should forward it.
-    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
-        let _ = server_id;
-        Ok(ServerStats::default())
-    }
+    /// Required, like every method here: a provided answer of zeros would
+    /// let a wrapping store that forgets to forward it report nothing
+    /// evicted while it evicts.
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError>;
 
-    /// A replay and, unless `evaluate` says otherwise, an admission, in one
-    /// transaction: what the engine does for every request. `evaluate` sees
-    /// the replay's answer (`None` on a miss), fills `checks` and returns
-    /// whether to admit them (for `key.server_id`, at `now`); it is pure
-    /// computation.
+    /// Steps 3–8 of an evaluation as one atomic operation: what the engine
+    /// calls for every request, and the only way it replays or admits.
     ///
-    /// Optional: the provided implementation answers `Ok(None)` without
-    /// calling anything, and the engine then calls [`DecisionStore::replay`]
-    /// and [`DecisionStore::admit`] itself, each atomic on its own (cheapest
-    /// for an in-memory store). A store where a transaction has a fixed cost
-    /// implements it (SQLite: one write transaction per fresh decision
-    /// instead of a read and a write).
-    fn replay_then_admit(
+    /// The store replays `key` under `digest` exactly as
+    /// [`DecisionStore::replay`] would (counting the re-presentation), then
+    /// calls `evaluate` once with that answer (`None` on a miss) and an
+    /// empty `checks`. `evaluate` is pure computation (the engine's steps
+    /// 4–6: no I/O, no call back into the store); it fills `checks` and
+    /// answers [`Evaluation::Admit`] to have them admitted exactly as
+    /// [`DecisionStore::admit`] would (for `key.server_id`, at `now`), or
+    /// [`Evaluation::Answered`] when the request is already answered (a
+    /// stored denial, a switch, an input limit) and nothing is counted.
+    /// An empty `checks` is admitted with [`Reservation::NONE`] without
+    /// touching any counter.
+    ///
+    /// Atomicity: nothing another caller does may fall between the replay
+    /// and the admission where the store can prevent it. SQLite runs all of
+    /// it in one write transaction; a PostgreSQL store runs it in one
+    /// transaction (the decision row read `FOR UPDATE`, `evaluate` called
+    /// while it is held, the spend rows written before `COMMIT`), which the
+    /// pure, synchronous callback makes possible. The in-memory store takes
+    /// its two locks in turn (the replay, then the admission), each atomic.
+    ///
+    /// There is no provided implementation: a store wrapping another must
+    /// forward it, and one that cannot combine the two writes them out here.
+    fn replay_or_admit(
         &self,
         key: &DecisionKey,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
-        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
-    ) -> Result<Option<ReplayThenAdmit>, StoreError> {
-        let _ = (key, digest, now, checks, evaluate);
-        Ok(None)
-    }
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
+    ) -> Result<ReplayOrAdmit, StoreError>;
+}
+
+/// What the `evaluate` callback of [`DecisionStore::replay_or_admit`]
+/// decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evaluation {
+    /// Admit the checks it filled in (rate first, then budgets).
+    Admit,
+    /// The request is answered without an admission (a stored denial
+    /// answers it again, or a switch or an input limit denies it): count
+    /// nothing.
+    Answered,
 }
 
 /// How many decisions a store keeps per server unless configured otherwise
@@ -400,13 +430,14 @@ pub(crate) fn eviction_key(identity: &str, decision: &StoredDecision) -> Evictio
 /// See [`eviction_key`].
 pub(crate) type EvictionKey = (u8, Millis, Millis, String);
 
-/// The answer to [`DecisionStore::replay_then_admit`].
+/// The answer to [`DecisionStore::replay_or_admit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplayThenAdmit {
+pub struct ReplayOrAdmit {
     /// What [`DecisionStore::replay`] answered.
     pub replayed: Option<StoredDecision>,
-    /// What [`DecisionStore::admit`] answered, if `evaluate` asked for it
-    /// (an empty `checks` is admitted with [`Reservation::NONE`]).
+    /// What [`DecisionStore::admit`] answered, when `evaluate` said
+    /// [`Evaluation::Admit`] (an empty `checks` is admitted with
+    /// [`Reservation::NONE`]); `None` after [`Evaluation::Answered`].
     pub admission: Option<Admission>,
 }
 
@@ -448,15 +479,15 @@ impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
     fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
         (**self).server_stats(server_id)
     }
-    fn replay_then_admit(
+    fn replay_or_admit(
         &self,
         key: &DecisionKey,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
-        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
-    ) -> Result<Option<ReplayThenAdmit>, StoreError> {
-        (**self).replay_then_admit(key, digest, now, checks, evaluate)
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
+    ) -> Result<ReplayOrAdmit, StoreError> {
+        (**self).replay_or_admit(key, digest, now, checks, evaluate)
     }
 }
 
@@ -507,7 +538,8 @@ pub(crate) const PRUNE_BATCH: usize = 16;
 
 /// A counter's floor moves over at most this many rows before the store
 /// sums its window from the floor instead (both are exact; this picks the
-/// shorter walk).
+/// shorter walk). Only the SQLite store walks rows.
+#[cfg(feature = "sqlite")]
 pub(crate) const WALK_LIMIT: usize = 256;
 
 /// The floor of `window` at `now`: rows at or after it may count (a fixed

@@ -24,9 +24,10 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params}
 
 use super::checkpointer::Checkpointer;
 use super::{
-    Admission, DecisionKey, DecisionStore, LimitCheck, LimitWindow, Millis, PRUNE_BATCH,
-    ReplayThenAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict, WALK_LIMIT,
-    must_free, retention, rolling_available_at, unknown_available_at, window_changed, window_floor,
+    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
+    PRUNE_BATCH, ReplayOrAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict,
+    WALK_LIMIT, must_free, retention, rolling_available_at, unknown_available_at, window_changed,
+    window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
@@ -1286,21 +1287,22 @@ impl DecisionStore for SqliteStore {
     }
 
     /// One write transaction for the replay, the evaluation and the admission.
-    fn replay_then_admit(
+    fn replay_or_admit(
         &self,
         key: &DecisionKey,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
-        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> bool,
-    ) -> Result<Option<ReplayThenAdmit>, StoreError> {
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
+    ) -> Result<ReplayOrAdmit, StoreError> {
         let mut session = self.lock()?;
         // Taken before the transaction (a new epoch is a transaction of its
         // own); unused when nothing is admitted, which leaves a gap, never a repeat.
         let id = self.next_id(&mut session)?;
         self.write(&session, |conn| {
             let replayed = replay_in(&self.path, conn, key, digest, now)?;
-            let admission = if evaluate(replayed.as_ref(), checks) {
+            checks.clear();
+            let admission = if evaluate(replayed.as_ref(), checks) == Evaluation::Admit {
                 Some(if checks.is_empty() {
                     Admission::Admitted {
                         reservation: Reservation::NONE,
@@ -1311,10 +1313,10 @@ impl DecisionStore for SqliteStore {
             } else {
                 None
             };
-            Ok(Some(ReplayThenAdmit {
+            Ok(ReplayOrAdmit {
                 replayed,
                 admission,
-            }))
+            })
         })
     }
 

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mcpolicy_runtime::calendar;
-use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::{ClientContext, Decision, Engine};
+use mcpolicy_runtime::Policy;
+use mcpolicy_runtime::clock::{self, ManualClock};
+use mcpolicy_runtime::engine::{ClientContext, Decision, Denial, Engine, Grant, PendingConsent};
 use mcpolicy_runtime::request::{self, SamplingRequest};
 use mcpolicy_runtime::store::{DecisionStore, MemoryStore, Millis};
 use mcpolicy_runtime::table::{
@@ -19,9 +19,12 @@ use serde_json::{Value, json};
 /// The table's default error code in these tests.
 pub const CODE: i64 = -32010;
 
+/// [`CODE`] as a denial reports it.
+pub const CODE_I32: i32 = -32010;
+
 /// Wednesday 2026-03-10 15:30:00Z, a time with room before midnight.
 pub fn t0() -> Millis {
-    calendar::timestamp(2026, 3, 10, 15, 30, 0)
+    clock::timestamp(2026, 3, 10, 15, 30, 0)
 }
 
 /// Every built-in reason with its default spec.
@@ -163,7 +166,7 @@ impl Harness {
     pub fn with_store(table: Table, store: Arc<dyn DecisionStore>) -> Self {
         let clock = Arc::new(ManualClock::new(t0()));
         Harness {
-            engine: Engine::new(table, store.clone(), clock.clone()),
+            engine: Engine::new(policy(table), store.clone(), clock.clone()),
             store,
             clock,
         }
@@ -172,7 +175,7 @@ impl Harness {
     /// A new engine (e.g. after a policy edit) over the same store and clock.
     pub fn reload(&self, table: Table) -> Self {
         Harness {
-            engine: Engine::new(table, self.store.clone(), self.clock.clone()),
+            engine: Engine::new(policy(table), self.store.clone(), self.clock.clone()),
             store: self.store.clone(),
             clock: self.clock.clone(),
         }
@@ -181,7 +184,7 @@ impl Harness {
     /// Decides `request` for `server` with a client that declared every capability.
     pub fn decide(&self, server: &str, request: &SamplingRequest) -> Decision {
         self.engine
-            .decide(server, request, &ClientContext::with_sampling_context(true))
+            .decide_request(server, request, &ClientContext::with_sampling_context(true))
             .expect("the store does not fail")
     }
 }
@@ -205,7 +208,52 @@ pub fn simple(text: &str) -> SamplingRequest {
     }))
 }
 
-/// The parsed frame text.
-pub fn parse(frame: &str) -> Value {
-    serde_json::from_str(frame).expect("a frame is JSON")
+/// The verified policy of a test table.
+pub fn policy(table: Table) -> Policy {
+    Policy::verify(table).expect("test table verifies")
+}
+
+/// The parsed reply.
+pub fn parse(frame: &[u8]) -> Value {
+    serde_json::from_slice(frame).expect("a frame is JSON")
+}
+
+/// The `error.data` text of a denial exactly as its reply carries it.
+pub fn data_text(denial: &Denial) -> String {
+    let reply = String::from_utf8(denial.reply(None)).expect("a reply is UTF-8");
+    // The message is a JSON string, in which `"` is escaped: `,"data":` only
+    // occurs as the key; the reply ends with the error's and the frame's `}`.
+    let start = reply.rfind(",\"data\":").expect("a denial has data") + 8;
+    reply[start..reply.len() - 2].to_owned()
+}
+
+/// The user's answer to a consent question, as the decision it leads to:
+/// an allow or a trim when approved, the denial when refused.
+pub fn resolve(pending: PendingConsent, approved: bool) -> Decision {
+    if approved {
+        let grant = pending.approve().expect("store");
+        if grant.is_trim() {
+            Decision::Trim(grant)
+        } else {
+            Decision::Allow(grant)
+        }
+    } else {
+        Decision::Deny(pending.refuse().expect("store"))
+    }
+}
+
+/// The reason of a denial, `None` for any other decision.
+pub fn deny_reason(decision: &Decision) -> Option<&str> {
+    match decision {
+        Decision::Deny(denial) => Some(denial.reason()),
+        _ => None,
+    }
+}
+
+/// The grant of an allow or a trim, `None` for any other decision.
+pub fn grant_of(decision: &Decision) -> Option<&Grant> {
+    match decision {
+        Decision::Allow(grant) | Decision::Trim(grant) => Some(grant),
+        _ => None,
+    }
 }

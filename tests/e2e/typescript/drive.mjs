@@ -9,7 +9,7 @@
 //
 //   node drive.mjs --mcpc PATH --policy FILE --store FILE --audit FILE --log FILE
 //
-// Prints one JSON report on stdout; compiler/tests/proxy_typescript.rs asserts on it.
+// Prints one JSON report on stdout; cli/tests/proxy_typescript.rs asserts on it.
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 

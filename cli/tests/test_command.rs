@@ -10,7 +10,7 @@
 //!   coverage (the same command `.ci/run` runs).
 //!
 //! Regenerate snapshots with `INSTA_UPDATE=always cargo test -p
-//! mcpolicy-compiler --test test_command` and read them before committing.
+//! mcpc --test test_command` and read them before committing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

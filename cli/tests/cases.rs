@@ -11,7 +11,7 @@
 //!   panic, no hang, and the shape of every output format.
 //!
 //! Regenerate snapshots with `INSTA_UPDATE=always cargo test -p
-//! mcpolicy-compiler --test cases` and read the `.snap` files before committing.
+//! mcpc --test cases` and read the `.snap` files before committing.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -1,12 +1,16 @@
-//! `mcpc proxy`: a stdio MCP proxy that a client launches in place of a
-//! server. It starts the server as a child process and forwards
-//! newline-delimited JSON-RPC both ways, deciding every sampling request the
-//! server makes with the mcpolicy runtime (see [`session`]).
+//! `mcpolicy-proxy`, the library behind `mcpc proxy`: a stdio MCP proxy
+//! that a client launches in place of a server. It starts the server as a
+//! child process and forwards newline-delimited JSON-RPC both ways, deciding
+//! every sampling request the server makes with the mcpolicy runtime (see
+//! [`session`]).
 //!
 //! Threads, no async runtime: one reads the client (our stdin), one reads
 //! the server (the child's stdout), one answers missed deadlines. A decision
 //! is taken on the server-reading thread, so the server's frames reach the
 //! client in the order it wrote them.
+//!
+//! No command-line parsing and no store of its own: the caller (the `mcpc`
+//! crate) opens the decision store and builds the [`session::Session`].
 
 pub mod capture;
 pub mod inflight;
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Instant;
 
-use mcpolicy_runtime::request;
+use mcpolicy_runtime::jsonrpc;
 use session::Session;
 
 /// The longest line accepted from the server (64 MiB). A longer one is
@@ -214,7 +218,7 @@ fn pump_server(session: &Session, out: impl Read, wake: &mpsc::Sender<()>) {
                     "server sent a line over {MAX_SERVER_LINE} bytes; discarded and answered -32600"
                 ));
                 session.reject_server_line(
-                    request::INVALID_REQUEST,
+                    jsonrpc::INVALID_REQUEST,
                     &format!("Invalid frame from the server: longer than {MAX_SERVER_LINE} bytes"),
                 );
             }

@@ -10,14 +10,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use mcpolicy_compiler::proxy::log::{Audit, Log};
-use mcpolicy_compiler::proxy::session::Session;
-use mcpolicy_compiler::proxy::{self, default_store_path, server_id};
+use mcpolicy_proxy::log::{Audit, Log};
+use mcpolicy_proxy::session::Session;
+use mcpolicy_proxy::{self as proxy, default_store_path, server_id};
+use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::SystemClock;
-use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::store::SqliteStore;
 
-use super::policy::{LoadFailure, load_table};
+use super::policy::{LoadFailure, load_policy};
 use super::{ColorChoice, fail};
 
 #[derive(Debug, clap::Args)]
@@ -51,8 +51,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let table = match load_table(&args.policy, args.color) {
-        Ok(table) => table,
+    let policy = match load_policy(&args.policy, args.color) {
+        Ok(policy) => policy,
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => {
             return fail(format!(
@@ -103,7 +103,7 @@ pub fn run(args: Args) -> ExitCode {
         args.policy,
         store_path.display()
     ));
-    let engine = Engine::new(table, store, Arc::new(SystemClock));
+    let engine = Engine::new(policy, store, Arc::new(SystemClock));
     let stdout: proxy::session::Sink = Box::new(std::io::stdout());
     let outcome = proxy::run(&args.command, move |to_server| {
         Session::new(engine, server_id, to_server, stdout, log, audit)

@@ -1,17 +1,20 @@
+//! `mcpc`: check, format, compile, test and explain `.mcpolicy` files, and run
+//! an MCP server behind a policy (`mcpc proxy`, the `mcpolicy-proxy` crate).
+//!
 //! The command line. Exit codes: 0 clean, 1 findings, 2 usage or I/O error.
 
 /// `eprint!` that never panics: standard error closed by its reader
 /// (`mcpc … 2>&1 | head`) is never fatal to a command.
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::cli::emit_err(&format!($($arg)*))
+        $crate::emit_err(&format!($($arg)*))
     };
 }
 
 /// `eprintln!` that never panics (see [`say!`]).
 macro_rules! sayln {
     ($($arg:tt)*) => {
-        $crate::cli::emit_err(&format!("{}\n", format_args!($($arg)*)))
+        $crate::emit_err(&format!("{}\n", format_args!($($arg)*)))
     };
 }
 
@@ -99,6 +102,16 @@ pub(crate) fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Writes a frame (or any bytes) and a newline to stdout, treating a closed
+/// pipe as success.
+pub(crate) fn emit_line(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_all(bytes)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+}
+
 /// Writes to stderr, treating a closed pipe as success: `eprint!` panics
 /// when the reader of a log pipe has gone (`mcpc proxy … 2>&1 | head`), and a
 /// closed log is never fatal.
@@ -113,7 +126,7 @@ pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

@@ -16,7 +16,7 @@
 //!
 //! Added latency = (proxied round trip − direct round trip), per percentile.
 //!
-//! Run: `cargo bench -p mcpolicy-compiler --bench proxy` (`MCPOLICY_BENCH_ITERS`
+//! Run: `cargo bench -p mcpc --bench proxy` (`MCPOLICY_BENCH_ITERS`
 //! sets the number of timed round trips, default 20000 for ping, a quarter of
 //! that for sampling).
 

@@ -1,11 +1,14 @@
-//! Loading a policy for the run-time commands: `.mcpolicy` source (checked and
-//! lowered, findings printed) or an already compiled table (verified).
+//! Loading a policy for the run-time commands: `.mcpolicy` source (checked,
+//! lowered and verified, findings printed) or an already compiled table
+//! (verified). Either way the result is a [`Policy`], the only thing the
+//! runtime's engine runs.
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::input;
 use mcpolicy_compiler::model::PolicyModel;
 use mcpolicy_compiler::render::{self, FileReport};
 use mcpolicy_compiler::syntax::SourceFile;
+use mcpolicy_runtime::Policy;
 use mcpolicy_runtime::table::Table;
 
 use super::{ColorChoice, emit_err, human_style};
@@ -16,10 +19,11 @@ pub(crate) enum LoadFailure {
     Findings,
 }
 
-/// A policy file as read: already a compiled table, or source to check.
+/// A policy file as read: already a compiled (and verified) table, or
+/// source to check.
 enum Read {
-    Table(Table),
-    Source(input::Loaded),
+    Policy(Policy),
+    Source(Box<input::Loaded>),
 }
 
 /// Reads `path`, recognising a compiled table by its JSON.
@@ -27,33 +31,47 @@ fn read(path: &str) -> Result<Read, LoadFailure> {
     let loaded =
         input::load(path).map_err(|e| LoadFailure::Usage(format!("cannot read {path}: {e}")))?;
     if loaded.problem.is_none() && loaded.text.trim_start().starts_with('{') {
-        return Table::from_json(loaded.text.as_bytes())
-            .map(Read::Table)
+        return Policy::from_json(loaded.text.as_bytes())
+            .map(Read::Policy)
             .map_err(|e| LoadFailure::Usage(format!("{path}: {e}")));
     }
-    Ok(Read::Source(loaded))
+    Ok(Read::Source(Box::new(loaded)))
 }
 
 /// Reads `path` as a compiled table when it is JSON, otherwise as a policy.
-pub(crate) fn load_table(path: &str, color: ColorChoice) -> Result<Table, LoadFailure> {
+pub(crate) fn load_policy(path: &str, color: ColorChoice) -> Result<Policy, LoadFailure> {
     match read(path)? {
-        Read::Table(table) => Ok(table),
-        Read::Source(loaded) => compile_loaded(loaded, color),
+        Read::Policy(policy) => Ok(policy),
+        Read::Source(loaded) => {
+            let path = loaded.path.clone();
+            compile_loaded(*loaded, color).and_then(|table| verify(&path, table))
+        }
     }
 }
 
-/// Like [`load_table`], also keeping the checked source of a policy
+/// Like [`load_policy`], also keeping the checked source of a policy
 /// (`None` for a compiled table).
-pub(crate) fn load_table_with_source(
+pub(crate) fn load_policy_with_source(
     path: &str,
     color: ColorChoice,
-) -> Result<(Table, Option<PolicySource>), LoadFailure> {
+) -> Result<(Policy, Option<PolicySource>), LoadFailure> {
     match read(path)? {
-        Read::Table(table) => Ok((table, None)),
+        Read::Policy(policy) => Ok((policy, None)),
         Read::Source(loaded) => {
-            compile_with_source(loaded, color).map(|(table, source)| (table, Some(source)))
+            let (table, source) = compile_with_source(*loaded, color)?;
+            Ok((verify(&source.path, table)?, Some(source)))
         }
     }
+}
+
+/// The runtime's verification of a table the compiler just lowered (it
+/// holds by construction; a failure is a compiler bug, reported as such).
+fn verify(path: &str, table: Table) -> Result<Policy, LoadFailure> {
+    Policy::verify(table).map_err(|e| {
+        LoadFailure::Usage(format!(
+            "{path}: the compiled table does not verify (a compiler bug): {e}"
+        ))
+    })
 }
 
 /// The checked source behind a table, for commands that report on

@@ -7,12 +7,12 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use mcpolicy_runtime::calendar;
-use mcpolicy_runtime::clock::{Clock, SystemClock};
+use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
+use mcpolicy_runtime::engine::Cause;
 use serde_json::{Map, Value};
 
 fn now_rfc3339() -> String {
-    calendar::format_rfc3339(SystemClock.now())
+    format_rfc3339(SystemClock.now())
 }
 
 fn append(path: &Path) -> io::Result<File> {
@@ -108,7 +108,35 @@ pub struct Entry<'a> {
     /// The params as forwarded (after trims).
     pub applied: Option<&'a Map<String, Value>>,
     /// A JSON-RPC error code, for `invalid` and `error` events.
-    pub code: Option<i64>,
+    pub code: Option<i32>,
+    /// What decided, as the engine names it (for decisions, consents and
+    /// deadline misses): written as `cause`.
+    pub cause: Option<&'a Cause>,
+}
+
+/// `{"block": PATTERN|null, "statement": KEYWORD|null, "budget": INDEX?,
+/// "step": N}`: the server block's pattern (`null` for `defaults`), the
+/// deciding statement, the evaluation step (`docs/spec/evaluation.md`).
+fn cause_json(cause: &Cause) -> Value {
+    let mut out = Map::new();
+    out.insert(
+        "block".into(),
+        match cause.block.entry {
+            Some(_) => Value::from(&*cause.block.pattern),
+            None => Value::Null,
+        },
+    );
+    out.insert(
+        "statement".into(),
+        cause
+            .statement
+            .map_or(Value::Null, |s| Value::from(s.name())),
+    );
+    if let Some(mcpolicy_runtime::engine::Statement::Budget(i)) = cause.statement {
+        out.insert("budget".into(), Value::from(i));
+    }
+    out.insert("step".into(), Value::from(cause.step.number()));
+    Value::Object(out)
 }
 
 /// `includeContext` and `maxTokens` of a params object, `null` when absent.
@@ -167,6 +195,9 @@ impl Audit {
         }
         line.insert("requested".into(), sizing(entry.requested));
         line.insert("applied".into(), sizing(entry.applied));
+        if let Some(cause) = entry.cause {
+            line.insert("cause".into(), cause_json(cause));
+        }
         let mut text = Value::Object(line).to_string();
         text.push('\n');
         let mut sink = match self.sink.lock() {

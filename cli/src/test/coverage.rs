@@ -1,16 +1,17 @@
 //! Which statements and reasons the cases exercised.
 //!
-//! The engine reports outcomes, not statements, so each fresh decision is
-//! traced to the statement that made it in two steps:
+//! Each fresh decision is traced to the source statements it exercised in
+//! two steps:
 //!
-//! 1. **Effect** ([`super::run::Effect`], recorded while running): which
-//!    part of the effective block decided. A rate or budget denial is named
-//!    by the store's refusing admission check (so two budgets sharing a
-//!    reason are told apart); switches and input limits by re-reading the
-//!    request in the engine's order, accepted only when the derived
-//!    statement's reason is the reason the engine gave; trims by the `_meta`
-//!    members of the grant; consent by the engine asking (or, for `consent
-//!    never`, granting unasked); a deadline by a reported miss.
+//! 1. **Cause** ([`super::run::Hit`], recorded while running): the engine
+//!    names the table entry, the deciding statement and the evaluation step
+//!    of every decision (`mcpolicy_runtime::engine::Cause`): the denying
+//!    switch, input limit, rate or budget (by index, so two budgets sharing
+//!    a reason are told apart), `consent` when the user was asked, and
+//!    `deadline` for a reported miss. A decision past step 4 also exercised
+//!    `sampling on` (and `tools on`), and one allowed unasked `consent
+//!    never`. Trims are read from the `_meta` members of the grant (a
+//!    request may be narrowed by several).
 //! 2. **Statement**: the effective block of table entry `e` is the server
 //!    block's own statement of that kind if it has one, else the
 //!    `defaults` statement, else a built-in (no statement). Budgets are
@@ -27,15 +28,15 @@ use std::collections::BTreeMap;
 
 use mcpolicy_compiler::line_index::LineIndex;
 use mcpolicy_compiler::model::PartialBlock;
-use mcpolicy_compiler::syntax::{Block, ItemKind, ServerDecl, Statement, Stmt, StmtKind};
-use mcpolicy_runtime::glob;
+use mcpolicy_compiler::syntax::{self, Block, ItemKind, ServerDecl, Stmt, StmtKind};
+use mcpolicy_runtime::engine::Statement;
 use mcpolicy_runtime::table::{
-    Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table, builtin,
+    Consent, ContextScope, EffectiveBlock, ProtocolRevision, Table, builtin, pattern,
 };
 use serde_json::{Value, json};
 
 use super::super::policy::PolicySource;
-use super::run::{Effect, Hit};
+use super::run::Hit;
 
 /// One statement of the policy.
 #[derive(Debug, Clone)]
@@ -170,17 +171,17 @@ impl<'a> StatementMap<'a> {
             .table
             .servers
             .iter()
-            .any(|e| glob::covers(&e.pattern, "*"))
+            .any(|e| pattern::covers(&e.pattern, "*"))
         {
             entries.push(self.table.servers.len());
         }
         entries
     }
 
-    /// The statement entry `entry` inherited `effect` from.
-    fn source_of(&self, entry: usize, effect: Effect) -> Option<usize> {
+    /// The statement entry `entry` inherited `statement` from.
+    fn source_of(&self, entry: usize, statement: Statement) -> Option<usize> {
         let own = self.servers.get(entry);
-        if let Effect::Budget(j) = effect {
+        if let Statement::Budget(j) = statement {
             let budget = self.block(entry).budgets.get(j)?;
             let key = PartialBlock::budget_key(budget);
             let nth = |partial: &PartialBlock, stmts: &[(usize, &Stmt)]| {
@@ -190,7 +191,7 @@ impl<'a> StatementMap<'a> {
                     .position(|b| PartialBlock::budget_key(b) == key)?;
                 stmts
                     .iter()
-                    .filter(|(_, s)| s.kind.statement() == Some(Statement::Budget))
+                    .filter(|(_, s)| s.kind.statement() == Some(syntax::Statement::Budget))
                     .nth(p)
                     .map(|(i, _)| *i)
             };
@@ -201,19 +202,8 @@ impl<'a> StatementMap<'a> {
             }
             return nth(&self.source.model.defaults, &self.defaults);
         }
-        let keyword = match effect {
-            Effect::Sampling => "sampling",
-            Effect::Tools => "tools",
-            Effect::MaxMessages => "max_messages",
-            Effect::MaxInput => "max_input",
-            Effect::MaxContext => "max_context",
-            Effect::MaxTokens => "max_tokens",
-            Effect::Models => "models",
-            Effect::Rate => "rate",
-            Effect::Deadline => "deadline",
-            Effect::Consent => "consent",
-            Effect::Budget(_) => return None,
-        };
+        // The engine's statement names are the policy's keywords.
+        let keyword = statement.name();
         let find = |stmts: &[(usize, &Stmt)]| {
             stmts
                 .iter()
@@ -222,6 +212,13 @@ impl<'a> StatementMap<'a> {
         };
         own.and_then(|stmts| find(stmts))
             .or_else(|| find(&self.defaults))
+    }
+
+    /// The source statement table entry `entry` took `statement` from (its
+    /// block, line and text), `None` for a built-in (no statement written).
+    pub fn statement(&self, entry: usize, statement: Statement) -> Option<&StatementCoverage> {
+        self.source_of(entry, statement)
+            .map(|i| &self.statements[i])
     }
 
     /// Tallies the hits and reasons of every case.
@@ -233,29 +230,29 @@ impl<'a> StatementMap<'a> {
     ) -> Coverage {
         let mut statements = self.statements.clone();
         let singles = [
-            Effect::Sampling,
-            Effect::Tools,
-            Effect::MaxMessages,
-            Effect::MaxInput,
-            Effect::MaxContext,
-            Effect::MaxTokens,
-            Effect::Models,
-            Effect::Rate,
-            Effect::Deadline,
-            Effect::Consent,
+            Statement::Sampling,
+            Statement::Tools,
+            Statement::MaxMessages,
+            Statement::MaxInput,
+            Statement::MaxContext,
+            Statement::MaxTokens,
+            Statement::Models,
+            Statement::Rate,
+            Statement::Deadline,
+            Statement::Consent,
         ];
         let mut producible: BTreeMap<String, u64> = BTreeMap::new();
         for entry in self.reachable() {
             let block = self.block(entry);
-            let budgets = (0..block.budgets.len()).map(Effect::Budget);
+            let budgets = (0..block.budgets.len()).map(Statement::Budget);
             // Behind `sampling off` nothing else of the block can act.
-            let effects: Vec<Effect> = if block.sampling.enabled {
+            let kinds: Vec<Statement> = if block.sampling.enabled {
                 singles.iter().copied().chain(budgets).collect()
             } else {
-                vec![Effect::Sampling]
+                vec![Statement::Sampling]
             };
-            for effect in effects {
-                if let Some(i) = self.source_of(entry, effect) {
+            for kind in kinds {
+                if let Some(i) = self.source_of(entry, kind) {
                     statements[i].live = true;
                 }
             }
@@ -264,7 +261,7 @@ impl<'a> StatementMap<'a> {
             }
         }
         for hit in hits {
-            if let Some(i) = self.source_of(hit.entry, hit.effect) {
+            if let Some(i) = self.source_of(hit.entry, hit.statement) {
                 statements[i].hits += 1;
             }
         }

@@ -23,7 +23,7 @@
 //!
 //! A failure prints the seed and the minimal case (proptest shrinks it).
 //! Fast by default (64 cases); long mode:
-//! `PROPTEST_CASES=20000 cargo test -p mcpolicy-compiler --test proxy_state_machine`.
+//! `PROPTEST_CASES=20000 cargo test -p mcpolicy-proxy --test proxy_state_machine`.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,11 +32,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
-use mcpolicy_compiler::proxy::log::{Audit, Log};
-use mcpolicy_compiler::proxy::session::Session;
+use mcpolicy_proxy::log::{Audit, Log};
+use mcpolicy_proxy::session::Session;
 use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::Engine;
 use mcpolicy_runtime::store::SqliteStore;
+use mcpolicy_runtime::{Engine, Policy};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
@@ -141,7 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-use mcpolicy_compiler::proxy::capture::Captured as Buf;
+use mcpolicy_proxy::capture::Captured as Buf;
 
 /// What a server request is.
 #[derive(Clone, Debug, PartialEq)]
@@ -214,10 +214,10 @@ struct World {
     trace: Vec<String>,
 }
 
-fn table() -> mcpolicy_runtime::table::Table {
+fn policy() -> Policy {
     let db = Database::default();
     let source = SourceText::new(&db, "p.mcpolicy".into(), POLICY.into());
-    db::lower_file(&db, source).clone().unwrap()
+    Policy::verify(db::lower_file(&db, source).clone().unwrap()).unwrap()
 }
 
 fn session(
@@ -228,7 +228,7 @@ fn session(
     bufs: [&Buf; 4],
 ) -> Session {
     let store = SqliteStore::open(store).unwrap();
-    let engine = Engine::new(table(), Arc::new(store), clock.clone());
+    let engine = Engine::new(policy(), Arc::new(store), clock.clone());
     let [server, client, log, audit] = bufs;
     let mono = mono.clone();
     Session::new(

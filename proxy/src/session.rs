@@ -34,17 +34,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::engine::{
-    Answer, ClientContext, Decision, Denial, Engine, Grant, InputOutcome, PendingConsent,
+    Answer, ClientContext, Decision, Denial, Grant, InputOutcome, PendingConsent,
 };
 use mcpolicy_runtime::frame;
-use mcpolicy_runtime::identity;
+use mcpolicy_runtime::jsonrpc;
 use mcpolicy_runtime::request::{self, SamplingRequest};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
-use super::inflight::{Awaiting, Flight, InFlight, Refusal, Sampling, TaskMethod, TaskState};
+use super::inflight::{Awaiting, Flight, InFlight, Refusal, Sampling, Task, TaskMethod, TaskState};
 use super::log::{Audit, Entry, Log};
 
 /// A line sink: the child's stdin or the proxy's stdout.
@@ -53,9 +54,6 @@ pub type Sink = Box<dyn Write + Send>;
 /// The `_meta` key under which MCP 2026-07-28 clients declare their
 /// capabilities on each request.
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
-
-/// The MCP user-rejection code: the only client error that is a refusal.
-const USER_REJECTED: i64 = -1;
 
 /// A 2026-07-28 `inputRequests` entry forwarded to the client.
 #[derive(Debug)]
@@ -83,7 +81,7 @@ enum Reply {
     /// The MCP user rejection (`-1`).
     Rejected,
     /// Any other error, or neither a result nor an error: the client failed,
-    /// which is not a decision.
+    /// which is not a decision. The code as the client wrote it (logged only).
     Failed(Option<i64>),
 }
 
@@ -96,7 +94,8 @@ impl Reply {
             .get("error")
             .map(|e| e.get("code").and_then(Value::as_i64))
         {
-            Some(Some(USER_REJECTED)) => Reply::Rejected,
+            // The MCP user rejection: the only client error that is a refusal.
+            Some(Some(code)) if code == i64::from(jsonrpc::USER_REJECTED) => Reply::Rejected,
             Some(code) => Reply::Failed(code),
             None => Reply::Failed(None),
         }
@@ -369,8 +368,8 @@ impl Session {
 
     /// Answers the server's last line with a JSON-RPC error (id `null`)
     /// instead of forwarding it, e.g. a line too long to hold.
-    pub fn reject_server_line(&self, code: i64, message: &str) {
-        self.send_server(frame::request_error_response(None, code, message).as_bytes());
+    pub fn reject_server_line(&self, code: i32, message: &str) {
+        self.send_server(&frame::request_error_response(None, code, message));
     }
 
     /// The client closed its side: close the server's stdin so it can exit.
@@ -387,10 +386,9 @@ impl Session {
     /// The identity of a denied request, for the audit only (a denial does
     /// not carry it; computing it costs a few microseconds).
     fn identity_for_audit(&self, params: &Map<String, Value>) -> Option<String> {
-        self.audit.as_ref().map(|_| {
-            identity::request_identity(&self.server_id, params, &self.engine.table().identity)
-                .into_string()
-        })
+        self.audit
+            .as_ref()
+            .map(|_| self.engine.identity(&self.server_id, params).into_string())
     }
 
     fn audit_denial(
@@ -405,18 +403,20 @@ impl Session {
             return;
         }
         let identity = self.identity_for_audit(params);
+        let cause = denial.cause();
         self.audit(&Entry {
             event,
             via,
             id,
             identity: identity.as_deref(),
             outcome: "deny",
-            reason: Some(&denial.reason),
-            replayed: denial.replayed,
-            represented: Some(denial.represented),
+            reason: Some(denial.reason()),
+            replayed: denial.replayed(),
+            represented: Some(denial.represented()),
             requested: Some(params),
             applied: None,
-            code: Some(denial.code),
+            code: Some(denial.code()),
+            cause: Some(&cause),
         });
     }
 
@@ -458,11 +458,11 @@ impl Session {
                 let valid_json = serde_json::from_slice::<IgnoredAny>(line).is_ok();
                 let (code, what) = if valid_json {
                     (
-                        request::INVALID_REQUEST,
+                        jsonrpc::INVALID_REQUEST,
                         "not a single JSON-RPC message object",
                     )
                 } else {
-                    (request::PARSE_ERROR, "not JSON")
+                    (jsonrpc::PARSE_ERROR, "not JSON")
                 };
                 // A sampling request the probe could not read (two `method`
                 // members, say) gets the runtime's own refusal: the precise
@@ -475,7 +475,7 @@ impl Session {
                         "server sent an unreadable sampling request ({error}); answered {}, not forwarded",
                         rejection.code()
                     ));
-                    self.send_server(rejection.frame().as_bytes());
+                    self.send_server(&rejection.reply());
                     return;
                 }
                 self.log.line(format_args!(
@@ -488,9 +488,7 @@ impl Session {
                     .then(|| request::recover_id(line))
                     .flatten()
                     .filter(|id| self.answerable(Some(id)));
-                self.send_server(
-                    frame::request_error_response(id.as_ref(), code, &message).as_bytes(),
-                );
+                self.send_server(&frame::request_error_response(id.as_ref(), code, &message));
                 return;
             }
         };
@@ -502,14 +500,11 @@ impl Session {
             self.log.line(format_args!(
                 "server sent a frame with both `method` and `result`/`error`; answered -32600, not forwarded"
             ));
-            self.send_server(
-                frame::request_error_response(
-                    id,
-                    request::INVALID_REQUEST,
-                    "Invalid frame from the server: a message is a request or a response, not both",
-                )
-                .as_bytes(),
-            );
+            self.send_server(&frame::request_error_response(
+                id,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid frame from the server: a message is a request or a response, not both",
+            ));
             return;
         }
         match (probe.method.as_deref(), &probe.id) {
@@ -530,23 +525,20 @@ impl Session {
                             Refusal::Full => "with too many requests in flight",
                         }
                     ));
-                    self.send_server(
-                        frame::request_error_response(
-                            Some(id),
-                            request::INVALID_REQUEST,
-                            refusal.message(),
-                        )
-                        .as_bytes(),
-                    );
+                    self.send_server(&frame::request_error_response(
+                        Some(id),
+                        jsonrpc::INVALID_REQUEST,
+                        refusal.message(),
+                    ));
                     return;
                 }
-                if method == request::SAMPLING_METHOD {
+                if method == jsonrpc::SAMPLING_METHOD {
                     self.sampling_request(raw, line, key);
                 } else {
                     self.task_or_passthrough(raw, line, method, key);
                 }
             }
-            (Some(request::SAMPLING_METHOD), None) => {
+            (Some(jsonrpc::SAMPLING_METHOD), None) => {
                 self.sampling_request(raw, line, String::new())
             }
             (Some(_), None) => self.send_client(raw),
@@ -596,32 +588,36 @@ impl Session {
     /// `decided`: a sampling request; `key` is its id's text (empty for a
     /// request without id, which is decided but not tracked).
     fn sampling_request(&self, raw: &[u8], line: &[u8], key: String) {
-        match self.engine.decide_bytes(&self.server_id, line, &self.ctx()) {
-            Answer::Invalid { frame, code } => {
+        match self.engine.decide(&self.server_id, line, &self.ctx()) {
+            Answer::Invalid(rejection) => {
+                let reply = rejection.reply();
                 self.log.line(format_args!(
-                    "invalid sampling request answered {code}: {frame}"
+                    "invalid sampling request answered {}: {}",
+                    rejection.code(),
+                    String::from_utf8_lossy(&reply)
                 ));
                 self.audit(&Entry {
                     event: "invalid",
                     via: "request",
                     outcome: "deny",
-                    code: Some(code),
+                    code: Some(rejection.code()),
                     ..Entry::default()
                 });
-                self.send_server(frame.as_bytes());
+                self.send_server(&reply);
             }
-            Answer::Failed { frame, error } => {
+            Answer::Failed { reply, error } => {
                 self.log
                     .line(format_args!("decision failed, refused: {error}"));
+                let reason = error.data().map(|data| data.reason);
                 self.audit(&Entry {
                     event: "error",
                     via: "request",
                     outcome: "deny",
-                    reason: Some("runtime.store_unavailable"),
-                    code: Some(frame::INTERNAL_ERROR),
+                    reason: reason.as_deref(),
+                    code: Some(error.code()),
                     ..Entry::default()
                 });
-                self.send_server(frame.as_bytes());
+                self.send_server(&reply);
             }
             Answer::Decided { request, decision } => self.decided(raw, key, request, decision),
         }
@@ -637,17 +633,17 @@ impl Session {
         match decision {
             Decision::Deny(denial) => {
                 self.audit_denial("decision", "request", Some(&id), &params, &denial);
-                self.send_server(denial.frame(Some(&id)).as_bytes());
+                self.send_server(&denial.reply(Some(&id)));
             }
             Decision::Allow(grant) | Decision::Trim(grant) => {
                 let applied = grant.params(&params);
-                let trimmed = !grant.lowered.is_empty();
+                let trimmed = !grant.lowered().is_empty();
                 self.audit(&Entry {
-                    replayed: grant.replayed,
+                    replayed: grant.replayed(),
                     ..grant_entry("decision", "request", &id, &params, &grant, &applied)
                 });
                 let deadline = grant
-                    .deadline_ms
+                    .deadline_ms()
                     .map(|ms| self.now() + Duration::from_millis(ms));
                 let forward = (trimmed || rewritten).then(|| rewrite_request(&id, applied));
                 self.remember(key, id, Awaiting::Grant(grant), deadline, params);
@@ -664,6 +660,7 @@ impl Session {
                     outcome: "consent",
                     requested: Some(&params),
                     applied: Some(&shown),
+                    cause: Some(pending.cause()),
                     ..Entry::default()
                 });
                 let forward = (!pending.lowered().is_empty() || rewritten)
@@ -714,13 +711,11 @@ impl Session {
                 self.log.line(format_args!(
                     "malformed input_required result refused: {error}"
                 ));
-                let frame = frame::local_error_response(
+                self.send_client(&frame::request_error_response(
                     Some(call_id),
                     error.code(),
                     &format!("Invalid result from the server: {error}"),
-                    None,
-                );
-                self.send_client(frame.as_bytes());
+                ));
                 return;
             }
         };
@@ -733,10 +728,28 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let decisions = self
-            .engine
-            .decide_input_requests(&self.server_id, result, &self.ctx());
-        let mut refusal: Option<String> = None;
+        // The runtime reads the result object itself (its `inputRequests`);
+        // the line was strict JSON, so these bytes are its exact content.
+        let bytes = serde_json::to_vec(result).unwrap_or_default();
+        let decisions =
+            match self
+                .engine
+                .decide_input_required(&self.server_id, &bytes, &self.ctx())
+            {
+                Ok(decisions) => decisions,
+                Err(error) => {
+                    self.log.line(format_args!(
+                        "malformed input_required result refused: {error}"
+                    ));
+                    self.send_client(&frame::request_error_response(
+                        Some(call_id),
+                        error.code(),
+                        &format!("Invalid result from the server: {}", error.message()),
+                    ));
+                    return;
+                }
+            };
+        let mut refusal: Option<Vec<u8>> = None;
         let mut rewrites: Vec<(String, Map<String, Value>)> = Vec::new();
         let mut remembered: Vec<(String, Pending)> = Vec::new();
         for entry in decisions {
@@ -744,28 +757,30 @@ impl Session {
             let key_value = Value::from(key.as_str());
             match entry.outcome {
                 InputOutcome::NotSampling => {}
-                InputOutcome::Invalid { code, message } => {
+                InputOutcome::Invalid(error) => {
                     self.audit(&Entry {
                         event: "invalid",
                         via: "inputRequests",
                         id: Some(&key_value),
                         outcome: "deny",
-                        code: Some(code),
+                        code: Some(error.code()),
                         ..Entry::default()
                     });
                     refusal.get_or_insert_with(|| {
-                        frame::local_error_response(
+                        frame::request_error_response(
                             Some(call_id),
-                            code,
-                            &format!("Invalid sampling request from the server: {message}"),
-                            None,
+                            error.code(),
+                            &format!(
+                                "Invalid sampling request from the server: {}",
+                                error.message()
+                            ),
                         )
                     });
                 }
                 InputOutcome::Failed(error) => {
                     self.log
                         .line(format_args!("decision failed, refused: {error}"));
-                    refusal.get_or_insert_with(|| error.frame(Some(call_id), &self.server_id));
+                    refusal.get_or_insert_with(|| error.reply(Some(call_id)));
                 }
                 InputOutcome::Decided { request, decision } => {
                     let params = request.params;
@@ -782,9 +797,9 @@ impl Session {
                         }
                         Decision::Allow(grant) | Decision::Trim(grant) => {
                             let applied = grant.params(&params);
-                            let trimmed = !grant.lowered.is_empty();
+                            let trimmed = !grant.lowered().is_empty();
                             self.audit(&Entry {
-                                replayed: grant.replayed,
+                                replayed: grant.replayed(),
                                 ..grant_entry(
                                     "decision",
                                     "inputRequests",
@@ -795,7 +810,7 @@ impl Session {
                                 )
                             });
                             let deadline = grant
-                                .deadline_ms
+                                .deadline_ms()
                                 .map(|ms| self.now() + Duration::from_millis(ms));
                             if trimmed {
                                 rewrites.push((key.clone(), applied));
@@ -821,6 +836,7 @@ impl Session {
                                 outcome: "consent",
                                 requested: Some(&params),
                                 applied: Some(&shown),
+                                cause: Some(pending.cause()),
                                 ..Entry::default()
                             });
                             if !pending.lowered().is_empty() {
@@ -843,7 +859,7 @@ impl Session {
         if let Some(refusal) = refusal {
             // Whoever made the call learns why; the other entries' grants are
             // dropped with their reservations counted (the safe side).
-            self.send_client(refusal.as_bytes());
+            self.send_client(&refusal);
             return;
         }
         if !remembered.is_empty() {
@@ -1048,12 +1064,11 @@ impl Session {
     ) -> Forward {
         let grant = match awaiting {
             Awaiting::Consent(pending) => match Reply::of(value) {
-                Reply::Result => match self.engine.resolve_consent(pending, true) {
-                    Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
+                Reply::Result => match pending.approve() {
+                    Ok(grant) => {
                         self.audit_consent_grant(via, origin, requested, &grant);
                         grant
                     }
-                    Ok(_) => return Forward::Raw,
                     Err(error) => {
                         // The completion already ran: withholding it spends nothing back.
                         self.log.line(format_args!(
@@ -1063,25 +1078,22 @@ impl Session {
                     }
                 },
                 Reply::Rejected => {
-                    return match self.engine.resolve_consent(pending, false) {
-                        Ok(Decision::Deny(denial)) => {
+                    return match pending.refuse() {
+                        Ok(denial) => {
                             self.log.line(format_args!(
                                 "client refused request {origin} (code -1): recorded {}",
-                                denial.reason
+                                denial.reason()
                             ));
                             self.audit_denial("consent", via, Some(origin), requested, &denial);
                             // The policy's frame, not the client's: a replay of
                             // this identity must send the same bytes.
-                            Forward::Replace(denial.frame(Some(reply_to)).into_bytes())
+                            Forward::Replace(denial.reply(Some(reply_to)))
                         }
-                        Ok(_) => Forward::Raw,
                         Err(error) => {
                             self.log.line(format_args!(
                                 "recording the client's refusal failed: {error}"
                             ));
-                            Forward::Replace(
-                                error.frame(Some(reply_to), &self.server_id).into_bytes(),
-                            )
+                            Forward::Replace(error.reply(Some(reply_to)))
                         }
                     };
                 }
@@ -1097,12 +1109,14 @@ impl Session {
         let Some(result) = value.get_mut("result") else {
             return Forward::Raw;
         };
-        self.settle(&grant, result);
-        if grant.annotations.is_empty() {
-            Forward::Raw
-        } else {
-            frame::annotate_result(result, &grant.annotations);
+        // A trim's result goes on re-written even when `_meta` could not be
+        // added (the result is not an object): as it always has.
+        let trimmed = grant.is_trim();
+        self.settle(grant, result);
+        if trimmed {
             Forward::Replace(value.to_string().into_bytes())
+        } else {
+            Forward::Raw
         }
     }
 
@@ -1112,7 +1126,7 @@ impl Session {
     /// receives the client's own answer.
     fn abandon(&self, pending: PendingConsent, origin: &Value, code: Option<i64>) {
         let code = code.map_or_else(|| "none".to_owned(), |c| c.to_string());
-        match self.engine.abandon_consent(pending) {
+        match pending.abandon() {
             Ok(()) => self.log.line(format_args!(
                 "client failed request {origin} (code {code}): not the user's answer, nothing recorded, budget refunded"
             )),
@@ -1167,9 +1181,9 @@ impl Session {
             TaskState::Refused(denial) | TaskState::Missed(denial) => {
                 self.log.line(format_args!(
                     "task {task_id}'s result answered {} (recorded earlier)",
-                    denial.reason
+                    denial.reason()
                 ));
-                Forward::Replace(denial.frame(Some(reply_to)).into_bytes())
+                Forward::Replace(denial.reply(Some(reply_to)))
             }
         };
         match forward {
@@ -1192,12 +1206,11 @@ impl Session {
         };
         task.state = match (status, task.state) {
             ("completed", TaskState::Running(Awaiting::Consent(pending))) => {
-                match self.engine.resolve_consent(pending, true) {
-                    Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
+                match pending.approve() {
+                    Ok(grant) => {
                         self.audit_consent_grant("task", &task.origin, &task.requested, &grant);
                         TaskState::Approved(grant)
                     }
-                    Ok(_) => return,
                     Err(error) => {
                         self.log.line(format_args!(
                             "recording the approval of task {task_id} failed: {error}"
@@ -1207,31 +1220,29 @@ impl Session {
                 }
             }
             ("completed", TaskState::Running(Awaiting::Grant(grant))) => TaskState::Approved(grant),
-            ("failed", TaskState::Running(Awaiting::Consent(pending))) => {
-                match self.engine.resolve_consent(pending, false) {
-                    Ok(Decision::Deny(denial)) => {
-                        self.log.line(format_args!(
-                            "task {task_id} of request {} failed: recorded {}",
-                            task.origin, denial.reason
-                        ));
-                        self.audit_denial(
-                            "consent",
-                            "task",
-                            Some(&task.origin),
-                            &task.requested,
-                            &denial,
-                        );
-                        TaskState::Refused(denial)
-                    }
-                    Ok(_) => return,
-                    Err(error) => {
-                        self.log.line(format_args!(
-                            "recording the refusal of task {task_id} failed: {error}"
-                        ));
-                        return;
-                    }
+            ("failed", TaskState::Running(Awaiting::Consent(pending))) => match pending.refuse() {
+                Ok(denial) => {
+                    self.log.line(format_args!(
+                        "task {task_id} of request {} failed: recorded {}",
+                        task.origin,
+                        denial.reason()
+                    ));
+                    self.audit_denial(
+                        "consent",
+                        "task",
+                        Some(&task.origin),
+                        &task.requested,
+                        &denial,
+                    );
+                    TaskState::Refused(denial)
                 }
-            }
+                Err(error) => {
+                    self.log.line(format_args!(
+                        "recording the refusal of task {task_id} failed: {error}"
+                    ));
+                    return;
+                }
+            },
             ("cancelled", TaskState::Running(Awaiting::Consent(pending))) => {
                 self.abandon(pending, &task.origin, None);
                 return;
@@ -1245,26 +1256,34 @@ impl Session {
         lock(&self.state).flights.put_task(task_id.to_owned(), task);
     }
 
-    /// Settles token usage, and warns when the client ran a model outside
-    /// the block's `models` (the proxy trims hints but cannot choose the
-    /// client's model; the completion has run, so it is not withheld).
-    fn settle(&self, grant: &Grant, result: &Value) {
-        if let Some(tokens) = usage_tokens(result)
-            && let Err(error) = self.engine.settle(&grant.ticket, tokens)
+    /// Completes the grant with the token usage the result reports,
+    /// annotates the result (`_meta` after a trim), and warns when the
+    /// client ran a model outside the block's `models` (the proxy trims
+    /// hints but cannot choose the client's model; the completion has run,
+    /// so it is not withheld). A result that reports no usage leaves the
+    /// grant's reservation counted (the grant is dropped, the safe side).
+    /// Returns whether `_meta` was written.
+    fn settle(&self, grant: Grant, result: &mut Value) -> bool {
+        let outside = result
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|model| !grant.model_allowed(model))
+            .map(|model| {
+                let allowed: Vec<&str> = grant.allowed_models().into_iter().flatten().collect();
+                format!("warning: the client ran model `{model}`, outside the policy's `models` {allowed:?}")
+            });
+        let tokens = usage_tokens(result);
+        let annotated = grant.is_trim() && grant.annotate(result);
+        if let Some(tokens) = tokens
+            && let Err(error) = grant.complete(tokens)
         {
             self.log
                 .line(format_args!("settling {tokens} tokens failed: {error}"));
         }
-        if let Some(model) = result.get("model").and_then(Value::as_str)
-            && !self.engine.model_allowed(&grant.ticket, model)
-        {
-            self.log.line(format_args!(
-                "warning: the client ran model `{model}`, outside the policy's `models` {:?}",
-                self.engine
-                    .allowed_models(&grant.ticket)
-                    .unwrap_or_default()
-            ));
+        if let Some(warning) = outside {
+            self.log.line(warning);
         }
+        annotated
     }
 
     /// MCP 2026-07-28: the client retries its call with `inputResponses`.
@@ -1295,9 +1314,10 @@ impl Session {
             return;
         }
         pending.sort_by(|a, b| a.0.cmp(&b.0));
-        let now = Instant::now();
+        // The session's clock, as for every other deadline: a test steps it.
+        let now = self.now();
         let mut changed = false;
-        let mut refusal: Option<String> = None;
+        let mut refusal: Option<Vec<u8>> = None;
         for (key, entry) in pending {
             let Pending {
                 awaiting,
@@ -1310,39 +1330,44 @@ impl Session {
                 .and_then(|r| r.get_mut(&key));
             let answered = response.as_ref().is_some_and(|r| r.is_object());
             let grant = match awaiting {
-                Awaiting::Consent(consent) => {
-                    match self.engine.resolve_consent(consent, answered) {
-                        Ok(Decision::Allow(grant) | Decision::Trim(grant)) => {
-                            self.audit_consent_grant("inputRequests", &id, &requested, &grant);
-                            grant
-                        }
-                        Ok(Decision::Deny(denial)) => {
-                            // No response for the entry: the client declined it.
-                            self.audit_denial(
-                                "consent",
-                                "inputRequests",
-                                Some(&id),
-                                &requested,
-                                &denial,
-                            );
-                            continue;
-                        }
-                        Ok(Decision::NeedsConsent(_)) => continue,
-                        Err(error) => {
-                            self.log.line(format_args!(
-                                "recording the client's consent answer failed: {error}"
-                            ));
-                            continue;
-                        }
+                Awaiting::Consent(consent) if answered => match consent.approve() {
+                    Ok(grant) => {
+                        self.audit_consent_grant("inputRequests", &id, &requested, &grant);
+                        grant
                     }
-                }
+                    Err(error) => {
+                        self.log.line(format_args!(
+                            "recording the client's consent answer failed: {error}"
+                        ));
+                        continue;
+                    }
+                },
+                Awaiting::Consent(consent) => match consent.refuse() {
+                    Ok(denial) => {
+                        // No response for the entry: the client declined it.
+                        self.audit_denial(
+                            "consent",
+                            "inputRequests",
+                            Some(&id),
+                            &requested,
+                            &denial,
+                        );
+                        continue;
+                    }
+                    Err(error) => {
+                        self.log.line(format_args!(
+                            "recording the client's consent answer failed: {error}"
+                        ));
+                        continue;
+                    }
+                },
                 Awaiting::Grant(grant) => grant,
             };
             let Some(response) = response else {
                 continue;
             };
             if deadline.is_some_and(|d| now > d) {
-                match self.engine.report_deadline_miss(&grant.ticket) {
+                match grant.deadline_missed() {
                     Ok(denial) => {
                         self.audit_denial(
                             "deadline",
@@ -1354,19 +1379,16 @@ impl Session {
                         refusal.get_or_insert_with(|| denial.local_error(call_id));
                     }
                     Err(error) => {
-                        refusal.get_or_insert_with(|| error.frame(call_id, &self.server_id));
+                        refusal.get_or_insert_with(|| error.reply(call_id));
                     }
                 }
                 continue;
             }
-            self.settle(&grant, response);
-            if !grant.annotations.is_empty() {
-                changed |= frame::annotate_result(response, &grant.annotations);
-            }
+            changed |= self.settle(grant, response);
         }
         if let Some(refusal) = refusal {
             // The late completion never reaches the server.
-            self.send_client(refusal.as_bytes());
+            self.send_client(&refusal);
         } else if changed {
             self.send_server(value.to_string().as_bytes());
         } else {
@@ -1400,29 +1422,29 @@ impl Session {
             ));
         }
         for sampling in swept.expired {
-            let Awaiting::Grant(grant) = &sampling.awaiting else {
+            let Sampling {
+                id,
+                requested,
+                awaiting: Awaiting::Grant(grant),
+                ..
+            } = sampling
+            else {
                 continue;
             };
-            let id = &sampling.id;
-            match self.engine.report_deadline_miss(&grant.ticket) {
+            let id = &id;
+            match grant.deadline_missed() {
                 Ok(denial) => {
                     self.log.line(format_args!(
                         "request {id} missed its deadline: answered {}",
-                        denial.reason
+                        denial.reason()
                     ));
-                    self.audit_denial(
-                        "deadline",
-                        "request",
-                        Some(id),
-                        &sampling.requested,
-                        &denial,
-                    );
-                    self.send_server(denial.frame(Some(id)).as_bytes());
+                    self.audit_denial("deadline", "request", Some(id), &requested, &denial);
+                    self.send_server(&denial.reply(Some(id)));
                 }
                 Err(error) => {
                     self.log
                         .line(format_args!("request {id} missed its deadline: {error}"));
-                    self.send_server(error.frame(Some(id), &self.server_id).as_bytes());
+                    self.send_server(&error.reply(Some(id)));
                 }
             }
             let cancel = serde_json::json!({
@@ -1432,24 +1454,31 @@ impl Session {
             });
             self.send_client(cancel.to_string().as_bytes());
         }
-        for (task_id, mut task) in swept.missed {
-            let TaskState::Running(Awaiting::Grant(grant)) = &task.state else {
+        for (task_id, task) in swept.missed {
+            let Task {
+                origin,
+                requested,
+                state: TaskState::Running(Awaiting::Grant(grant)),
+                deadline,
+                until,
+            } = task
+            else {
                 continue;
             };
-            match self.engine.report_deadline_miss(&grant.ticket) {
+            match grant.deadline_missed() {
                 Ok(denial) => {
                     self.log.line(format_args!(
-                        "task {task_id} of request {} missed its deadline: recorded {}",
-                        task.origin, denial.reason
+                        "task {task_id} of request {origin} missed its deadline: recorded {}",
+                        denial.reason()
                     ));
-                    self.audit_denial(
-                        "deadline",
-                        "task",
-                        Some(&task.origin),
-                        &task.requested,
-                        &denial,
-                    );
-                    task.state = TaskState::Missed(denial);
+                    self.audit_denial("deadline", "task", Some(&origin), &requested, &denial);
+                    let task = Task {
+                        origin,
+                        requested,
+                        state: TaskState::Missed(denial),
+                        deadline,
+                        until,
+                    };
                     lock(&self.state).flights.put_task(task_id, task);
                 }
                 Err(error) => {
@@ -1474,7 +1503,7 @@ fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
     serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
-        "method": request::SAMPLING_METHOD,
+        "method": jsonrpc::SAMPLING_METHOD,
         "params": params,
     })
     .to_string()
@@ -1499,14 +1528,15 @@ fn grant_entry<'a>(
         event,
         via,
         id: Some(id),
-        identity: Some(grant.ticket.identity()),
-        outcome: if grant.lowered.is_empty() {
+        identity: Some(grant.identity()),
+        outcome: if grant.lowered().is_empty() {
             "allow"
         } else {
             "trim"
         },
         requested: Some(requested),
         applied: Some(applied),
+        cause: Some(grant.cause()),
         ..Entry::default()
     }
 }
@@ -1522,7 +1552,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::db::{self, Database, SourceText};
+    use mcpolicy_compiler::db::{self, Database, SourceText};
 
     const POLICY: &str = r#"
 mcpolicy 1
@@ -1558,7 +1588,7 @@ server "tight" {
 }
 "#;
 
-    use crate::proxy::capture::Captured as Buf;
+    use crate::capture::Captured as Buf;
 
     struct Rig {
         session: Session,
@@ -1571,7 +1601,8 @@ server "tight" {
         let db = Database::default();
         let source = SourceText::new(&db, "t.mcpolicy".into(), POLICY.into());
         let table = db::lower_file(&db, source).clone().unwrap();
-        let engine = Engine::new(table, Arc::new(MemoryStore::new()), Arc::new(SystemClock));
+        let policy = mcpolicy_runtime::Policy::verify(table).unwrap();
+        let engine = Engine::new(policy, Arc::new(MemoryStore::new()), Arc::new(SystemClock));
         let (server, client, audit) = (Buf::default(), Buf::default(), Buf::default());
         let session = Session::new(
             engine,
@@ -1815,6 +1846,152 @@ server "tight" {
         assert!(rig.session.next_deadline().is_none());
     }
 
+    /// A monotonic clock that moves only when the test steps it.
+    #[derive(Clone)]
+    struct Stepped {
+        base: Instant,
+        offset: Arc<Mutex<Duration>>,
+    }
+
+    impl Stepped {
+        fn now(&self) -> Instant {
+            self.base + *self.offset.lock().unwrap()
+        }
+
+        fn step(&self, by: Duration) {
+            *self.offset.lock().unwrap() += by;
+        }
+    }
+
+    /// [`rig`] on a [`Stepped`] clock: deadlines are measured on it alone,
+    /// so nothing here depends on how fast the machine runs the test.
+    fn stepped_rig(server_id: &str) -> (Rig, Stepped) {
+        let clock = Stepped {
+            base: Instant::now(),
+            offset: Arc::default(),
+        };
+        let mut rig = rig(server_id);
+        let moved = clock.clone();
+        rig.session = rig.session.with_monotonic(move || moved.now());
+        (rig, clock)
+    }
+
+    /// `deadline 10ms`, on the session's clock: an answer 1 ms before the
+    /// deadline goes on; at the deadline the server is answered
+    /// `policy.deadline` and the client told to stop, not a moment before.
+    #[test]
+    fn the_deadline_is_kept_to_the_millisecond_on_the_session_clock() {
+        let (rig, clock) = stepped_rig("slow");
+        let decided_at = clock.now();
+        rig.session.from_server(sample(7, "late").as_bytes());
+        rig.session.from_server(sample(8, "on time").as_bytes());
+        assert_eq!(rig.client.take().len(), 2);
+        assert_eq!(
+            rig.session.next_deadline(),
+            Some(decided_at + Duration::from_millis(10))
+        );
+
+        clock.step(Duration::from_millis(9));
+        rig.session.expire(clock.now());
+        assert!(rig.server.take().is_empty(), "answered before the deadline");
+        assert!(rig.client.take().is_empty());
+        rig.session
+            .from_client(result_frame(8, COMPLETION).as_bytes());
+        let on_time = parse(&rig.server.take()[0]);
+        assert_eq!(on_time["id"], 8);
+        assert!(on_time.get("result").is_some(), "{on_time}");
+
+        clock.step(Duration::from_millis(1));
+        rig.session.expire(clock.now());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["data"]["reason"], "policy.deadline");
+        let cancel = parse(&rig.client.take()[0]);
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], 7);
+
+        rig.session
+            .from_client(result_frame(7, COMPLETION).as_bytes());
+        assert!(rig.server.take().is_empty(), "the late answer is dropped");
+        assert!(rig.session.next_deadline().is_none());
+    }
+
+    /// MCP 2026-07-28: a response carried by the client's retry is on time
+    /// or late by the session's clock too (it once read the wall clock).
+    #[test]
+    fn an_input_response_is_late_by_the_session_clock() {
+        let ask = |state: &str, text: &str| {
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required",
+                "inputRequests": {"s": parse(&sample(5, text))},
+                "requestState": state}})
+            .to_string()
+        };
+        let retry = |id: u64, state: &str| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "t", "requestState": state,
+                "inputResponses": {"s": parse(COMPLETION)}}})
+            .to_string()
+        };
+        let (rig, clock) = stepped_rig("slow");
+        rig.session.from_server(ask("r1", "on time").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        clock.step(Duration::from_millis(10));
+        rig.session.from_client(retry(2, "r1").as_bytes());
+        assert_eq!(
+            rig.server.take(),
+            [retry(2, "r1")],
+            "at the deadline: on time"
+        );
+
+        rig.session.from_server(ask("r2", "late").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        clock.step(Duration::from_millis(11));
+        rig.session.from_client(retry(3, "r2").as_bytes());
+        assert!(
+            rig.server.take().is_empty(),
+            "the late completion is kept back"
+        );
+        let refusal = parse(&rig.client.take()[0]);
+        assert_eq!(refusal["id"], 3, "the client's own call");
+        assert_eq!(refusal["error"]["data"]["reason"], "policy.deadline");
+    }
+
+    /// Every decision's audit line carries the engine's cause: the server
+    /// block (`null` for `defaults`), the statement, the evaluation step.
+    #[test]
+    fn audit_lines_carry_the_cause() {
+        let cases = [
+            (
+                "off",
+                100,
+                json!({"block": "off", "statement": "sampling", "step": 4}),
+            ),
+            (
+                "any",
+                5000,
+                json!({"block": null, "statement": "max_tokens", "step": 6}),
+            ),
+            (
+                "any",
+                100,
+                json!({"block": null, "statement": null, "step": 10}),
+            ),
+            (
+                "asks",
+                100,
+                json!({"block": "asks", "statement": "consent", "step": 9}),
+            ),
+        ];
+        for (server, max_tokens, expected) in cases {
+            let rig = rig(server);
+            let mut request = parse(SAMPLE);
+            request["params"]["maxTokens"] = json!(max_tokens);
+            rig.session.from_server(request.to_string().as_bytes());
+            let audit = parse(&rig.audit.take()[0]);
+            assert_eq!(audit["cause"], expected, "{server}: {audit}");
+        }
+    }
+
     #[test]
     fn input_required_denial_answers_the_clients_own_call() {
         let rig = rig("off");
@@ -1830,6 +2007,28 @@ server "tight" {
             answer["error"]["data"]["reason"],
             "policy.sampling_disabled"
         );
+    }
+
+    /// An `inputRequests` key spelt `method` beside a sampling entry: a
+    /// client reads every key as an entry, so the entry is decided (here
+    /// refused under `sampling off`), never forwarded undecided. The fuzzer's
+    /// oracle found it once it read the map on its own.
+    #[test]
+    fn an_input_requests_key_named_method_hides_no_entry() {
+        let rig = rig("off");
+        let result = json!({"jsonrpc": "2.0", "id": "a", "result": {
+            "resultType": "input_required", "requestState": "s",
+            "inputRequests": {
+                "k0": parse(SAMPLE),
+                "method": {"status": "working", "taskId": "t1"}}}});
+        rig.session.from_server(result.to_string().as_bytes());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], "a", "{answer}");
+        assert_eq!(
+            answer["error"]["data"]["reason"],
+            "policy.sampling_disabled"
+        );
+        assert!(rig.server.take().is_empty());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use mcpolicy_compiler::check::DEFAULT_IDENTITY;
 use mcpolicy_runtime::{identity, request};
 
-use super::policy::{LoadFailure, load_table};
-use super::{ColorChoice, emit, fail};
+use super::policy::{LoadFailure, load_policy};
+use super::{ColorChoice, emit, emit_line, fail};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -43,16 +43,16 @@ pub(crate) fn read_request(path: &str) -> std::io::Result<Result<Vec<u8>, reques
 
 /// Answers a refused request: the error frame on stdout, a summary on
 /// stderr, exit code 1 (the same for `mcpc identity` and `mcpc eval`).
-pub(crate) fn refuse(frame: &str, code: i64) -> ExitCode {
-    sayln!("invalid request ({code})");
-    emit(&format!("{frame}\n"));
+pub(crate) fn refuse(rejection: &request::Rejection) -> ExitCode {
+    sayln!("invalid request ({})", rejection.code());
+    emit_line(&rejection.reply());
     ExitCode::from(1)
 }
 
 pub fn run(args: Args) -> ExitCode {
     let fields: Vec<String> = match &args.policy {
-        Some(path) => match load_table(path, args.color) {
-            Ok(table) => table.identity,
+        Some(path) => match load_policy(path, args.color) {
+            Ok(policy) => policy.table().identity.clone(),
             Err(LoadFailure::Usage(message)) => return fail(message),
             Err(LoadFailure::Findings) => return ExitCode::from(1),
         },
@@ -60,7 +60,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     let bytes = match read_request(&args.request) {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(rejection)) => return refuse(&rejection.frame(), rejection.code()),
+        Ok(Err(rejection)) => return refuse(&rejection),
         Err(error) => return fail(format!("cannot read {}: {error}", args.request)),
     };
     match request::parse_sampling(&bytes) {
@@ -71,6 +71,6 @@ pub fn run(args: Args) -> ExitCode {
             ));
             ExitCode::SUCCESS
         }
-        Err(rejection) => refuse(&rejection.frame(), rejection.code()),
+        Err(rejection) => refuse(&rejection),
     }
 }

@@ -9,7 +9,7 @@
 //! case failed, coverage fell short, or the policy has errors; 2 usage, I/O,
 //! or a malformed test file.
 
-mod coverage;
+pub(crate) mod coverage;
 mod report;
 mod run;
 mod spec;
@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 
-use super::policy::{LoadFailure, load_table_with_source};
+use super::policy::{LoadFailure, load_policy_with_source};
 use super::{ColorChoice, emit, fail};
 
 /// Output formats of `mcpc test`.
@@ -63,7 +63,7 @@ pub fn run(args: Args) -> ExitCode {
         ));
     }
     let want_coverage = args.coverage || args.threshold.is_some();
-    let (table, source) = match load_table_with_source(&args.policy, args.color) {
+    let (policy, source) = match load_policy_with_source(&args.policy, args.color) {
         Ok(loaded) => loaded,
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => return ExitCode::from(1),
@@ -98,7 +98,7 @@ pub fn run(args: Args) -> ExitCode {
     for file in &files {
         let mut cases = Vec::new();
         for case in &file.cases {
-            let mut result = run::run_case(&table, case);
+            let mut result = run::run_case(&policy, case);
             hits.append(&mut result.hits);
             reasons.append(&mut result.reasons);
             unattributed.extend(
@@ -116,7 +116,7 @@ pub fn run(args: Args) -> ExitCode {
     }
 
     let coverage = match (&source, want_coverage) {
-        (Some(source), true) => match coverage::StatementMap::new(source, &table) {
+        (Some(source), true) => match coverage::StatementMap::new(source, policy.table()) {
             Ok(map) => Some(map.coverage(&hits, &reasons, unattributed)),
             Err(message) => return fail(message),
         },

@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 
 use mcpolicy_compiler::line_index::LineIndex;
-use mcpolicy_runtime::calendar;
+use mcpolicy_runtime::clock::parse_rfc3339;
 use mcpolicy_runtime::store::Millis;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -280,7 +280,7 @@ pub fn parse(path: &str, text: &str) -> Result<TestFile, SpecError> {
     })?;
     let file_now = match &raw.now {
         Some(now) => ctx.time(now, None)?,
-        None => calendar::parse_rfc3339(DEFAULT_NOW).unwrap_or_default(),
+        None => parse_rfc3339(DEFAULT_NOW).unwrap_or_default(),
     };
     let file_params = match &raw.params {
         Some(params) => match table_to_json(&ctx, params.get_ref(), params.span())? {
@@ -439,7 +439,7 @@ impl Ctx<'_> {
                 base.saturating_sub(ms)
             });
         }
-        calendar::parse_rfc3339(&text).ok_or_else(|| {
+        parse_rfc3339(&text).ok_or_else(|| {
             self.error(
                 value.span(),
                 format!(

@@ -1,0 +1,130 @@
+//! The crate layering holds in the resolved dependency graph, not only in
+//! the manifests: what each library links, as `cargo tree -e normal` reports
+//! it for that package alone (features resolved as a build of that package
+//! would resolve them).
+//!
+//! - the language server links the language library, never the command
+//!   line (clap, TOML), SQLite, the proxy, or an async runtime;
+//! - the language library (`mcpolicy-compiler`) links none of those either;
+//! - the proxy links neither clap nor SQLite (the CLI opens the store) nor
+//!   tokio/rmcp (std threads);
+//! - the runtime never links the compiler, pest, salsa, or an async runtime.
+//!
+//! Runs `cargo tree --offline --locked`: the lock file and the downloaded
+//! sources are already there when this test has been built.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+/// The names of every package in `package`'s normal dependency tree.
+fn normal_dependencies(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+            "-p",
+            package,
+        ])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo tree -p {package} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let names: BTreeSet<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    // The package itself is the first line: a tree that is empty or names
+    // something else means the output format changed, not that all is well.
+    assert!(
+        names.contains(package),
+        "cargo tree -p {package} did not list {package}: {names:?}"
+    );
+    names
+}
+
+/// Fails naming every crate of `forbidden` that `package` links.
+fn assert_links_none(package: &str, forbidden: &[&str]) {
+    let linked = normal_dependencies(package);
+    let found: Vec<&&str> = forbidden
+        .iter()
+        .filter(|name| linked.contains(**name))
+        .collect();
+    assert!(found.is_empty(), "{package} links {found:?}");
+}
+
+/// What no crate below the command line may link.
+const CLI_ONLY: &[&str] = &["clap", "clap_builder", "toml", "tempfile", "mcpc"];
+/// The durable store (the runtime's `sqlite` feature).
+const SQLITE: &[&str] = &["rusqlite", "libsqlite3-sys"];
+/// An async runtime and the MCP SDK (examples and end-to-end tests only).
+const ASYNC: &[&str] = &["tokio", "rmcp"];
+
+#[test]
+fn the_language_server_links_no_cli_no_sqlite_no_proxy_no_async() {
+    for set in [CLI_ONLY, SQLITE, ASYNC, &["mcpolicy-proxy"]] {
+        assert_links_none("mcpolicy-lsp", set);
+    }
+}
+
+#[test]
+fn the_language_library_links_no_cli_no_sqlite_no_proxy_no_async() {
+    for set in [CLI_ONLY, SQLITE, ASYNC, &["mcpolicy-proxy"]] {
+        assert_links_none("mcpolicy-compiler", set);
+    }
+}
+
+#[test]
+fn the_proxy_links_no_cli_no_sqlite_no_async_no_compiler() {
+    for set in [CLI_ONLY, SQLITE, ASYNC, &["mcpolicy-compiler"]] {
+        assert_links_none("mcpolicy-proxy", set);
+    }
+}
+
+#[test]
+fn the_runtime_links_no_compiler_and_no_async() {
+    for set in [
+        CLI_ONLY,
+        ASYNC,
+        &[
+            "mcpolicy-compiler",
+            "mcpolicy-grammar",
+            "pest",
+            "salsa",
+            "miette",
+        ],
+    ] {
+        assert_links_none("mcpolicy-runtime", set);
+    }
+}
+
+/// The check above can fail: the command line does link what the
+/// libraries must not.
+#[test]
+fn the_command_line_links_what_the_libraries_must_not() {
+    let linked = normal_dependencies("mcpc");
+    for name in [
+        "clap",
+        "toml",
+        "rusqlite",
+        "mcpolicy-proxy",
+        "mcpolicy-compiler",
+    ] {
+        assert!(
+            linked.contains(name),
+            "mcpc does not link {name}: {linked:?}"
+        );
+    }
+}

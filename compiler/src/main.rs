@@ -1,7 +1,0 @@
-//! `mcpc`: check, format, compile and explain `.mcpolicy` files.
-
-mod cli;
-
-fn main() -> std::process::ExitCode {
-    cli::main()
-}
