@@ -41,7 +41,7 @@
 //! each disagreement found is also kept below as an explicit test.
 //! The requests include unknown `includeContext` values (issue 11 item 5),
 //! a `maxTokens` of `9000.0` (handed on as `9000`, item 17) and fields of
-//! the wrong type, which DESIGN step 1 refuses with -32602
+//! the wrong type, which `docs/spec/evaluation.md` step 1 refuses with -32602
 //! (`fields_of_the_wrong_type_are_invalid_params`);
 //! `MCPOLICY_DIFF_SKIP_PENDING=1` leaves out the first two, to run the
 //! property against a build from before issue 11.
@@ -765,7 +765,7 @@ fn shared_tools_reason_tools_denial_does_not_answer_a_request_without_tools() {
 }
 
 /// Found by `table_agrees_with_interpreter` (pending in `request.rs`):
-/// DESIGN step 1 refuses a field of the wrong type with -32602, and today's
+/// `docs/spec/evaluation.md` step 1 refuses a field of the wrong type with -32602, and today's
 /// validation checks only `messages` and `maxTokens`. `"hints": "gpt-4o"`
 /// then passes the `models` trim untouched: the client receives a request
 /// whose hint names a model the policy does not allow.
@@ -799,7 +799,7 @@ fn fields_of_the_wrong_type_are_invalid_params() {
     }
 }
 
-/// The interpreter's own glob agrees with a few facts from DESIGN.
+/// The interpreter's own glob agrees with a few facts from `docs/spec/language.md`, "Server patterns".
 #[test]
 fn interpreter_glob() {
     use interp::glob_str as g;

@@ -159,7 +159,7 @@ impl AsRef<str> for RequestIdentity {
 }
 
 /// The identity of a request from `server_id` with these `params`, over the
-/// policy's identity `fields` (DESIGN, "Evaluation" step 2).
+/// policy's identity `fields` (`docs/spec/identity.md`).
 ///
 /// Absent fields count as `null`; every other member of `params` (such as
 /// `maxTokens` or `temperature`) leaves the identity unchanged.

@@ -1,5 +1,5 @@
 //! Strict parsing and validation of incoming `sampling/createMessage` requests
-//! (DESIGN, "Evaluation" step 1).
+//! (`docs/spec/evaluation.md`, "Step 1: Validation").
 //!
 //! Parsers disagree about duplicate object keys (first wins, last wins,
 //! error), and keys that differ only in Unicode normalisation look identical
@@ -570,7 +570,7 @@ fn priority(value: &Value) -> bool {
 }
 
 /// The other fields of MCP's `CreateMessageRequest` params, each of the
-/// schema's type (DESIGN step 1). A field of another type is -32602, never
+/// schema's type (`docs/spec/evaluation.md`, "Step 1: Validation"). A field of another type is -32602, never
 /// read past: a `hints` that is a string rather than a list is a list the
 /// `models` trim cannot narrow, so the request would go on naming a model
 /// the policy does not allow; and the client would refuse what the policy

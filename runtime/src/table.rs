@@ -576,7 +576,7 @@ pub mod pattern {
     pub use crate::glob::{covers, is_glob, matches, nfc};
 }
 
-/// The built-in reasons and their defaults (DESIGN, "Built-in reasons").
+/// The built-in reasons and their defaults (`docs/spec/language.md`, "Built-in reasons").
 pub mod builtin {
     use super::{ReasonSpec, Ttl};
 

@@ -799,7 +799,7 @@ proptest! {
 
 // ---------------------------------------------------------------- field types
 
-/// DESIGN step 1: each field of the schema's type. Found by the differential
+/// `docs/spec/evaluation.md` step 1: each field of the schema's type. Found by the differential
 /// test: `"hints": "gpt-4o"` is no list the `models` trim could narrow, so
 /// the request went on naming a model the policy does not allow.
 #[test]

@@ -1,4 +1,4 @@
-//! The checker: every rule of DESIGN's list, each finding with a code, a
+//! The checker: every rule of `docs/spec/language.md`, each finding with a code, a
 //! precise span, a label and a help line. It reads the whole tree and keeps
 //! going after each error, so one bad item never hides the next.
 

@@ -1,7 +1,7 @@
 //! A direct interpreter of a checked `.mcpolicy` syntax tree: the reference
 //! model the compiled table and the runtime's `Engine` are tested against.
 //!
-//! It is written from DESIGN.md ("The language", "Evaluation (runtime)",
+//! It is written from the specification (`docs/spec/language.md`, `evaluation.md`,
 //! the built-in reason table) and reads the syntax tree itself: not the
 //! checker's model, not the lowered table, not the engine's helpers. Its
 //! glob matcher, calendar, unit conversions, block merge, built-in reasons,
@@ -19,11 +19,11 @@
 //! (The harness, not the interpreter, uses the runtime's identity and
 //! `Table::entry_for` to find the engine's stored rows.)
 //!
-//! Where DESIGN leaves an order open, the interpreter states the choice it
+//! Where the original design left an order open (`docs/spec/evaluation.md` now fixes it), the interpreter states the choice it
 //! shares with the engine: `max_messages` is checked before `max_input`;
 //! an effective block's budgets are the inherited ones (not overridden) in
 //! `defaults` order, then the server's own in source order, and the first
-//! that does not fit refuses (after the rate). Rules DESIGN implies and the
+//! that does not fit refuses (after the rate). Rules the specification states and the
 //! interpreter spells out: a token budget reserves `maxTokens` as trimmed;
 //! a refusal of consent returns the budgets' reservation but not the rate's
 //! (the server did ask); a fixed ttl never outlives the window that produced
@@ -61,7 +61,7 @@ pub struct Reason {
     pub message: Option<String>,
 }
 
-/// DESIGN's built-in reason table: name, retryable, ttl, fixed code
+/// The built-in reason table (`docs/spec/language.md`, "Built-in reasons"): name, retryable, ttl, fixed code
 /// (`None`: the policy's `error_code`).
 const BUILT_IN: &[(&str, bool, Ttl, Option<i64>)] = &[
     ("policy.sampling_disabled", false, Ttl::Forever, None),
@@ -527,7 +527,7 @@ impl Policy {
     /// What a server's stored decisions depend on: its merged block and
     /// every reason that block can give a request (its statements', the
     /// trims', the user's, and the deadline miss's, which a client can
-    /// report under any block). DESIGN: an edit that changes any of it
+    /// report under any block). `docs/spec/store.md`, "Digests and staleness": an edit that changes any of it
     /// invalidates the server's stored decisions, and nothing else does.
     pub fn meaning(&self, server_id: &str) -> (Block, Vec<(String, Reason)>) {
         let (_, block) = self.block_for(server_id);
@@ -813,10 +813,10 @@ pub fn validate(request: &Value) -> Result<Map<String, Value>, i64> {
     match params.get("includeContext") {
         None => {}
         Some(Value::String(s)) if Scope::parse(s).is_some() => {}
-        // DESIGN step 1: an unknown `includeContext` is -32602, never widened.
+        // `docs/spec/evaluation.md` step 1: an unknown `includeContext` is -32602, never widened.
         Some(_) => return Err(-32602),
     }
-    // DESIGN step 1: each field of the schema's type (MCP's
+    // `docs/spec/evaluation.md` step 1: each field of the schema's type (MCP's
     // `CreateMessageRequest`; only the types the generator varies).
     let typed = |field: &str, ok: fn(&Value) -> bool| params.get(field).is_none_or(ok);
     let hints_ok =
@@ -927,7 +927,7 @@ pub struct Outcome {
 }
 
 impl State {
-    /// Decides one request (DESIGN "Evaluation", steps 1–10) and, when the
+    /// Decides one request (`docs/spec/evaluation.md`, steps 1–10) and, when the
     /// user is asked, takes `answer` as the user's.
     pub fn decide(
         &mut self,

@@ -417,7 +417,7 @@ fn request() -> impl Strategy<Value = Value> {
     // written as `9000.0` (handed on as an integer, item 17) can be left out
     // until those fixes are merged: MCPOLICY_DIFF_SKIP_PENDING=1.
     let unknown = u32::from(std::env::var_os("MCPOLICY_DIFF_SKIP_PENDING").is_none());
-    // Fields of the wrong type, which DESIGN step 1 refuses with -32602
+    // Fields of the wrong type, which `docs/spec/evaluation.md` step 1 refuses with -32602
     // (`fields_of_the_wrong_type_are_invalid_params`).
     let typed = 1;
     let wrong_type = prop_oneof![
