@@ -122,6 +122,26 @@ pub enum Statement {
 }
 
 impl Statement {
+    /// Every statement of `block`, in evaluation order, budgets in source
+    /// order: what a block can be decided by. Readers that walk a block's
+    /// statements (`mcpc test` coverage) take them from here, so a new
+    /// statement is added in one place of the runtime.
+    pub fn of_block(block: &EffectiveBlock) -> Vec<Statement> {
+        let mut out = vec![
+            Statement::Sampling,
+            Statement::Tools,
+            Statement::MaxMessages,
+            Statement::MaxInput,
+            Statement::MaxContext,
+            Statement::MaxTokens,
+            Statement::Models,
+            Statement::Rate,
+        ];
+        out.extend((0..block.budgets.len()).map(Statement::Budget));
+        out.extend([Statement::Deadline, Statement::Consent]);
+        out
+    }
+
     /// The policy keyword: `sampling`, `tools`, `max_messages`, `max_input`,
     /// `max_context`, `max_tokens`, `models`, `rate`, `budget`, `deadline`,
     /// `consent`.

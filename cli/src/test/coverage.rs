@@ -229,25 +229,12 @@ impl<'a> StatementMap<'a> {
         unattributed: Vec<String>,
     ) -> Coverage {
         let mut statements = self.statements.clone();
-        let singles = [
-            Statement::Sampling,
-            Statement::Tools,
-            Statement::MaxMessages,
-            Statement::MaxInput,
-            Statement::MaxContext,
-            Statement::MaxTokens,
-            Statement::Models,
-            Statement::Rate,
-            Statement::Deadline,
-            Statement::Consent,
-        ];
         let mut producible: BTreeMap<String, u64> = BTreeMap::new();
         for entry in self.reachable() {
             let block = self.block(entry);
-            let budgets = (0..block.budgets.len()).map(Statement::Budget);
             // Behind `sampling off` nothing else of the block can act.
             let kinds: Vec<Statement> = if block.sampling.enabled {
-                singles.iter().copied().chain(budgets).collect()
+                Statement::of_block(block)
             } else {
                 vec![Statement::Sampling]
             };
@@ -326,11 +313,19 @@ fn producible_reasons(block: &EffectiveBlock, protocol: ProtocolRevision) -> Vec
         // Nothing else can happen to a request of this block.
         return names;
     }
-    if !block.tools.enabled {
-        names.push(block.tools.reason.as_str());
-    }
-    names.extend(block.max_messages.iter().map(|l| l.reason.as_str()));
-    names.extend(block.max_input.iter().map(|l| l.reason.as_str()));
+    // Every statement's own denial reason (the runtime's list), except the
+    // switches that are on: they deny nothing.
+    names.extend(
+        block
+            .statement_reasons()
+            .into_iter()
+            .filter(|(statement, _)| match *statement {
+                "sampling" => false,
+                "tools" => !block.tools.enabled,
+                _ => true,
+            })
+            .map(|(_, reason)| reason),
+    );
     if block.max_context != ContextScope::AllServers || protocol >= ProtocolRevision::V2026_07_28 {
         names.push(builtin::MAX_SCOPE);
     }
@@ -340,9 +335,6 @@ fn producible_reasons(block: &EffectiveBlock, protocol: ProtocolRevision) -> Vec
     if block.models.is_some() {
         names.push(builtin::MODEL);
     }
-    names.extend(block.rate.iter().map(|r| r.reason.as_str()));
-    names.extend(block.budgets.iter().map(|b| b.reason.as_str()));
-    names.extend(block.deadline.iter().map(|d| d.reason.as_str()));
     if block.consent != Consent::Never {
         names.push(builtin::USER_APPROVED);
         names.push(builtin::USER_DENIED);
