@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
 use mcpolicy_runtime::engine::Cause;
+use mcpolicy_runtime::frame::Annotations;
 use serde_json::{Map, Value};
 
 fn now_rfc3339() -> String {
@@ -77,9 +78,11 @@ pub struct Audit {
     sink: Mutex<Box<dyn Write + Send>>,
 }
 
-/// One audit line. `requested`/`applied` hold `includeContext` and
-/// `maxTokens` of the request as the server sent it and as it ran (`applied`
-/// is `None` for a denial: nothing ran).
+/// One audit line. `requested`/`applied` hold `includeContext`,
+/// `maxTokens` and the model hint names of the request as the server sent it
+/// and as it ran (`applied` is `None` for a denial: nothing ran). The format
+/// is `runtime/schema/mcpolicy-audit-1.schema.json`, described in
+/// `proxy/PROXY.md` ("The audit log").
 #[derive(Debug, Clone, Default)]
 pub struct Entry<'a> {
     /// `decision` (the engine decided a request), `consent` (the client
@@ -112,6 +115,10 @@ pub struct Entry<'a> {
     /// What decided, as the engine names it (for decisions, consents and
     /// deadline misses): written as `cause`.
     pub cause: Option<&'a Cause>,
+    /// What a trim changed and why (a `trim`, or a `consent` shown
+    /// narrowed): written as `trims` (the result's `_meta` notes) and
+    /// `reasons` (their reason names, in `_meta` order).
+    pub trims: Option<&'a Annotations>,
 }
 
 /// `{"block": PATTERN|null, "statement": KEYWORD|null, "budget": INDEX?,
@@ -139,7 +146,10 @@ fn cause_json(cause: &Cause) -> Value {
     Value::Object(out)
 }
 
-/// `includeContext` and `maxTokens` of a params object, `null` when absent.
+/// `includeContext`, `maxTokens` and `modelHints` of a params object, each
+/// `null` when absent. `modelHints` lists the names of
+/// `modelPreferences.hints` in order (`null` for a hint without a string
+/// name), so that a model trim shows what was asked and what was kept.
 fn sizing(params: Option<&Map<String, Value>>) -> Value {
     match params {
         None => Value::Null,
@@ -151,9 +161,36 @@ fn sizing(params: Option<&Map<String, Value>>) -> Value {
                     params.get(key).cloned().unwrap_or(Value::Null),
                 );
             }
+            let hints = params
+                .get("modelPreferences")
+                .and_then(|prefs| prefs.get("hints"))
+                .and_then(Value::as_array)
+                .map_or(Value::Null, |hints| {
+                    Value::Array(
+                        hints
+                            .iter()
+                            .map(|hint| {
+                                hint.get("name")
+                                    .and_then(Value::as_str)
+                                    .map_or(Value::Null, Value::from)
+                            })
+                            .collect(),
+                    )
+                });
+            out.insert("modelHints".to_owned(), hints);
             Value::Object(out)
         }
     }
+}
+
+/// The trim notes (as the result's `_meta` carries them) and their reasons.
+fn trim_json(trims: &Annotations) -> (Value, Value) {
+    let meta = trims.to_meta();
+    let reasons = meta
+        .values()
+        .filter_map(|note| note.get("reason").cloned())
+        .collect();
+    (Value::Object(meta), Value::Array(reasons))
 }
 
 impl Audit {
@@ -198,6 +235,15 @@ impl Audit {
         if let Some(cause) = entry.cause {
             line.insert("cause".into(), cause_json(cause));
         }
+        if let Some(trims) = entry.trims.filter(|t| !t.is_empty()) {
+            let (notes, reasons) = trim_json(trims);
+            line.insert("trims".into(), notes);
+            line.insert("reasons".into(), reasons);
+        }
+        self.put(line);
+    }
+
+    fn put(&self, line: Map<String, Value>) {
         let mut text = Value::Object(line).to_string();
         text.push('\n');
         let mut sink = match self.sink.lock() {

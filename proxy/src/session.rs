@@ -417,6 +417,7 @@ impl Session {
             applied: None,
             code: Some(denial.code()),
             cause: Some(&cause),
+            trims: None,
         });
     }
 
@@ -661,6 +662,7 @@ impl Session {
                     requested: Some(&params),
                     applied: Some(&shown),
                     cause: Some(pending.cause()),
+                    trims: Some(pending.annotations()),
                     ..Entry::default()
                 });
                 let forward = (!pending.lowered().is_empty() || rewritten)
@@ -837,6 +839,7 @@ impl Session {
                                 requested: Some(&params),
                                 applied: Some(&shown),
                                 cause: Some(pending.cause()),
+                                trims: Some(pending.annotations()),
                                 ..Entry::default()
                             });
                             if !pending.lowered().is_empty() {
@@ -1537,6 +1540,7 @@ fn grant_entry<'a>(
         requested: Some(requested),
         applied: Some(applied),
         cause: Some(grant.cause()),
+        trims: Some(grant.annotations()),
         ..Entry::default()
     }
 }
@@ -1798,8 +1802,13 @@ server "tight" {
         assert_eq!(audit["outcome"], "trim");
         assert_eq!(
             audit["applied"],
-            json!({"includeContext": "thisServer", "maxTokens": 1000})
+            json!({"includeContext": "thisServer", "maxTokens": 1000, "modelHints": null})
         );
+        assert_eq!(
+            audit["reasons"],
+            json!(["policy.max_scope", "policy.max_tokens"])
+        );
+        assert_eq!(audit["trims"]["maxTokens"]["requested"], 5000);
     }
 
     #[test]
