@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
+use mcpolicy_runtime::alert::Alert;
 use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
 use mcpolicy_runtime::engine::Cause;
 use mcpolicy_runtime::frame::Annotations;
@@ -193,6 +194,62 @@ fn trim_json(trims: &Annotations) -> (Value, Value) {
     (Value::Object(meta), Value::Array(reasons))
 }
 
+/// The server, the identity and the `alert` member of an alert line.
+fn alert_json(alert: &Alert) -> (&str, &str, Value) {
+    let mut out = Map::new();
+    match alert {
+        Alert::RetryLoop(r) => {
+            out.insert("kind".into(), Value::from("retries"));
+            out.insert("count".into(), Value::from(r.count));
+            out.insert("threshold".into(), Value::from(r.threshold));
+            out.insert("window_ms".into(), Value::from(r.window_ms));
+            out.insert("since".into(), Value::from(format_rfc3339(r.since)));
+            out.insert("represented".into(), Value::from(r.represented));
+            (&r.server_id, &r.identity, Value::Object(out))
+        }
+        Alert::Trimmed(t) => {
+            out.insert("kind".into(), Value::from("trims"));
+            out.insert("count".into(), Value::from(t.trimmed));
+            out.insert("calls".into(), Value::from(t.calls));
+            out.insert("threshold".into(), Value::from(t.percent));
+            out.insert("window_ms".into(), Value::from(t.window_ms));
+            out.insert("since".into(), Value::from(format_rfc3339(t.since)));
+            out.insert("gap".into(), Value::Object(t.gap.to_meta()));
+            (&t.server_id, &t.identity, Value::Object(out))
+        }
+        // `Alert` is non-exhaustive: a kind this proxy does not know is
+        // still written, by its debug form, rather than lost.
+        #[allow(unreachable_patterns)]
+        other => {
+            out.insert("kind".into(), Value::from(format!("{other:?}")));
+            ("", "", Value::Object(out))
+        }
+    }
+}
+
+/// The warning the log carries for an alert.
+pub fn alert_message(alert: &Alert) -> String {
+    match alert {
+        Alert::RetryLoop(r) => format!(
+            "warning: retry loop: identity {} re-presented {} times within {} s (threshold {}; represented {} in all); the server keeps sending a request the policy refused",
+            r.identity,
+            r.count,
+            r.window_ms / 1000,
+            r.threshold,
+            r.represented
+        ),
+        Alert::Trimmed(t) => format!(
+            "warning: {} of {} requests within {} s were trimmed; last asked {}",
+            t.trimmed,
+            t.calls,
+            t.window_ms / 1000,
+            Value::Object(t.gap.to_meta())
+        ),
+        #[allow(unreachable_patterns)]
+        other => format!("warning: {other:?}"),
+    }
+}
+
 impl Audit {
     /// Appends to `path` (created if missing).
     pub fn file(path: &Path) -> io::Result<Audit> {
@@ -240,6 +297,18 @@ impl Audit {
             line.insert("trims".into(), notes);
             line.insert("reasons".into(), reasons);
         }
+        self.put(line);
+    }
+
+    /// Writes an `alert` line (`proxy/PROXY.md`, "The audit log").
+    pub fn alert(&self, alert: &Alert) {
+        let mut line = Map::new();
+        line.insert("time".into(), Value::from(now_rfc3339()));
+        line.insert("event".into(), Value::from("alert"));
+        let (server, identity, body) = alert_json(alert);
+        line.insert("server".into(), Value::from(server));
+        line.insert("identity".into(), Value::from(identity));
+        line.insert("alert".into(), body);
         self.put(line);
     }
 

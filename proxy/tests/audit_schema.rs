@@ -49,6 +49,7 @@ server "limited" {
   budget 3 requests per day
 }
 server "retry" {
+  sampling off
   retry_alert 2 per 1m
 }
 "#;
@@ -66,6 +67,8 @@ struct Req {
     malformed: bool,
     approve: bool,
     step_ms: u64,
+    /// Send the previous request again (retry loops).
+    repeat: bool,
 }
 
 fn req() -> impl Strategy<Value = Req> {
@@ -73,7 +76,11 @@ fn req() -> impl Strategy<Value = Req> {
         0..SERVERS.len(),
         0u8..3,
         1u8..5,
-        prop::option::of(prop::sample::select(vec!["none", "thisServer", "allServers"])),
+        prop::option::of(prop::sample::select(vec![
+            "none",
+            "thisServer",
+            "allServers",
+        ])),
         prop::option::of(prop_oneof![1u64..1000, Just(100_000u64)]),
         prop::option::of(prop::collection::vec(
             prop::option::of(prop::sample::select(vec!["claude-3", "gpt-4o", "llama"])),
@@ -81,11 +88,25 @@ fn req() -> impl Strategy<Value = Req> {
         )),
         prop::bool::weighted(0.05),
         any::<bool>(),
-        prop_oneof![Just(0u64), 1u64..120_000],
+        (
+            prop_oneof![Just(0u64), 1u64..120_000],
+            prop::bool::weighted(0.4),
+        ),
     )
         .prop_map(
-            |(server, prompt, messages, context, max_tokens, hints, malformed, approve, step_ms)| {
+            |(
+                server,
+                prompt,
+                messages,
+                context,
+                max_tokens,
+                hints,
+                malformed,
+                approve,
+                (step_ms, repeat),
+            )| {
                 Req {
+                    repeat,
                     server,
                     prompt,
                     messages,
@@ -132,7 +153,9 @@ fn frame(id: u64, r: &Req) -> String {
 fn run(reqs: &[Req]) -> Vec<String> {
     let db = Database::default();
     let source = SourceText::new(&db, "t.mcpolicy".into(), POLICY.into());
-    let table = db::lower_file(&db, source).clone().expect("policy compiles");
+    let table = db::lower_file(&db, source)
+        .clone()
+        .expect("policy compiles");
     let policy = Policy::verify(table).expect("verifies");
     let clock = Arc::new(ManualClock::new(1_773_104_400_000));
     let engine = Engine::new(policy, Arc::new(MemoryStore::new()), clock.clone());
@@ -150,8 +173,19 @@ fn run(reqs: &[Req]) -> Vec<String> {
             )
         })
         .collect();
+    let mut previous: Option<Req> = None;
     for (i, r) in reqs.iter().enumerate() {
         clock.advance(r.step_ms as i64);
+        let r = match previous {
+            Some(p) if r.repeat => Req {
+                approve: r.approve,
+                step_ms: r.step_ms,
+                ..p
+            },
+            _ => r.clone(),
+        };
+        previous = Some(r.clone());
+        let r = &r;
         let id = i as u64 + 1;
         let session = &sessions[r.server];
         session.from_server(frame(id, r).as_bytes());
@@ -229,6 +263,7 @@ fn lines_of_random_decisions_match_the_schema() {
         return;
     };
     let config = Config {
+        failure_persistence: None,
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|n| n.parse().ok())
@@ -236,14 +271,15 @@ fn lines_of_random_decisions_match_the_schema() {
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
-    let mut cases: Vec<(Vec<Req>, Vec<String>)> = Vec::new();
+    let cases: std::cell::RefCell<Vec<(Vec<Req>, Vec<String>)>> = Default::default();
     runner
         .run(&prop::collection::vec(req(), 1..40), |reqs| {
             let lines = run(&reqs);
-            cases.push((reqs, lines));
+            cases.borrow_mut().push((reqs, lines));
             Ok(())
         })
         .unwrap();
+    let cases = cases.into_inner();
     let all: Vec<String> = cases.iter().flat_map(|(_, l)| l.iter().cloned()).collect();
     let kinds: std::collections::BTreeSet<String> = all
         .iter()
@@ -283,6 +319,7 @@ fn the_schema_refuses_what_the_format_does_not_have() {
         return;
     };
     let good = run(&[Req {
+        repeat: false,
         server: 6,
         prompt: 0,
         messages: 1,
@@ -305,4 +342,37 @@ fn the_schema_refuses_what_the_format_does_not_have() {
     for bad in [extra, no_reasons, bad_outcome] {
         assert!(validate(&python, &[bad.to_string()]).is_err(), "{bad}");
     }
+}
+
+/// Twenty calls trimmed in a row raise the trim alert once, and its line
+/// matches the schema.
+#[test]
+fn the_trim_alert_line_matches_the_schema() {
+    let Some(python) = python_with("jsonschema") else {
+        return;
+    };
+    let wide = Req {
+        repeat: false,
+        server: 6,
+        prompt: 1,
+        messages: 1,
+        context: None,
+        max_tokens: Some(100_000),
+        hints: None,
+        malformed: false,
+        approve: true,
+        step_ms: 1000,
+    };
+    let lines = run(&vec![wide; 30]);
+    let alerts: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["event"] == "alert")
+        .collect();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0]["alert"]["kind"], "trims");
+    assert_eq!(alerts[0]["alert"]["calls"], 20);
+    assert_eq!(alerts[0]["alert"]["gap"]["maxTokens"]["requested"], 100_000);
+    assert_eq!(alerts[0]["alert"]["gap"]["maxTokens"]["applied"], 500);
+    validate(&python, &lines).unwrap();
 }

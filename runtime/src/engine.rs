@@ -24,6 +24,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{Map, Value};
 
+use crate::alert::{self, Alert, AlertTracker};
 use crate::calendar;
 use crate::clock::Clock;
 use crate::error::Error;
@@ -259,6 +260,35 @@ impl Decision {
             Decision::NeedsConsent(pending) => pending.grant.cause.clone(),
         }
     }
+
+    /// The alert this decision raised, if any (`docs/spec/evaluation.md`,
+    /// "Alerts"): a retry loop or a server trimmed on nearly every call.
+    /// Raised once per identity (per server) per window; show it to the
+    /// operator (the proxy logs a warning and writes an `alert` audit line).
+    pub fn alert(&self) -> Option<&Alert> {
+        match self {
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert.as_ref(),
+            Decision::Deny(denial) => denial.alert.as_ref(),
+            Decision::NeedsConsent(pending) => pending.grant.alert.as_ref(),
+        }
+    }
+
+    fn set_alert(&mut self, alert: Alert) {
+        match self {
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert = Some(alert),
+            Decision::Deny(denial) => denial.alert = Some(alert),
+            Decision::NeedsConsent(pending) => pending.grant.alert = Some(alert),
+        }
+    }
+
+    /// What a trim changed, for an evaluated request that was trimmed.
+    fn trims(&self) -> Option<&Annotations> {
+        match self {
+            Decision::Allow(grant) | Decision::Trim(grant) => Some(&grant.annotations),
+            Decision::NeedsConsent(pending) => Some(&pending.grant.annotations),
+            Decision::Deny(_) => None,
+        }
+    }
 }
 
 /// Changes a trim makes to a request's params.
@@ -325,6 +355,7 @@ pub struct Grant {
     lowered: Lowered,
     annotations: Annotations,
     cause: Cause,
+    alert: Option<Alert>,
 }
 
 impl Grant {
@@ -366,6 +397,11 @@ impl Grant {
     /// Why the request may run.
     pub fn cause(&self) -> &Cause {
         &self.cause
+    }
+
+    /// The alert the decision raised ([`Decision::alert`]).
+    pub fn alert(&self) -> Option<&Alert> {
+        self.alert.as_ref()
     }
 
     /// The request was allowed on a stored approval (consent not asked again).
@@ -505,6 +541,7 @@ pub struct Denial {
     expiry: Expiry,
     template: Arc<str>,
     origin: Origin,
+    alert: Option<Alert>,
 }
 
 /// What a denial's message and cause are derived from.
@@ -536,6 +573,11 @@ impl Denial {
     /// The reason name (`data.reason`), e.g. `policy.budget_exhausted`.
     pub fn reason(&self) -> &str {
         &self.reason
+    }
+
+    /// The alert the decision raised ([`Decision::alert`]).
+    pub fn alert(&self) -> Option<&Alert> {
+        self.alert.as_ref()
     }
 
     /// The server id (`data.server`, NFC).
@@ -826,6 +868,8 @@ struct Inner {
     /// table): unknown retryability is `false`, nothing is stored.
     unknown_reason: ReasonRt,
     purged: RwLock<HashSet<String>>,
+    /// Retry loops and trimmed servers seen by this engine and its clones.
+    alerts: AlertTracker,
 }
 
 impl Engine {
@@ -896,6 +940,7 @@ impl Engine {
                 reasons,
                 unknown_reason,
                 purged: RwLock::new(HashSet::new()),
+                alerts: AlertTracker::default(),
             }),
         }
     }
@@ -1024,6 +1069,57 @@ impl Engine {
     ) -> Result<Decision, Error> {
         let server_id = &*glob::nfc(server_id);
         let now = self.now();
+        let mut represented = None;
+        // A denial does not carry its identity; a retry loop names it.
+        let key_identity = identity.clone();
+        let mut decision =
+            self.decide_steps(server_id, identity, params, ctx, now, &mut represented)?;
+        if let Some(alert) = self.observe(server_id, &key_identity, &decision, represented, now) {
+            decision.set_alert(alert);
+        }
+        Ok(decision)
+    }
+
+    /// Feeds a decision to the alert tracker: its replay's `represented`
+    /// count, and whether it was trimmed. The retry-loop alert wins when
+    /// both would be raised by one decision (the trim one is raised by the
+    /// next trimmed call).
+    fn observe(
+        &self,
+        server_id: &str,
+        identity: &str,
+        decision: &Decision,
+        represented: Option<u64>,
+        now: Millis,
+    ) -> Option<Alert> {
+        let entry = self.entry_index(server_id);
+        let setting = self
+            .block(entry)
+            .retry_alert
+            .unwrap_or(alert::DEFAULT_SETTING);
+        let retry = represented.and_then(|represented| {
+            self.inner
+                .alerts
+                .replayed(server_id, identity, represented, now, setting)
+        });
+        let trim = self
+            .inner
+            .alerts
+            .decided(server_id, identity, decision.trims(), now, setting);
+        retry.or(trim)
+    }
+
+    /// Steps 3–10; `represented` is set to the store's count when a stored
+    /// decision was replayed.
+    fn decide_steps(
+        &self,
+        server_id: &str,
+        identity: String,
+        params: &Map<String, Value>,
+        ctx: &ClientContext,
+        now: Millis,
+        represented: &mut Option<u64>,
+    ) -> Result<Decision, Error> {
         let entry = self.entry_index(server_id);
         let plan = &self.inner.plans[entry];
         let block = self.block(entry);
@@ -1067,6 +1163,7 @@ impl Engine {
             .store
             .replay_or_admit(&key, &plan.digest, now, &mut checks, &mut evaluate)
             .map_err(|e| Error::store(server_id, e))?;
+        *represented = answer.replayed.as_ref().map(|stored| stored.represented);
         let (admission, lowered, annotations) = match (answer.admission, early, trims) {
             (Some(admission), None, Some((lowered, annotations))) => {
                 (admission, lowered, annotations)
@@ -1148,6 +1245,7 @@ impl Engine {
                     },
                 )
             },
+            alert: None,
         };
 
         // 9. Consent.
@@ -1447,6 +1545,7 @@ impl Engine {
                 deadline: produced.deadline,
                 cause: self.cause(entry, Some(produced.statement), produced.step),
             },
+            alert: None,
         })
     }
 
@@ -1496,6 +1595,7 @@ impl Engine {
                     _ => 0,
                 },
             },
+            alert: None,
         }
     }
 

@@ -905,8 +905,14 @@ impl Checker {
                     reason: _,
                 },
             ) => {
-                let count =
-                    values::quantity(self, count, Unit::Count, keyword, values::Zero::Refuses);
+                // Zero refuses everything only for a statement that denies
+                // (`rate`); for `retry_alert` it is merely not positive.
+                let zero = if decl.denies() {
+                    values::Zero::Refuses
+                } else {
+                    values::Zero::Plain
+                };
+                let count = values::quantity(self, count, Unit::Count, keyword, zero);
                 let window = values::quantity(
                     self,
                     window,
