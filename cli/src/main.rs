@@ -18,6 +18,7 @@ macro_rules! sayln {
     };
 }
 
+mod audit;
 mod check;
 mod compile;
 mod eval;
@@ -48,6 +49,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Report on the proxy's --audit logs, per server.
+    Audit(audit::Args),
     /// Check policies and report every finding.
     Check(check::Args),
     /// Rewrite policies in the canonical layout (`--check` only reports).
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Audit(args) => audit::run(args),
         Command::Check(args) => check::run(args),
         Command::Compile(args) => compile::run(args),
         Command::Fmt(args) => fmt::run(args),

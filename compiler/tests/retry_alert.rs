@@ -73,6 +73,9 @@ fn it_is_checked_and_formatted() {
         "  max_tokens 100\n  retry_alert   40 per 10m\n",
     );
     assert!(codes(&text).is_empty(), "{:?}", codes(&text));
+    // It watches the refusals of `sampling off`: no "has no effect" there.
+    let off = "mcpolicy 1\n\nserver \"a\" {\n  sampling off\n  retry_alert 3 per 10m\n}\n";
+    assert!(codes(off).is_empty(), "{:?}", codes(off));
     let formatted = format(&text).unwrap();
     assert!(
         formatted.contains("\n  retry_alert 40 per 10m\n"),

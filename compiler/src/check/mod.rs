@@ -856,9 +856,11 @@ impl Checker {
         }
         if let (true, Some(off)) = (is_server, sampling_off) {
             for stmt in &block.stmts {
+                // `retry_alert` watches the refusals `sampling off` gives.
                 if !matches!(
                     stmt.kind,
-                    StmtKind::Known(Statement::Sampling, _) | StmtKind::Bad(_)
+                    StmtKind::Known(Statement::Sampling | Statement::RetryAlert, _)
+                        | StmtKind::Bad(_)
                 ) {
                     self.push(
                         Diagnostic::new(
