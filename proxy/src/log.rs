@@ -219,7 +219,6 @@ fn alert_json(alert: &Alert) -> (&str, &str, Value) {
         }
         // `Alert` is non-exhaustive: a kind this proxy does not know is
         // still written, by its debug form, rather than lost.
-        #[allow(unreachable_patterns)]
         other => {
             out.insert("kind".into(), Value::from(format!("{other:?}")));
             ("", "", Value::Object(out))
@@ -245,7 +244,6 @@ pub fn alert_message(alert: &Alert) -> String {
             t.window_ms / 1000,
             Value::Object(t.gap.to_meta())
         ),
-        #[allow(unreachable_patterns)]
         other => format!("warning: {other:?}"),
     }
 }

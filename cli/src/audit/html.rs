@@ -7,6 +7,7 @@
 
 use std::fmt::Write;
 
+use super::human::{gaps, notes};
 use super::report::{Report, WIDE_PERCENT};
 
 fn escape(text: &str) -> String {
@@ -206,17 +207,13 @@ pub fn render(report: &Report) -> String {
                 .collect();
             let _ = writeln!(out, "<li>reasons: {}</li>", reasons.join(", "));
         }
-        for (kind, gaps) in &s.gaps {
-            let parts: Vec<String> = gaps
-                .iter()
-                .take(5)
-                .map(|g| escape(&format!("{} → {} ×{}", g.requested, g.applied, g.times)))
-                .collect();
+        if !s.gaps.is_empty() {
+            let parts: Vec<String> = s.gaps.iter().map(|(k, g)| escape(&gaps(k, g))).collect();
             let _ = writeln!(
                 out,
-                "<li>{} requested → applied: {}</li>",
-                escape(kind),
-                parts.join(", ")
+                "<li>trims ({}), requested → applied: {}</li>",
+                s.trimmed,
+                parts.join("; ")
             );
         }
         for l in s.retry_loops.iter().filter(|l| l.alerts > 0) {
@@ -236,7 +233,7 @@ pub fn render(report: &Report) -> String {
                 escape(&a.time),
                 a.trimmed,
                 a.calls,
-                escape(&a.gap.to_string())
+                escape(&notes(&a.gap))
             );
         }
         let c = &s.consent;

@@ -35,7 +35,7 @@ fn widest(server: &ServerReport) -> String {
 }
 
 /// Trim notes as `kind requested→applied`, comma-separated.
-fn notes(value: &Value) -> String {
+pub(super) fn notes(value: &Value) -> String {
     let Some(map) = value.as_object() else {
         return short(value);
     };
@@ -52,7 +52,7 @@ fn notes(value: &Value) -> String {
     parts.join(", ")
 }
 
-fn gaps(kind: &str, gaps: &[Gap]) -> String {
+pub(super) fn gaps(kind: &str, gaps: &[Gap]) -> String {
     // Many distinct numbers (each request a little different): their range.
     let numbers: Option<Vec<u64>> = gaps.iter().map(|g| g.requested.as_u64()).collect();
     if let Some(numbers) = numbers.filter(|n| n.len() > 3) {

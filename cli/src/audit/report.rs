@@ -432,7 +432,7 @@ impl Builder {
                 top.truncate(TOP);
                 server.reasons = top;
                 for gaps in server.gaps.values_mut() {
-                    gaps.sort_by(|a, b| b.times.cmp(&a.times));
+                    gaps.sort_by_key(|g| std::cmp::Reverse(g.times));
                 }
                 let mut ids: Vec<RetryLoop> = loops
                     .remove(&server.server)
