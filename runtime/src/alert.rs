@@ -6,8 +6,9 @@
 //!   more than the block's `retry_alert` count within its window (built-in:
 //!   [`DEFAULT_RETRIES`] in [`DEFAULT_WINDOW_MS`]).
 //! - A **trimmed server**: at least [`TRIM_ALERT_PERCENT`] % of at least
-//!   [`TRIM_ALERT_MIN_CALLS`] decisions for one server within the same
-//!   window were trims.
+//!   [`TRIM_ALERT_MIN_CALLS`] evaluated decisions for one server within the
+//!   same window were trims (a stored denial answered again is not
+//!   evaluated, and not counted).
 //!
 //! Each is raised once per identity (per server) per window. Windows are
 //! tumbling: one starts at the first event after the previous one ended and

@@ -541,6 +541,8 @@ pub struct Denial {
     expiry: Expiry,
     template: Arc<str>,
     origin: Origin,
+    /// The request identity (moved from the decision's key, for alerts).
+    identity: String,
     alert: Option<Alert>,
 }
 
@@ -1070,24 +1072,23 @@ impl Engine {
         let server_id = &*glob::nfc(server_id);
         let now = self.now();
         let mut represented = None;
-        // A denial does not carry its identity; a retry loop names it.
-        let key_identity = identity.clone();
         let mut decision =
             self.decide_steps(server_id, identity, params, ctx, now, &mut represented)?;
-        if let Some(alert) = self.observe(server_id, &key_identity, &decision, represented, now) {
+        if let Some(alert) = self.observe(server_id, &decision, represented, now) {
             decision.set_alert(alert);
         }
         Ok(decision)
     }
 
     /// Feeds a decision to the alert tracker: its replay's `represented`
-    /// count, and whether it was trimmed. The retry-loop alert wins when
-    /// both would be raised by one decision (the trim one is raised by the
-    /// next trimmed call).
+    /// count, and, for an evaluated request, whether it was trimmed (a
+    /// stored denial answered again never reaches the trims, and is not a
+    /// call of the trim alert). The retry-loop alert wins when both would
+    /// be raised by one decision (the trim one is raised by the next
+    /// trimmed call).
     fn observe(
         &self,
         server_id: &str,
-        identity: &str,
         decision: &Decision,
         represented: Option<u64>,
         now: Millis,
@@ -1097,15 +1098,23 @@ impl Engine {
             .block(entry)
             .retry_alert
             .unwrap_or(alert::DEFAULT_SETTING);
+        let (identity, evaluated) = match decision {
+            Decision::Allow(grant) | Decision::Trim(grant) => (grant.identity(), true),
+            Decision::NeedsConsent(pending) => (pending.identity(), true),
+            Decision::Deny(denial) => (denial.identity.as_str(), !denial.replayed()),
+        };
         let retry = represented.and_then(|represented| {
             self.inner
                 .alerts
                 .replayed(server_id, identity, represented, now, setting)
         });
-        let trim = self
-            .inner
-            .alerts
-            .decided(server_id, identity, decision.trims(), now, setting);
+        let trim = evaluated
+            .then(|| {
+                self.inner
+                    .alerts
+                    .decided(server_id, identity, decision.trims(), now, setting)
+            })
+            .flatten();
         retry.or(trim)
     }
 
@@ -1532,6 +1541,7 @@ impl Engine {
         Ok(Denial {
             reason,
             server: key.server_id,
+            identity: key.identity,
             code: rt.code,
             retryable: rt.retryable,
             data,
@@ -1574,6 +1584,7 @@ impl Engine {
         Denial {
             reason: stored.reason,
             server: key.server_id,
+            identity: key.identity,
             code: rt.code,
             retryable: rt.retryable,
             data,
