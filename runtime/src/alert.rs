@@ -117,11 +117,85 @@ struct TrimWindow {
     alerted: bool,
 }
 
-/// The engine's tracker, shared by its clones (behind its `Arc`).
+/// A word-at-a-time multiply-xor hash seeded with a per-process random key.
+/// An identity ends in 32 hex digits of a cryptographic hash of the
+/// request, so a server can choose one only by grinding prompts, and
+/// without the seed it cannot aim at a bucket; SipHash over the whole
+/// identity costs a replay more than the rest of the tracker does.
+#[derive(Debug, Clone)]
+struct SeededWords(u64);
+
+impl Default for SeededWords {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut seed = std::collections::hash_map::RandomState::new().build_hasher();
+        seed.write_u8(0);
+        SeededWords(seed.finish() | 1)
+    }
+}
+
+impl std::hash::BuildHasher for SeededWords {
+    type Hasher = WordHasher;
+    fn build_hasher(&self) -> WordHasher {
+        WordHasher(self.0)
+    }
+}
+
+#[derive(Debug)]
+struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut h = self.0;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            h = (h ^ u64::from_le_bytes(word)).wrapping_mul(PRIME);
+            h ^= h >> 29;
+        }
+        for &b in chunks.remainder() {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+        self.0 = h;
+    }
+}
+
+/// A map keyed by an already keyed hash: the hasher passes it through.
+#[derive(Debug, Default)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type ByKey<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PassThrough>>;
+
+/// The engine's tracker, shared by its clones (behind its `Arc`). Windows
+/// are keyed by a 64-bit keyed hash of the identity (or server id), not
+/// the text: a replay then touches one bucket and no second allocation.
+/// Two identities whose hashes collide (a chance of 2^-64 per pair, the
+/// seed unknown to the far side) would share a window.
 #[derive(Debug, Default)]
 pub(crate) struct AlertTracker {
-    identities: Mutex<HashMap<String, RetryWindow>>,
-    servers: Mutex<HashMap<String, TrimWindow>>,
+    seed: SeededWords,
+    identities: Mutex<ByKey<RetryWindow>>,
+    servers: Mutex<ByKey<TrimWindow>>,
 }
 
 fn end_of(now: Millis, window_ms: u64) -> Millis {
@@ -130,8 +204,8 @@ fn end_of(now: Millis, window_ms: u64) -> Millis {
 
 /// Makes room for one more key: drops ended windows, then the eighth of the
 /// rest that began longest ago.
-fn make_room<V>(
-    map: &mut HashMap<String, V>,
+fn make_room<V, S>(
+    map: &mut HashMap<u64, V, S>,
     cap: usize,
     now: Millis,
     times: fn(&V) -> (Millis, Millis),
@@ -165,6 +239,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl AlertTracker {
+    fn key(&self, text: &str) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = self.seed.build_hasher();
+        hasher.write(text.as_bytes());
+        hasher.finish()
+    }
+
     /// How many identities are tracked now.
     #[cfg(test)]
     pub(crate) fn tracked_identities(&self) -> usize {
@@ -180,21 +261,22 @@ impl AlertTracker {
         now: Millis,
         setting: RetryAlert,
     ) -> Option<Alert> {
+        let key = self.key(identity);
         let mut map = lock(&self.identities);
-        let fresh = match map.get(identity) {
+        let fresh = match map.get(&key) {
             // A count below the window's base: the decision was recorded
             // anew (its count restarts at 0), so a new window begins.
             Some(w) => now >= w.ends || represented <= w.base,
             None => true,
         };
         if fresh {
-            if !map.contains_key(identity) {
-                make_room(&mut map, MAX_TRACKED_IDENTITIES, now, |w: &RetryWindow| {
+            if !map.contains_key(&key) {
+                make_room(&mut *map, MAX_TRACKED_IDENTITIES, now, |w: &RetryWindow| {
                     (w.since, w.ends)
                 });
             }
             map.insert(
-                identity.to_owned(),
+                key,
                 RetryWindow {
                     since: now,
                     ends: end_of(now, setting.window_ms),
@@ -203,7 +285,7 @@ impl AlertTracker {
                 },
             );
         }
-        let window = map.get_mut(identity)?;
+        let window = map.get_mut(&key)?;
         let count = represented - window.base;
         if count <= setting.count || window.alerted {
             return None;
@@ -229,16 +311,17 @@ impl AlertTracker {
         now: Millis,
         setting: RetryAlert,
     ) -> Option<Alert> {
+        let key = self.key(server_id);
         let mut map = lock(&self.servers);
-        let fresh = map.get(server_id).is_none_or(|w| now >= w.ends);
+        let fresh = map.get(&key).is_none_or(|w| now >= w.ends);
         if fresh {
-            if !map.contains_key(server_id) {
-                make_room(&mut map, MAX_TRACKED_SERVERS, now, |w: &TrimWindow| {
+            if !map.contains_key(&key) {
+                make_room(&mut *map, MAX_TRACKED_SERVERS, now, |w: &TrimWindow| {
                     (w.since, w.ends)
                 });
             }
             map.insert(
-                server_id.to_owned(),
+                key,
                 TrimWindow {
                     since: now,
                     ends: end_of(now, setting.window_ms),
@@ -248,7 +331,7 @@ impl AlertTracker {
                 },
             );
         }
-        let window = map.get_mut(server_id)?;
+        let window = map.get_mut(&key)?;
         window.calls += 1;
         let gap = trims.filter(|t| !t.is_empty())?;
         window.trimmed += 1;

@@ -1071,10 +1071,18 @@ impl Engine {
     ) -> Result<Decision, Error> {
         let server_id = &*glob::nfc(server_id);
         let now = self.now();
+        let entry = self.entry_index(server_id);
         let mut represented = None;
-        let mut decision =
-            self.decide_steps(server_id, identity, params, ctx, now, &mut represented)?;
-        if let Some(alert) = self.observe(server_id, &decision, represented, now) {
+        let mut decision = self.decide_steps(
+            server_id,
+            entry,
+            identity,
+            params,
+            ctx,
+            now,
+            &mut represented,
+        )?;
+        if let Some(alert) = self.observe(server_id, entry, &decision, represented, now) {
             decision.set_alert(alert);
         }
         Ok(decision)
@@ -1089,11 +1097,11 @@ impl Engine {
     fn observe(
         &self,
         server_id: &str,
+        entry: usize,
         decision: &Decision,
         represented: Option<u64>,
         now: Millis,
     ) -> Option<Alert> {
-        let entry = self.entry_index(server_id);
         let setting = self
             .block(entry)
             .retry_alert
@@ -1120,16 +1128,19 @@ impl Engine {
 
     /// Steps 3–10; `represented` is set to the store's count when a stored
     /// decision was replayed.
+    // Inlined: it returns a large `Decision`, which a call would copy.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments, reason = "the steps' inputs, passed once")]
     fn decide_steps(
         &self,
         server_id: &str,
+        entry: usize,
         identity: String,
         params: &Map<String, Value>,
         ctx: &ClientContext,
         now: Millis,
         represented: &mut Option<u64>,
     ) -> Result<Decision, Error> {
-        let entry = self.entry_index(server_id);
         let plan = &self.inner.plans[entry];
         let block = self.block(entry);
         let key = DecisionKey {
