@@ -26,6 +26,7 @@ mod fmt;
 mod identity;
 mod policy;
 mod proxy;
+mod show;
 mod test;
 
 use std::io::{IsTerminal, Write};
@@ -64,6 +65,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
     Test(test::Args),
+    /// Show which block governs a server id, and each statement's value and origin.
+    Show(show::Args),
 }
 
 /// How to colour output.
@@ -144,5 +147,6 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
+        Command::Show(args) => show::run(args),
     }
 }

@@ -94,6 +94,16 @@ pub fn effective_statements(
             .filter(|(s, _)| s == statement)
             .map(|(_, line)| line)
             .collect();
+        if items.is_empty() {
+            // A repeatable statement nobody states has no item: one entry
+            // says it is not set.
+            out.push(EffectiveStatement {
+                statement: *statement,
+                line: None,
+                origin: Origin::BuiltIn,
+                span: None,
+            });
+        }
         for (n, (origin, span)) in items.into_iter().enumerate() {
             out.push(EffectiveStatement {
                 statement: *statement,
