@@ -20,6 +20,7 @@ macro_rules! sayln {
 
 mod check;
 mod compile;
+mod diff;
 mod eval;
 mod explain;
 mod fmt;
@@ -67,6 +68,8 @@ enum Command {
     Test(test::Args),
     /// Show which block governs a server id, and each statement's value and origin.
     Show(show::Args),
+    /// Compare two policies: which blocks' stored decisions an edit invalidates, and why.
+    Diff(diff::Args),
 }
 
 /// How to colour output.
@@ -148,5 +151,6 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
         Command::Show(args) => show::run(args),
+        Command::Diff(args) => diff::run(args),
     }
 }
