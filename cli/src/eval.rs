@@ -552,18 +552,18 @@ impl Explainer {
                 Step::Replay => row(step, "passed", vec![], Some("no stored decision answers")),
                 _ if replayed => row(step, "not reached", vec![], None),
                 Step::Consent => match c.ended {
-                    Ended::Pending => row(step, "asked", decided_by(), Some("--consent pending")),
+                    Ended::Pending => row(step, "asked", decided_by(), Some("waiting for the user: --consent pending")),
                     Ended::Approved => row(
                         step,
                         "passed",
                         decided_by(),
-                        Some("the user approved (--consent approve)"),
+                        Some("approved by the user: --consent approve"),
                     ),
                     Ended::Refused => row(
                         step,
                         "denied",
                         decided_by(),
-                        Some("the user refused (--consent deny)"),
+                        Some("refused by the user: --consent deny"),
                     ),
                     Ended::Granted => row(step, "passed", vec![], None),
                     Ended::Denied | Ended::Invalid => row(step, "not reached", vec![], None),
