@@ -421,6 +421,128 @@ mod tests {
         }
     }
 
+    fn statement() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "sampling off",
+            "tools off",
+            "max_context none",
+            "max_input 32 KiB",
+            "max_messages 10",
+            "max_tokens 100",
+            "max_tokens 200",
+            "rate 5 per 1m",
+            "budget 5 requests per day",
+            "budget 7 requests per day",
+            "budget 9 tokens per day",
+            "budget 11 tokens per 1h",
+            "deadline 20s",
+            "consent never",
+            "models \"claude-*\"",
+        ])
+    }
+
+    /// A block's text: statements without a repeated key.
+    fn block() -> impl Strategy<Value = Vec<&'static str>> {
+        prop::collection::vec(statement(), 0..6).prop_map(|stmts| {
+            let mut keys = Vec::new();
+            stmts
+                .into_iter()
+                .filter(|s| {
+                    let words: Vec<&str> = s.split_whitespace().collect();
+                    let key = match words.as_slice() {
+                        ["budget", _, metric, _, window] => format!("{metric} {window}"),
+                        [keyword, ..] => (*keyword).to_owned(),
+                        [] => String::new(),
+                    };
+                    let fresh = !keys.contains(&key);
+                    keys.push(key);
+                    fresh
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// On random policies, provenance agrees with lowering and with an
+        /// oracle read off the text: a statement comes from the server block
+        /// when that block states it (a budget: one of its metric and
+        /// window), else from `defaults` when it states it, else built in;
+        /// each span is a statement of that keyword inside the block named.
+        #[test]
+        fn provenance_agrees_with_lowering_and_the_text(
+            defaults in block(),
+            servers in prop::collection::vec(block(), 0..4),
+        ) {
+            let mut text = String::from("mcpolicy 1\n\ndefaults {\n");
+            for s in &defaults {
+                text.push_str(&format!("  {s}\n"));
+            }
+            text.push_str("}\n");
+            for (i, stmts) in servers.iter().enumerate() {
+                text.push_str(&format!("\nserver \"s{i}\" {{\n"));
+                for s in stmts {
+                    text.push_str(&format!("  {s}\n"));
+                }
+                text.push_str("}\n");
+            }
+            let parsed = crate::parse::parse(&text);
+            let model = crate::check::check(&parsed.file).model;
+            let table = crate::lower::lower(&model);
+            let key = |line: &str| -> String {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["budget", _, metric, _, window, ..] => format!("budget {metric} {window}"),
+                    [keyword, ..] => (*keyword).to_owned(),
+                    [] => String::new(),
+                }
+            };
+            let states = |stmts: &[&str], line: &str| stmts.iter().any(|s| key(s) == key(line));
+            for entry in (0..servers.len()).map(Some).chain([None]) {
+                let (block, stmts) = effective_statements(&model, &parsed.file, entry);
+                let lowered = entry.map_or(&table.fallback, |i| &table.servers[i]);
+                prop_assert_eq!(&block, &lowered.block);
+                let lines: Vec<String> = stmts.iter().filter_map(|s| s.line.clone()).collect();
+                let expected: Vec<String> = statements::effective_lines(&block)
+                    .into_iter()
+                    .map(|(_, l)| l)
+                    .collect();
+                prop_assert_eq!(lines, expected);
+                for s in &stmts {
+                    let Some(line) = &s.line else {
+                        prop_assert_eq!(s.origin, Origin::BuiltIn);
+                        continue;
+                    };
+                    let own = entry.is_some_and(|i| states(&servers[i], line));
+                    let expected = if own {
+                        Origin::Server(entry.unwrap_or_default())
+                    } else if states(&defaults, line) {
+                        Origin::Defaults
+                    } else {
+                        Origin::BuiltIn
+                    };
+                    prop_assert_eq!(s.origin, expected, "{}\n{}", text, line);
+                    match (s.origin, s.span) {
+                        (Origin::BuiltIn, span) => prop_assert_eq!(span, None),
+                        (origin, Some(span)) => {
+                            let written = &text[span.start..span.end];
+                            prop_assert!(written.starts_with(s.statement.keyword()));
+                            let within = block_span(
+                                &model,
+                                &parsed.file,
+                                match origin { Origin::Server(i) => Some(i), _ => None },
+                            )
+                            .expect("block span");
+                            prop_assert!(within.start < span.start && span.end <= within.end);
+                        }
+                        (_, None) => return Err(TestCaseError::fail("a stated statement without a span")),
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn mismatches_name_the_failing_part() {
         let cases = [
