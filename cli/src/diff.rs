@@ -169,9 +169,8 @@ fn statement_changes(old: &ServerEntry, new: &ServerEntry) -> Vec<Value> {
         .iter()
         .filter_map(|&s| {
             let (before, after) = (of(&a, s), of(&b, s));
-            (before != after).then(|| {
-                json!({ "statement": s.keyword(), "old": before, "new": after })
-            })
+            (before != after)
+                .then(|| json!({ "statement": s.keyword(), "old": before, "new": after }))
         })
         .collect()
 }
@@ -329,10 +328,7 @@ fn reordered(
     pairs: &[(Option<usize>, Option<usize>)],
     invalidates: &mut bool,
 ) -> Vec<Value> {
-    let both: Vec<(usize, usize)> = pairs
-        .iter()
-        .filter_map(|&(i, j)| Some((i?, j?)))
-        .collect();
+    let both: Vec<(usize, usize)> = pairs.iter().filter_map(|&(i, j)| Some((i?, j?))).collect();
     let mut out = Vec::new();
     for (x, &(i1, j1)) in both.iter().enumerate() {
         for &(i2, j2) in &both[x + 1..] {
@@ -416,12 +412,18 @@ fn defaults_changes(old: &Side, new: &Side) -> Value {
             }
         };
         for (label, items) in &reach_new {
-            if items.iter().any(|(s, l)| *s == statement && came.contains(&l)) {
+            if items
+                .iter()
+                .any(|(s, l)| *s == statement && came.contains(&l))
+            {
                 add(label);
             }
         }
         for (label, items) in &reach_old {
-            if items.iter().any(|(s, l)| *s == statement && gone.contains(&l)) {
+            if items
+                .iter()
+                .any(|(s, l)| *s == statement && gone.contains(&l))
+            {
                 add(label);
             }
         }
@@ -456,7 +458,8 @@ fn lines_text(lines: &Value) -> String {
 }
 
 fn at(line: &Value) -> String {
-    line.as_u64().map_or(String::new(), |l| format!(" (line {l})"))
+    line.as_u64()
+        .map_or(String::new(), |l| format!(" (line {l})"))
 }
 
 fn str_of(value: &Value) -> &str {

@@ -17,8 +17,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::ValueEnum;
-use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock, parse_rfc3339};
 use mcpolicy_compiler::explain;
+use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock, parse_rfc3339};
 use mcpolicy_runtime::engine::{
     self, Answer, Cause, ClientContext, Decision, Denial, Lowered, Step,
 };
@@ -110,7 +110,6 @@ pub struct Args {
     color: ColorChoice,
 }
 
-
 pub fn run(args: Args) -> ExitCode {
     let (policy, source) = match load_policy_with_source(&args.policy, args.color) {
         Ok(loaded) => loaded,
@@ -161,14 +160,21 @@ pub fn run(args: Args) -> ExitCode {
     };
     let (grant, ended) = match decision {
         Decision::Deny(denial) => {
-            return denied(&denial, request.id.as_ref(), &explainer, Ended::Denied, None);
+            return denied(
+                &denial,
+                request.id.as_ref(),
+                &explainer,
+                Ended::Denied,
+                None,
+            );
         }
         Decision::Allow(grant) | Decision::Trim(grant) => (grant, Ended::Granted),
         Decision::NeedsConsent(pending) => match args.consent {
             ConsentAnswer::Pending => {
                 let identity = pending.identity();
                 sayln!("consent required for {identity} (answer with --consent approve|deny)");
-                let out = json!({ "consent": "required", "server": args.server, "identity": identity });
+                let out =
+                    json!({ "consent": "required", "server": args.server, "identity": identity });
                 return explainer.conclude(Concluded {
                     outcome: "consent",
                     cause: Some(pending.cause()),
@@ -552,7 +558,12 @@ impl Explainer {
                 Step::Replay => row(step, "passed", vec![], Some("no stored decision answers")),
                 _ if replayed => row(step, "not reached", vec![], None),
                 Step::Consent => match c.ended {
-                    Ended::Pending => row(step, "asked", decided_by(), Some("waiting for the user: --consent pending")),
+                    Ended::Pending => row(
+                        step,
+                        "asked",
+                        decided_by(),
+                        Some("waiting for the user: --consent pending"),
+                    ),
                     Ended::Approved => row(
                         step,
                         "passed",

@@ -69,7 +69,10 @@ pub fn run(args: Args) -> ExitCode {
         Err(LoadFailure::Findings) => return ExitCode::from(1),
     };
     let table = policy.table();
-    let selection = explain::select(table.servers.iter().map(|e| e.pattern.as_str()), &args.server);
+    let selection = explain::select(
+        table.servers.iter().map(|e| e.pattern.as_str()),
+        &args.server,
+    );
     let report = BlockReport::new(table, source.as_ref(), &selection, selection.matched);
     match args.format {
         Format::Human => emit(&report.human()),
@@ -190,9 +193,7 @@ impl BlockReport {
 
     fn label(&self, entry: Option<usize>) -> &str {
         let i = entry.unwrap_or(self.labels.len() - 1);
-        self.labels
-            .get(i)
-            .map_or("defaults", String::as_str)
+        self.labels.get(i).map_or("defaults", String::as_str)
     }
 
     /// The row of an engine statement: budgets by their index in the
@@ -263,7 +264,8 @@ impl BlockReport {
             out.push_str(&format!(
                 "  {value}{:pad$}  {}\n",
                 "",
-                self.origin_text(row).replace("built in", "built-in default")
+                self.origin_text(row)
+                    .replace("built in", "built-in default")
             ));
         }
         out

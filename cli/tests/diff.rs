@@ -210,7 +210,9 @@ fn text(p: &Policy, messy: bool) -> String {
     };
     let mut out = String::from("mcpolicy 1\n");
     if let Some(ttl) = p.rate_ttl {
-        out.push_str(&format!("reason policy.rate_limit {{ retryable true; ttl {ttl}s }}\n"));
+        out.push_str(&format!(
+            "reason policy.rate_limit {{ retryable true; ttl {ttl}s }}\n"
+        ));
     }
     out.push_str(&format!("{gap}defaults {{{note}\n"));
     for s in &p.defaults {
@@ -296,12 +298,7 @@ proptest! {
 
 // ---- the examples
 
-const EXAMPLES: &[&str] = &[
-    "ci-agent",
-    "cost-capped",
-    "personal-laptop",
-    "team-gateway",
-];
+const EXAMPLES: &[&str] = &["ci-agent", "cost-capped", "personal-laptop", "team-gateway"];
 
 fn example(name: &str) -> String {
     format!("{}/../examples/{name}.mcpolicy", env!("CARGO_MANIFEST_DIR"))
@@ -378,8 +375,14 @@ fn team_gateway_edit_json() {
         .as_array()
         .and_then(|s| s.iter().find(|s| s["statement"] == "budget"))
         .expect("its budget");
-    assert_eq!(budget["old"][0], "budget 200 requests per day as team.vendor_quota");
-    assert_eq!(budget["new"][0], "budget 250 requests per day as team.vendor_quota");
+    assert_eq!(
+        budget["old"][0],
+        "budget 200 requests per day as team.vendor_quota"
+    );
+    assert_eq!(
+        budget["new"][0],
+        "budget 250 requests per day as team.vendor_quota"
+    );
     let reason = &jira["reasons"][0];
     assert_eq!(reason["reason"], "team.vendor_quota");
     assert_eq!(reason["properties"][0]["property"], "ttl");
@@ -423,7 +426,10 @@ fn a_policy_that_does_not_check_exits_2_with_its_diagnostics() {
     let bad = dir.path().join("bad.mcpolicy");
     std::fs::write(&bad, "mcpolicy 1\ndefaults {\n  max_tokens lots\n}\n").expect("write");
     let old = example("cost-capped");
-    for (a, b) in [(old.as_str(), bad.to_str().expect("utf-8")), (bad.to_str().expect("utf-8"), old.as_str())] {
+    for (a, b) in [
+        (old.as_str(), bad.to_str().expect("utf-8")),
+        (bad.to_str().expect("utf-8"), old.as_str()),
+    ] {
         let run = mcpc(&["diff", a, b]);
         assert_eq!(run.code, Some(2));
         assert!(run.stderr.contains("max_tokens"), "{}", run.stderr);

@@ -163,7 +163,12 @@ fn explain_changes_neither_stdout_nor_the_exit_code() {
 }
 
 /// `--explain --format json`: one document on stdout, with the frame inside.
-fn explain_json(dir: &std::path::Path, server: &str, body: &str, extra: &[&str]) -> serde_json::Value {
+fn explain_json(
+    dir: &std::path::Path,
+    server: &str,
+    body: &str,
+    extra: &[&str],
+) -> serde_json::Value {
     let mut args = vec!["--explain", "--format", "json"];
     args.extend(extra.iter().copied());
     let run = eval(dir, server, body, &args);
@@ -206,17 +211,32 @@ fn json_steps_carry_each_verdict_and_the_deciding_statement() {
     let off = explain_json(dir, "off", &request("a", 10), &[]);
     assert_eq!(off["outcome"], "deny");
     assert_eq!(off["exit"], 1);
-    assert_eq!(off["output"]["error"]["data"]["reason"], "policy.sampling_disabled");
-    assert_eq!(verdicts(&off), row(&[p, p, p, "denied", nr, nr, nr, nr, nr, nr]));
-    assert_eq!(decided_by(&off, 4), [("sampling off".into(), "server".into(), Some(11))]);
+    assert_eq!(
+        off["output"]["error"]["data"]["reason"],
+        "policy.sampling_disabled"
+    );
+    assert_eq!(
+        verdicts(&off),
+        row(&[p, p, p, "denied", nr, nr, nr, nr, nr, nr])
+    );
+    assert_eq!(
+        decided_by(&off, 4),
+        [("sampling off".into(), "server".into(), Some(11))]
+    );
     assert_eq!(off["explain"]["block"]["block"], "server \"off\"");
     assert_eq!(off["explain"]["cause"]["step"], 4);
 
     let trimmed = explain_json(dir, "any", &request("b", 500), &[]);
     assert_eq!(trimmed["outcome"], "trim");
     assert_eq!(trimmed["output"]["params"]["maxTokens"], 100);
-    assert_eq!(verdicts(&trimmed), row(&[p, p, p, p, p, "trimmed", p, p, p, p]));
-    assert_eq!(decided_by(&trimmed, 6), [("max_tokens 100".into(), "defaults".into(), Some(5))]);
+    assert_eq!(
+        verdicts(&trimmed),
+        row(&[p, p, p, p, p, "trimmed", p, p, p, p])
+    );
+    assert_eq!(
+        decided_by(&trimmed, 6),
+        [("max_tokens 100".into(), "defaults".into(), Some(5))]
+    );
     // The budgets step names what it checked, in the block's order.
     let checked: Vec<&str> = trimmed["explain"]["steps"][7]["checked"]
         .as_array()
@@ -224,9 +244,15 @@ fn json_steps_carry_each_verdict_and_the_deciding_statement() {
         .iter()
         .filter_map(|s| s["value"].as_str())
         .collect();
-    assert_eq!(checked, ["budget 2 requests per day", "budget 5000 tokens per day"]);
+    assert_eq!(
+        checked,
+        ["budget 2 requests per day", "budget 5000 tokens per day"]
+    );
     // The block: no server block matches; both are passed over, with why.
-    assert_eq!(trimmed["explain"]["block"]["entry"], serde_json::Value::Null);
+    assert_eq!(
+        trimmed["explain"]["block"]["entry"],
+        serde_json::Value::Null
+    );
     let why: Vec<&str> = trimmed["explain"]["passed_over"]
         .as_array()
         .expect("passed over")
@@ -237,40 +263,74 @@ fn json_steps_carry_each_verdict_and_the_deciding_statement() {
 
     let asked = explain_json(dir, "asks", &request("c", 10), &[]);
     assert_eq!(asked["outcome"], "consent");
-    assert_eq!(verdicts(&asked), row(&[p, p, p, p, p, p, p, p, "asked", nr]));
-    assert_eq!(decided_by(&asked, 9), [("consent first".into(), "server".into(), Some(15))]);
+    assert_eq!(
+        verdicts(&asked),
+        row(&[p, p, p, p, p, p, p, p, "asked", nr])
+    );
+    assert_eq!(
+        decided_by(&asked, 9),
+        [("consent first".into(), "server".into(), Some(15))]
+    );
 
     let refused = explain_json(dir, "asks", &request("c", 10), &["--consent", "deny"]);
-    assert_eq!(verdicts(&refused), row(&[p, p, p, p, p, p, p, p, "denied", nr]));
+    assert_eq!(
+        verdicts(&refused),
+        row(&[p, p, p, p, p, p, p, p, "denied", nr])
+    );
     assert_eq!(refused["exit"], 1);
 
     let allowed = explain_json(dir, "any", &request("d", 10), &[]);
     assert_eq!(allowed["outcome"], "allow");
     assert_eq!(verdicts(&allowed), row(&[p, p, p, p, p, p, p, p, p, p]));
-    assert_eq!(allowed["explain"]["cause"]["statement"], serde_json::Value::Null);
+    assert_eq!(
+        allowed["explain"]["cause"]["statement"],
+        serde_json::Value::Null
+    );
 
     // Two admissions for the defaults block (b, d) spend the request budget.
     let over = explain_json(dir, "any", &request("e", 10), &[]);
-    assert_eq!(verdicts(&over), row(&[p, p, p, p, p, p, p, "denied", nr, nr]));
+    assert_eq!(
+        verdicts(&over),
+        row(&[p, p, p, p, p, p, p, "denied", nr, nr])
+    );
     assert_eq!(
         decided_by(&over, 8),
-        [("budget 2 requests per day".into(), "defaults".into(), Some(6))]
+        [(
+            "budget 2 requests per day".into(),
+            "defaults".into(),
+            Some(6)
+        )]
     );
     assert_eq!(over["explain"]["cause"]["budget"], 0);
 
     let replayed = explain_json(dir, "any", &request("e", 10), &[]);
-    assert_eq!(verdicts(&replayed), row(&[p, p, "replayed", nr, nr, nr, nr, nr, nr, nr]));
+    assert_eq!(
+        verdicts(&replayed),
+        row(&[p, p, "replayed", nr, nr, nr, nr, nr, nr, nr])
+    );
     assert_eq!(replayed["explain"]["cause"]["replayed"], true);
     assert_eq!(
         decided_by(&replayed, 3),
-        [("budget 2 requests per day".into(), "defaults".into(), Some(6))]
+        [(
+            "budget 2 requests per day".into(),
+            "defaults".into(),
+            Some(6)
+        )]
     );
 
-    let invalid = explain_json(dir, "any", r#"{"jsonrpc":"2.0","id":3,"method":"tools/call"}"#, &[]);
+    let invalid = explain_json(
+        dir,
+        "any",
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call"}"#,
+        &[],
+    );
     assert_eq!(invalid["outcome"], "invalid");
     assert_eq!(invalid["exit"], 1);
     assert_eq!(invalid["output"]["error"]["code"], -32600);
-    assert_eq!(verdicts(&invalid), row(&["refused", nr, nr, nr, nr, nr, nr, nr, nr, nr]));
+    assert_eq!(
+        verdicts(&invalid),
+        row(&["refused", nr, nr, nr, nr, nr, nr, nr, nr, nr])
+    );
 }
 
 #[test]
@@ -301,7 +361,13 @@ fn help_documents_exit_codes_and_the_json_shape() {
         .output()
         .expect("mcpc runs");
     let help = String::from_utf8_lossy(&out.stdout);
-    for needle in ["Exit codes:", "  0  allowed", "  1  denied", "  2  usage", "steps   [{step"] {
+    for needle in [
+        "Exit codes:",
+        "  0  allowed",
+        "  1  denied",
+        "  2  usage",
+        "steps   [{step",
+    ] {
         assert!(help.contains(needle), "{needle} missing from\n{help}");
     }
 }
@@ -310,12 +376,22 @@ fn help_documents_exit_codes_and_the_json_shape() {
 /// approval: the block matching, the provenance and the ten steps.
 #[test]
 fn team_gateway_explained_human() {
-    let policy = format!("{}/../examples/team-gateway.mcpolicy", env!("CARGO_MANIFEST_DIR"));
+    let policy = format!(
+        "{}/../examples/team-gateway.mcpolicy",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Summarise PROJ-1"}}],"maxTokens":9000,"includeContext":"allServers"}}"#;
     let mut child = Command::new(env!("CARGO_BIN_EXE_mcpc"))
         .arg("eval")
         .arg(&policy)
-        .args(["--server", "jira", "--request", "-", "--now", "2026-03-10T12:00:00Z"])
+        .args([
+            "--server",
+            "jira",
+            "--request",
+            "-",
+            "--now",
+            "2026-03-10T12:00:00Z",
+        ])
         .args(["--consent", "approve", "--explain", "--color", "never"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

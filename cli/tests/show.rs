@@ -36,12 +36,7 @@ fn example(name: &str) -> String {
     format!("{}/../examples/{name}.mcpolicy", env!("CARGO_MANIFEST_DIR"))
 }
 
-const EXAMPLES: &[&str] = &[
-    "ci-agent",
-    "cost-capped",
-    "personal-laptop",
-    "team-gateway",
-];
+const EXAMPLES: &[&str] = &["ci-agent", "cost-capped", "personal-laptop", "team-gateway"];
 
 fn table(text: &str) -> Table {
     lower::lower(&check::check(&parse::parse(text).file).model)
@@ -66,8 +61,16 @@ fn check_show(name: &str, id: &str) -> Result<(), TestCaseError> {
         .servers
         .iter()
         .position(|e| std::ptr::eq(e, governing));
-    prop_assert_eq!(doc["block"]["entry"].as_u64(), entry.map(|e| e as u64), "{}", id);
-    prop_assert_eq!(doc["block"]["digest"].as_str(), Some(governing.digest.as_str()));
+    prop_assert_eq!(
+        doc["block"]["entry"].as_u64(),
+        entry.map(|e| e as u64),
+        "{}",
+        id
+    );
+    prop_assert_eq!(
+        doc["block"]["digest"].as_str(),
+        Some(governing.digest.as_str())
+    );
     let passed: Vec<u64> = doc["passed_over"]
         .as_array()
         .expect("passed_over")
@@ -100,7 +103,13 @@ fn check_show(name: &str, id: &str) -> Result<(), TestCaseError> {
             Some(origin @ ("server" | "defaults")) => {
                 let line = s["line"].as_u64().expect("a stated statement has a line") as usize;
                 let written = lines[line - 1].trim_start();
-                prop_assert!(written.starts_with(keyword), "{} line {}: {}", id, line, written);
+                prop_assert!(
+                    written.starts_with(keyword),
+                    "{} line {}: {}",
+                    id,
+                    line,
+                    written
+                );
                 if origin == "server" {
                     prop_assert!(block_line.is_some_and(|b| (b as usize) < line));
                 }
@@ -169,7 +178,12 @@ fn examples_human() {
 fn a_compiled_table_is_shown_without_provenance() {
     let dir = tempfile::tempdir().expect("temp dir");
     let json = dir.path().join("t.json");
-    let run = mcpc(&["compile", &example("team-gateway"), "-o", json.to_str().expect("utf-8")]);
+    let run = mcpc(&[
+        "compile",
+        &example("team-gateway"),
+        "-o",
+        json.to_str().expect("utf-8"),
+    ]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let doc = show_json(json.to_str().expect("utf-8"), "github-x");
     assert_eq!(doc["block"]["pattern"], "github-*");

@@ -248,7 +248,9 @@ impl fmt::Display for Mismatch {
             Mismatch::Prefix(piece) => {
                 write!(f, "the id does not start with `{piece}`{}", any(piece))
             }
-            Mismatch::Suffix(piece) => write!(f, "the id does not end with `{piece}`{}", any(piece)),
+            Mismatch::Suffix(piece) => {
+                write!(f, "the id does not end with `{piece}`{}", any(piece))
+            }
             Mismatch::Missing(piece) => write!(
                 f,
                 "`{piece}` does not occur in the id where the pattern puts it{}",
@@ -547,15 +549,39 @@ mod tests {
     fn mismatches_name_the_failing_part() {
         let cases = [
             ("github-actions", "github-x", "the id is not this one"),
-            ("github-*", "internal-x", "the id does not start with `github-`"),
+            (
+                "github-*",
+                "internal-x",
+                "the id does not start with `github-`",
+            ),
             ("*-prod", "api-dev", "the id does not end with `-prod`"),
-            ("a*mid*z", "a-x-z", "`mid` does not occur in the id where the pattern puts it"),
-            ("a??", "ab", "the id has 2 characters; the pattern needs exactly 3"),
-            ("ab*cd", "abc", "the id has 3 characters; the pattern needs at least 4"),
-            ("a?c", "abd", "character 3 of the id is `d`, the pattern has `c`"),
+            (
+                "a*mid*z",
+                "a-x-z",
+                "`mid` does not occur in the id where the pattern puts it",
+            ),
+            (
+                "a??",
+                "ab",
+                "the id has 2 characters; the pattern needs exactly 3",
+            ),
+            (
+                "ab*cd",
+                "abc",
+                "the id has 3 characters; the pattern needs at least 4",
+            ),
+            (
+                "a?c",
+                "abd",
+                "character 3 of the id is `d`, the pattern has `c`",
+            ),
         ];
         for (p, id, expected) in cases {
-            assert_eq!(mismatch(p, id).map(|m| m.to_string()).as_deref(), Some(expected), "{p} {id}");
+            assert_eq!(
+                mismatch(p, id).map(|m| m.to_string()).as_deref(),
+                Some(expected),
+                "{p} {id}"
+            );
         }
         assert_eq!(mismatch("github-*", "github-x"), None);
     }
@@ -586,10 +612,22 @@ mod tests {
                 (Some("max_context allServers"), Origin::BuiltIn, None),
                 (None, Origin::BuiltIn, None),
                 (None, Origin::BuiltIn, None),
-                (Some("max_tokens 50"), Origin::Server(0), Some("max_tokens 50")),
+                (
+                    Some("max_tokens 50"),
+                    Origin::Server(0),
+                    Some("max_tokens 50")
+                ),
                 (None, Origin::BuiltIn, None),
-                (Some("budget 9 tokens per day"), Origin::Defaults, Some("budget 9 tokens per day")),
-                (Some("budget 7 requests per day"), Origin::Server(0), Some("budget 7 requests per day")),
+                (
+                    Some("budget 9 tokens per day"),
+                    Origin::Defaults,
+                    Some("budget 9 tokens per day")
+                ),
+                (
+                    Some("budget 7 requests per day"),
+                    Origin::Server(0),
+                    Some("budget 7 requests per day")
+                ),
                 (None, Origin::BuiltIn, None),
                 (Some("consent first"), Origin::BuiltIn, None),
                 (None, Origin::BuiltIn, None),
