@@ -439,3 +439,75 @@ fn a_policy_that_does_not_check_exits_2_with_its_diagnostics() {
     let missing = mcpc(&["diff", &old, "/nonexistent/p.mcpolicy"]);
     assert_eq!(missing.code, Some(2));
 }
+
+#[test]
+fn reordering_invalidates_only_when_an_id_can_change_blocks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    // Two exact ids: no id matches both, so their order changes nothing.
+    let a = write(
+        "a.mcpolicy",
+        "mcpolicy 1\nserver \"x\" {\n  max_tokens 1\n}\nserver \"y\" {\n  max_tokens 2\n}\n",
+    );
+    let b = write(
+        "b.mcpolicy",
+        "mcpolicy 1\nserver \"y\" {\n  max_tokens 2\n}\nserver \"x\" {\n  max_tokens 1\n}\n",
+    );
+    let (doc, code) = diff_json(&a, &b);
+    assert_eq!(code, Some(0), "{doc:#}");
+    assert_eq!(doc["reordered"][0]["invalidates"], Value::Bool(false));
+    // Overlapping globs with different blocks: `a-1` changes blocks.
+    let c = write(
+        "c.mcpolicy",
+        "mcpolicy 1\nserver \"a-*\" {\n  max_tokens 1\n}\nserver \"*-1\" {\n  max_tokens 2\n}\n",
+    );
+    let d = write(
+        "d.mcpolicy",
+        "mcpolicy 1\nserver \"*-1\" {\n  max_tokens 2\n}\nserver \"a-*\" {\n  max_tokens 1\n}\n",
+    );
+    let (doc, code) = diff_json(&c, &d);
+    assert_eq!(code, Some(1), "{doc:#}");
+    assert!(doc["changed"].as_array().is_some_and(Vec::is_empty));
+    assert_eq!(doc["reordered"][0]["invalidates"], Value::Bool(true));
+    let human = mcpc(&[
+        "diff",
+        c.to_str().expect("utf-8"),
+        d.to_str().expect("utf-8"),
+    ]);
+    assert!(human.stdout.contains("swap order"), "{}", human.stdout);
+}
+
+#[test]
+fn a_compiled_table_diffs_without_defaults_provenance() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = example("team-gateway");
+    let json = dir.path().join("t.json");
+    let run = mcpc(&["compile", &source, "-o", json.to_str().expect("utf-8")]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (doc, code) = diff_json(&json, Path::new(&source));
+    assert_eq!(code, Some(0), "{doc:#}");
+    assert_eq!(doc["defaults"], Value::Null);
+    assert!(doc["changed"].as_array().is_some_and(Vec::is_empty));
+}
+
+#[test]
+fn a_changed_identity_invalidates_everything() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let old = example("cost-capped");
+    let text = std::fs::read_to_string(&old).expect("example");
+    let new = dir.path().join("c.mcpolicy");
+    let edited = text.replacen(
+        "identity systemPrompt, messages, includeContext, modelPreferences",
+        "identity systemPrompt, messages",
+        1,
+    );
+    assert_ne!(edited, text);
+    std::fs::write(&new, edited).expect("write");
+    let (doc, code) = diff_json(Path::new(&old), &new);
+    assert_eq!(code, Some(1), "{doc:#}");
+    assert_eq!(doc["policy"][0]["setting"], "identity");
+}
