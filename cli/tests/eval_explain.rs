@@ -408,3 +408,168 @@ fn team_gateway_explained_human() {
     assert_eq!(out.status.code(), Some(0));
     insta::assert_snapshot!(String::from_utf8_lossy(&out.stderr));
 }
+
+/// Runs `mcpc eval` on an example with a request file, no store (each run
+/// decides afresh), with `extra` arguments.
+fn eval_example(policy: &str, server: &str, request: &std::path::Path, extra: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcpc"))
+        .arg("eval")
+        .arg(policy)
+        .args(["--server", server, "--request"])
+        .arg(request)
+        .args(["--now", "2026-03-10T12:00:00Z", "--color", "never"])
+        .args(extra)
+        .output()
+        .expect("mcpc runs");
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: out.status.code(),
+    }
+}
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    const EXAMPLES: &[(&str, &[&str])] = &[
+        (
+            "team-gateway",
+            &[
+                "github-actions",
+                "github-x",
+                "internal-hr",
+                "internal-oncall",
+                "figma",
+                "sandbox-1",
+                "postgres-readonly",
+                "zzz",
+            ],
+        ),
+        (
+            "cost-capped",
+            &[
+                "research-assistant",
+                "support-triage",
+                "analytics-eu",
+                "other",
+            ],
+        ),
+        ("ci-agent", &["test-log-summarizer", "code-search", "other"]),
+        (
+            "personal-laptop",
+            &["filesystem", "notes", "web-fetch", "other"],
+        ),
+    ];
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(32);
+        ProptestConfig {
+            cases,
+            ..ProptestConfig::default()
+        }
+    }
+
+    fn request() -> impl Strategy<Value = Value> {
+        (
+            1usize..60,
+            prop_oneof![Just(10u64), Just(2000u64), Just(100_000u64)],
+            prop::option::of(prop_oneof![Just("none"), Just("thisServer"), Just("allServers")]),
+            any::<bool>(),
+            prop::option::of(prop_oneof![Just("claude-sonnet-4"), Just("gpt-4o"), Just("llama")]),
+            0usize..3000,
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(messages, max_tokens, context, tools, hint, pad, broken)| {
+                if broken {
+                    return json!({"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {"messages": 3}});
+                }
+                let text = "x".repeat(pad);
+                let mut params = json!({
+                    "messages": (0..messages).map(|i| json!({"role": "user", "content": {"type": "text", "text": format!("{i}{text}")}})).collect::<Vec<_>>(),
+                    "maxTokens": max_tokens,
+                });
+                if let Some(context) = context {
+                    params["includeContext"] = json!(context);
+                }
+                if tools {
+                    params["tools"] = json!([{"name": "t", "inputSchema": {"type": "object"}}]);
+                }
+                if let Some(hint) = hint {
+                    params["modelPreferences"] = json!({"hints": [{"name": hint}]});
+                }
+                json!({"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": params})
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// On random requests to the examples: `--explain --format json`
+        /// carries exactly what plain `eval` prints and exits with; steps
+        /// before the deciding one passed (or trimmed, or replayed), steps
+        /// after a denial or a question are not reached, and the deciding
+        /// step names the cause's statement.
+        #[test]
+        fn steps_follow_the_cause(
+            example in 0..EXAMPLES.len(),
+            server in 0usize..8,
+            body in request(),
+            consent in prop_oneof![Just("pending"), Just("approve"), Just("deny")],
+        ) {
+            let (name, servers) = EXAMPLES[example];
+            let server = servers[server % servers.len()];
+            let policy = format!("{}/../examples/{name}.mcpolicy", env!("CARGO_MANIFEST_DIR"));
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("r.json");
+            std::fs::write(&path, body.to_string()).expect("write");
+            let plain = eval_example(&policy, server, &path, &["--consent", consent]);
+            let explained = eval_example(&policy, server, &path, &["--consent", consent, "--explain", "--format", "json"]);
+            let doc: Value = serde_json::from_str(&explained.stdout)
+                .map_err(|e| TestCaseError::fail(format!("{e}: {}", explained.stdout)))?;
+            prop_assert_eq!(plain.code, explained.code);
+            prop_assert_eq!(doc["exit"].as_i64(), plain.code.map(i64::from));
+            let printed: Value = serde_json::from_str(plain.stdout.trim())
+                .map_err(|e| TestCaseError::fail(format!("{e}: {}", plain.stdout)))?;
+            prop_assert_eq!(&doc["output"], &printed);
+
+            let steps = doc["explain"]["steps"].as_array().expect("steps");
+            prop_assert_eq!(steps.len(), 10);
+            let verdicts: Vec<&str> = steps.iter().filter_map(|s| s["verdict"].as_str()).collect();
+            let stop = verdicts
+                .iter()
+                .position(|v| matches!(*v, "denied" | "asked" | "refused") || (*v == "replayed" && doc["explain"]["cause"]["step"] == 3));
+            match stop {
+                Some(at) => {
+                    prop_assert!(verdicts[..at].iter().all(|v| matches!(*v, "passed" | "trimmed" | "replayed")), "{:?}", verdicts);
+                    prop_assert!(verdicts[at + 1..].iter().all(|v| *v == "not reached"), "{:?}", verdicts);
+                    prop_assert_ne!(&doc["outcome"], "allow");
+                    prop_assert_ne!(&doc["outcome"], "trim");
+                }
+                None => {
+                    prop_assert!(verdicts.iter().all(|v| matches!(*v, "passed" | "trimmed" | "replayed")), "{:?}", verdicts);
+                    let trimmed = verdicts[5] == "trimmed";
+                    prop_assert_eq!(trimmed, doc["outcome"] == "trim", "{:?}", verdicts);
+                }
+            }
+            let cause = &doc["explain"]["cause"];
+            if let (Some(step), Some(statement)) = (cause["step"].as_u64(), cause["statement"].as_str()) {
+                let by: Vec<&str> = steps[step as usize - 1]["by"]
+                    .as_array()
+                    .expect("by")
+                    .iter()
+                    .filter_map(|s| s["statement"].as_str())
+                    .collect();
+                prop_assert!(by.contains(&statement), "step {} by {:?}, cause {}", step, by, statement);
+            }
+            if doc["outcome"] == "invalid" {
+                prop_assert_eq!(verdicts[0], "refused");
+                prop_assert!(cause.is_null());
+            }
+        }
+    }
+}
