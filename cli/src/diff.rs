@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
 
-use mcpolicy_compiler::explain::{self, Origin};
+use mcpolicy_compiler::explain::{self, Origin, Provenance};
 use mcpolicy_compiler::line_index::LineIndex;
 use mcpolicy_compiler::statements::{self, Statement};
 use mcpolicy_runtime::table::{ReasonSpec, ServerEntry, Table, pattern};
@@ -71,19 +71,43 @@ struct Side {
     path: String,
     table: Table,
     source: Option<PolicySource>,
-    lines: Option<LineIndex>,
+    /// Each block's line: the server blocks, then `defaults`.
+    block_lines: Vec<Option<usize>>,
+    /// Each pattern's first server block (a later one is unreachable).
+    first: HashMap<String, usize>,
 }
 
 impl Side {
     fn load(path: &str, color: ColorChoice) -> Result<Side, ExitCode> {
         match load_policy_with_source(path, color) {
             Ok((policy, source)) => {
-                let lines = source.as_ref().map(|s| LineIndex::new(&s.text));
+                let table = policy.table().clone();
+                let count = table.servers.len();
+                let block_lines = match &source {
+                    Some(s) => {
+                        let lines = LineIndex::new(&s.text);
+                        let provenance = Provenance::new(&s.model, &s.file);
+                        (0..count)
+                            .map(Some)
+                            .chain([None])
+                            .map(|entry| {
+                                let span = provenance.block_span(entry)?;
+                                Some(lines.position(&s.text, span.start).line)
+                            })
+                            .collect()
+                    }
+                    None => vec![None; count + 1],
+                };
+                let mut first = HashMap::new();
+                for (i, entry) in table.servers.iter().enumerate() {
+                    first.entry(entry.pattern.clone()).or_insert(i);
+                }
                 Ok(Side {
                     path: path.to_owned(),
-                    table: policy.table().clone(),
+                    table,
                     source,
-                    lines,
+                    block_lines,
+                    first,
                 })
             }
             Err(LoadFailure::Usage(message)) => Err(fail(message)),
@@ -102,13 +126,12 @@ impl Side {
 
     /// The first server block with `pattern` (later ones are unreachable).
     fn find(&self, pattern: &str) -> Option<usize> {
-        self.table.servers.iter().position(|e| e.pattern == pattern)
+        self.first.get(pattern).copied()
     }
 
     fn line(&self, entry: Option<usize>) -> Option<usize> {
-        let source = self.source.as_ref()?;
-        let span = explain::block_span(&source.model, &source.file, entry)?;
-        Some(self.lines.as_ref()?.position(&source.text, span.start).line)
+        let i = entry.unwrap_or(self.table.servers.len());
+        self.block_lines.get(i).copied().flatten()
     }
 
     /// The block an id selects, as a label.
@@ -328,13 +351,14 @@ fn reordered(
     pairs: &[(Option<usize>, Option<usize>)],
     invalidates: &mut bool,
 ) -> Vec<Value> {
+    // Blocks in both, in old order, each with its new index; a flipped pair
+    // is an inversion, found among the blocks before it with a larger new
+    // index (n log n in the blocks, plus the pairs reported).
     let both: Vec<(usize, usize)> = pairs.iter().filter_map(|&(i, j)| Some((i?, j?))).collect();
+    let mut seen: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut out = Vec::new();
-    for (x, &(i1, j1)) in both.iter().enumerate() {
-        for &(i2, j2) in &both[x + 1..] {
-            if (i1 < i2) == (j1 < j2) {
-                continue;
-            }
+    for &(i2, j2) in &both {
+        for &(j1, i1) in seen.range((j2, 0)..) {
             let (p, q) = (
                 &new.table.servers[j1].pattern,
                 &new.table.servers[j2].pattern,
@@ -349,11 +373,12 @@ fn reordered(
                 overlap && new.table.servers[j1].digest != new.table.servers[j2].digest;
             *invalidates |= invalidating;
             out.push(json!({
-                "first": old.label(Some(i1.min(i2))),
-                "second": old.label(Some(i1.max(i2))),
+                "first": old.label(Some(i1)),
+                "second": old.label(Some(i2)),
                 "invalidates": invalidating,
             }));
         }
+        seen.insert((j2, i2));
     }
     out
 }
@@ -367,9 +392,10 @@ fn defaults_changes(old: &Side, new: &Side) -> Value {
     };
     // Every entry's items taken from `defaults`, as (statement, line).
     let inherited = |side: &Side, source: &PolicySource| {
+        let provenance = Provenance::new(&source.model, &source.file);
         side.entries()
             .map(|entry| {
-                let (_, stmts) = explain::effective_statements(&source.model, &source.file, entry);
+                let (_, stmts) = provenance.effective_statements(entry);
                 let from_defaults: Vec<(Statement, String)> = stmts
                     .into_iter()
                     .filter(|s| s.origin == Origin::Defaults)

@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use mcpolicy_compiler::explain::{self, Mismatch, Origin, Selection};
+use mcpolicy_compiler::explain::{self, Mismatch, Origin, Provenance, Selection};
 use mcpolicy_compiler::line_index::LineIndex;
 use mcpolicy_compiler::statements::{self, Statement};
 use mcpolicy_runtime::engine;
@@ -128,22 +128,22 @@ impl BlockReport {
         entry: Option<usize>,
     ) -> Self {
         let lines = source.map(|s| (s, LineIndex::new(&s.text)));
+        let provenance = source.map(|s| Provenance::new(&s.model, &s.file));
         let line_of = |offset: usize| {
             lines
                 .as_ref()
                 .map(|(s, index)| index.position(&s.text, offset).line)
         };
         let block_line = |entry: Option<usize>| {
-            let (s, _) = lines.as_ref()?;
-            let span = explain::block_span(&s.model, &s.file, entry)?;
+            let span = provenance.as_ref()?.block_span(entry)?;
             line_of(span.start)
         };
         let governing: &ServerEntry = entry
             .and_then(|i| table.servers.get(i))
             .unwrap_or(&table.fallback);
-        let rows = match source {
-            Some(s) => {
-                let (block, stmts) = explain::effective_statements(&s.model, &s.file, entry);
+        let rows = match &provenance {
+            Some(provenance) => {
+                let (block, stmts) = provenance.effective_statements(entry);
                 // The source and the table are one compilation; a mismatch
                 // would be a compiler bug, and then provenance is not shown.
                 if block == governing.block {

@@ -50,79 +50,112 @@ pub struct EffectiveStatement {
 /// the table's fallback) with their provenance, in declaration order, one
 /// per item (each budget its own, in the effective block's order, which is
 /// the order the engine's `Statement::Budget(i)` indexes). `file` is the
-/// syntax tree `model` was checked from, for the statements' spans.
+/// syntax tree `model` was checked from, for the statements' spans. For
+/// many blocks of one policy, build a [`Provenance`] once.
 pub fn effective_statements(
     model: &PolicyModel,
     file: &SourceFile,
     entry: Option<usize>,
 ) -> (EffectiveBlock, Vec<EffectiveStatement>) {
-    let (defaults, defaults_trace) =
-        statements::merge_traced(&statements::built_in_defaults(), &model.defaults);
-    let server = entry.and_then(|i| model.servers.get(i).map(|(_, block)| (i, block)));
-    let (block, server_trace) = match server {
-        Some((_, partial)) => {
-            let (block, trace) = statements::merge_traced(&defaults, partial);
-            (block, Some(trace))
-        }
-        None => (defaults, None),
-    };
-    let blocks = SourceBlocks::of(file, model);
-    let lines = statements::effective_lines(&block);
-    let mut out = Vec::new();
-    for (index, (statement, defaults_taken)) in defaults_trace.iter().enumerate() {
-        // Where each item of the `defaults` layer came from.
-        let from_defaults = |taken: Taken| match taken {
-            Taken::Over(j) => (Origin::Defaults, blocks.nth(None, *statement, j)),
-            Taken::Base(_) => (Origin::BuiltIn, None),
-        };
-        let items: Vec<(Origin, Option<Span>)> = match (&server_trace, server) {
-            (Some(trace), Some((i, _))) => trace[index]
-                .1
-                .iter()
-                .map(|taken| match *taken {
-                    Taken::Over(j) => (Origin::Server(i), blocks.nth(Some(i), *statement, j)),
-                    Taken::Base(k) => defaults_taken
-                        .get(k)
-                        .copied()
-                        .map_or((Origin::BuiltIn, None), from_defaults),
-                })
-                .collect(),
-            _ => defaults_taken.iter().copied().map(from_defaults).collect(),
-        };
-        let written: Vec<&String> = lines
-            .iter()
-            .filter(|(s, _)| s == statement)
-            .map(|(_, line)| line)
-            .collect();
-        if items.is_empty() {
-            // A repeatable statement nobody states has no item: one entry
-            // says it is not set.
-            out.push(EffectiveStatement {
-                statement: *statement,
-                line: None,
-                origin: Origin::BuiltIn,
-                span: None,
-            });
-        }
-        for (n, (origin, span)) in items.into_iter().enumerate() {
-            out.push(EffectiveStatement {
-                statement: *statement,
-                line: written.get(n).map(|line| (*line).clone()),
-                origin,
-                span,
-            });
-        }
-    }
-    (block, out)
+    Provenance::new(model, file).effective_statements(entry)
 }
 
 /// The source span of the server block at `entry` (`None`: `defaults`),
 /// from its keyword to its `}`.
 pub fn block_span(model: &PolicyModel, file: &SourceFile, entry: Option<usize>) -> Option<Span> {
-    let blocks = SourceBlocks::of(file, model);
-    match entry {
-        Some(i) => blocks.servers.as_ref()?.get(i).map(|(span, _)| *span),
-        None => blocks.defaults.map(|(span, _)| span),
+    Provenance::new(model, file).block_span(entry)
+}
+
+/// Provenance over one checked policy: its blocks indexed once, so that
+/// asking about every block of a large policy stays linear.
+#[derive(Debug)]
+pub struct Provenance<'a> {
+    model: &'a PolicyModel,
+    blocks: SourceBlocks<'a>,
+    /// The `defaults` layer: built-ins merged with `defaults`, and its trace.
+    defaults: (EffectiveBlock, Vec<(Statement, Vec<Taken>)>),
+}
+
+impl<'a> Provenance<'a> {
+    /// Indexes `file`, the syntax tree `model` was checked from.
+    pub fn new(model: &'a PolicyModel, file: &'a SourceFile) -> Self {
+        Provenance {
+            model,
+            blocks: SourceBlocks::of(file, model),
+            defaults: statements::merge_traced(&statements::built_in_defaults(), &model.defaults),
+        }
+    }
+
+    /// The source span of the block at `entry` (`None`: `defaults`).
+    pub fn block_span(&self, entry: Option<usize>) -> Option<Span> {
+        match entry {
+            Some(i) => self.blocks.servers.as_ref()?.get(i).map(|(span, _)| *span),
+            None => self.blocks.defaults.map(|(span, _)| span),
+        }
+    }
+
+    /// See [`effective_statements`].
+    pub fn effective_statements(
+        &self,
+        entry: Option<usize>,
+    ) -> (EffectiveBlock, Vec<EffectiveStatement>) {
+        let (defaults, defaults_trace) = &self.defaults;
+        let server = entry.and_then(|i| self.model.servers.get(i).map(|(_, block)| (i, block)));
+        let (block, server_trace) = match server {
+            Some((_, partial)) => {
+                let (block, trace) = statements::merge_traced(defaults, partial);
+                (block, Some(trace))
+            }
+            None => (defaults.clone(), None),
+        };
+        let blocks = &self.blocks;
+        let lines = statements::effective_lines(&block);
+        let mut out = Vec::new();
+        for (index, (statement, defaults_taken)) in defaults_trace.iter().enumerate() {
+            // Where each item of the `defaults` layer came from.
+            let from_defaults = |taken: Taken| match taken {
+                Taken::Over(j) => (Origin::Defaults, blocks.nth(None, *statement, j)),
+                Taken::Base(_) => (Origin::BuiltIn, None),
+            };
+            let items: Vec<(Origin, Option<Span>)> = match (&server_trace, server) {
+                (Some(trace), Some((i, _))) => trace[index]
+                    .1
+                    .iter()
+                    .map(|taken| match *taken {
+                        Taken::Over(j) => (Origin::Server(i), blocks.nth(Some(i), *statement, j)),
+                        Taken::Base(k) => defaults_taken
+                            .get(k)
+                            .copied()
+                            .map_or((Origin::BuiltIn, None), from_defaults),
+                    })
+                    .collect(),
+                _ => defaults_taken.iter().copied().map(from_defaults).collect(),
+            };
+            let written: Vec<&String> = lines
+                .iter()
+                .filter(|(s, _)| s == statement)
+                .map(|(_, line)| line)
+                .collect();
+            if items.is_empty() {
+                // A repeatable statement nobody states has no item: one entry
+                // says it is not set.
+                out.push(EffectiveStatement {
+                    statement: *statement,
+                    line: None,
+                    origin: Origin::BuiltIn,
+                    span: None,
+                });
+            }
+            for (n, (origin, span)) in items.into_iter().enumerate() {
+                out.push(EffectiveStatement {
+                    statement: *statement,
+                    line: written.get(n).map(|line| (*line).clone()),
+                    origin,
+                    span,
+                });
+            }
+        }
+        (block, out)
     }
 }
 
@@ -130,6 +163,7 @@ pub fn block_span(model: &PolicyModel, file: &SourceFile, entry: Option<usize>) 
 /// numbers them. The model is checked from the tree, so a policy without
 /// errors has its server blocks in the same order; if they ever disagree,
 /// no spans are given rather than wrong ones.
+#[derive(Debug)]
 struct SourceBlocks<'a> {
     defaults: Option<(Span, &'a [Stmt])>,
     servers: Option<Vec<(Span, &'a [Stmt])>>,
