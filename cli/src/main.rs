@@ -20,12 +20,14 @@ macro_rules! sayln {
 
 mod check;
 mod compile;
+mod diff;
 mod eval;
 mod explain;
 mod fmt;
 mod identity;
 mod policy;
 mod proxy;
+mod show;
 mod test;
 
 use std::io::{IsTerminal, Write};
@@ -64,6 +66,10 @@ enum Command {
     Proxy(proxy::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
     Test(test::Args),
+    /// Show which block governs a server id, and each statement's value and origin.
+    Show(show::Args),
+    /// Compare two policies: which blocks' stored decisions an edit invalidates, and why.
+    Diff(diff::Args),
 }
 
 /// How to colour output.
@@ -144,5 +150,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
+        Command::Show(args) => show::run(args),
+        Command::Diff(args) => diff::run(args),
     }
 }
