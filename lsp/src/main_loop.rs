@@ -48,8 +48,8 @@ use crossbeam_channel::{Receiver, Sender, select, unbounded};
 
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
 use lsp_types::notification::{
-    DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, DidSaveTextDocument,
-    LogMessage, Notification as _, PublishDiagnostics,
+    DidChangeConfiguration, DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument,
+    DidSaveTextDocument, LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
     CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
@@ -225,7 +225,15 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
             ),
         )?;
     }
-    let mut world = World::new(encoding);
+    let (mut world, settings) =
+        crate::settings::initial_world(encoding, params.initialization_options.as_ref());
+    if let Err(why) = settings {
+        log(
+            connection,
+            MessageType::WARNING,
+            format!("initializationOptions: {why}"),
+        )?;
+    }
     let mut checks = Checks::new(hooks);
     let outcome = main_loop(connection, &mut world, &mut checks);
     // Ends the worker once its queue is empty; cancels the checks still
@@ -594,6 +602,10 @@ fn notify(
         }
         DidCloseTextDocument::METHOD => {
             Ok(handlers::did_close::handle(world, params(notification)?))
+        }
+        DidChangeConfiguration::METHOD => {
+            handlers::did_change_configuration::handle(world, params(notification)?)?;
+            Ok(None)
         }
         _ => Ok(None),
     }));

@@ -12,6 +12,7 @@ mod inlay;
 mod navigation;
 mod render;
 mod semantic;
+pub mod settings;
 mod symbols;
 
 pub use actions::{CodeAction, TextEdit, code_actions};
