@@ -225,8 +225,7 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
             ),
         )?;
     }
-    let (mut world, settings) =
-        crate::settings::initial_world(encoding, params.initialization_options.as_ref());
+    let (mut world, settings) = crate::settings::initial_world(encoding, &params);
     if let Err(why) = settings {
         log(
             connection,

@@ -9,6 +9,7 @@
 //!
 //! A setting left out keeps its value; `null` restores the default.
 
+use lsp_types::{ClientCapabilities, InitializeParams};
 use mcpolicy_compiler::ide::settings::{EditorSettings, ProtocolRevision};
 use mcpolicy_compiler::line_index::Encoding;
 use salsa::Setter;
@@ -92,9 +93,33 @@ pub fn apply(world: &mut World, value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// A fresh world with the settings of `initializationOptions`, if any.
-pub fn initial_world(encoding: Encoding, options: Option<&Value>) -> (World, Result<(), String>) {
+/// What the client supports, where an answer depends on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientSupport {
+    /// Completion items may carry an `InsertReplaceEdit`.
+    pub insert_replace: bool,
+}
+
+impl ClientSupport {
+    /// Read from the `initialize` params' capabilities.
+    pub fn of(capabilities: &ClientCapabilities) -> Self {
+        let insert_replace = capabilities
+            .text_document
+            .as_ref()
+            .and_then(|t| t.completion.as_ref())
+            .and_then(|c| c.completion_item.as_ref())
+            .and_then(|i| i.insert_replace_support)
+            .unwrap_or(false);
+        ClientSupport { insert_replace }
+    }
+}
+
+/// A fresh world for a client with `params`: its capabilities, and the
+/// settings of its `initializationOptions`, if any.
+pub fn initial_world(encoding: Encoding, params: &InitializeParams) -> (World, Result<(), String>) {
     let mut world = World::new(encoding);
+    world.client = ClientSupport::of(&params.capabilities);
+    let options = params.initialization_options.as_ref();
     let outcome = options.map_or(Ok(()), |options| apply(&mut world, options));
     (world, outcome)
 }
