@@ -15,7 +15,7 @@ mod semantic;
 pub mod settings;
 mod symbols;
 
-pub use actions::{CodeAction, TextEdit, code_actions};
+pub use actions::{CodeAction, TextEdit, code_actions, fix_all};
 pub use completion::{CompletionItem, CompletionKind, completions};
 pub use hover::{Hover, hover};
 pub use inlay::{InlayHint, inlay_hints};
