@@ -52,9 +52,10 @@ use lsp_types::notification::{
     DidSaveTextDocument, LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
-    GotoDefinition, HoverRequest, InlayHintRequest, PrepareRenameRequest, RangeFormatting,
-    References, Rename, Request as _, SemanticTokensFullRequest,
+    CodeActionRequest, Completion, DocumentHighlightRequest, DocumentSymbolRequest,
+    FoldingRangeRequest, Formatting, GotoDefinition, HoverRequest, InlayHintRequest,
+    PrepareRenameRequest, RangeFormatting, References, Rename, Request as _, SelectionRangeRequest,
+    SemanticTokensFullRequest, WorkspaceSymbolRequest,
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
@@ -132,6 +133,9 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
         folding_range_provider: Some(FoldingRangeProviderCapability::Simple(true)),
         document_formatting_provider: Some(OneOf::Left(true)),
         document_range_formatting_provider: Some(OneOf::Left(true)),
+        workspace_symbol_provider: Some(OneOf::Left(true)),
+        document_highlight_provider: Some(OneOf::Left(true)),
+        selection_range_provider: Some(lsp_types::SelectionRangeProviderCapability::Simple(true)),
         code_action_provider: Some(CodeActionProviderCapability::Options(CodeActionOptions {
             code_action_kinds: Some(vec![
                 CodeActionKind::QUICKFIX,
@@ -556,6 +560,9 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         FoldingRangeRequest::METHOD => respond(c, world, request, folding_range::handle),
         Formatting::METHOD => respond(c, world, request, formatting::handle),
         RangeFormatting::METHOD => respond(c, world, request, formatting::range),
+        WorkspaceSymbolRequest::METHOD => respond(c, world, request, workspace_symbol::handle),
+        DocumentHighlightRequest::METHOD => respond(c, world, request, document_highlight::handle),
+        SelectionRangeRequest::METHOD => respond(c, world, request, selection_range::handle),
         CodeActionRequest::METHOD => respond(c, world, request, code_action::handle),
         InlayHintRequest::METHOD => respond(c, world, request, inlay_hint::handle),
         SemanticTokensFullRequest::METHOD => respond(c, world, request, semantic_tokens::handle),
