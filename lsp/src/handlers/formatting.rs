@@ -48,7 +48,7 @@ pub fn range(
     let Some(first) = overlapping.next() else {
         return Ok(Some(Vec::new()));
     };
-    let last = overlapping.last().unwrap_or(first);
+    let last = overlapping.next_back().unwrap_or(first);
     let slice = Span::new(first.span.start, last.span.end);
     let original = &text[slice.start..slice.end];
     let mut formatted =
