@@ -133,18 +133,21 @@ fn a_statement_with_a_wrong_value_gets_its_syntax_help() {
         (
             "mcpolicy 1\nserver \"a\" {\n  max_to$0kens lots\n}\n",
             "max_tokens",
+            "E0103",
         ),
         (
             "mcpolicy 1\nserver \"a\" {\n  ra$0te 5 per fortnight\n}\n",
             "rate",
+            "E0103",
         ),
-        ("mcpolicy 1\nerror_co$0de abc\n", "error_code"),
+        ("mcpolicy 1\nerror_co$0de abc\n", "error_code", "E0001"),
         (
             "mcpolicy 1\nreason acme.x { retryable false; tt$0l sometimes }\nserver \"a\" { sampling off as acme.x }\n",
             "ttl",
+            "E0",
         ),
     ];
-    for (version, (marked, keyword)) in (1..).zip(cases) {
+    for (version, (marked, keyword, code)) in (1..).zip(cases) {
         let (text, at) = open(&mut client, version, marked);
         let hover = client.ok("textDocument/hover", at);
         let markdown = hover["contents"]["value"]
@@ -154,6 +157,8 @@ fn a_statement_with_a_wrong_value_gets_its_syntax_help() {
             markdown.starts_with(&format!("```mcpolicy\n{keyword}")),
             "{markdown}"
         );
+        // And what is wrong with the rest of the statement.
+        assert!(markdown.contains(&format!("**{code}")), "{markdown}");
         let start = text.find(keyword).unwrap();
         assert_eq!(hover["range"]["start"], position(&text, start));
         assert_eq!(

@@ -140,7 +140,7 @@ fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Op
     let text = source.text(db);
     let (item, server_index) = item_at(db, source, offset)?;
     if let ItemKind::Bad(bad) = &item.kind {
-        return unread_keyword_hover(bad, item.span.start, offset);
+        return unread_keyword_hover(db, source, bad, item.span.start, offset);
     }
     if item.keyword.contains(offset) {
         let word = &text[item.keyword.start..item.keyword.end];
@@ -166,7 +166,7 @@ fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Op
                 return Some(h);
             }
             if let ReasonStmtKind::Bad(bad) = &stmt.kind {
-                return unread_keyword_hover(&bad.text, bad.span.start, offset);
+                return unread_keyword_hover(db, source, &bad.text, bad.span.start, offset);
             }
             docs::keyword(stmt.kind.keyword()).map(|doc| Hover {
                 span: stmt.keyword,
@@ -189,9 +189,16 @@ fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Op
 
 /// Over the first word of text the grammar could not read (`max_tokens
 /// lots`, `error_code abc`), when that word is a keyword: its syntax and
-/// meaning, which is what the writer needs to correct the rest. `text`
-/// starts at byte `start` of the file.
-fn unread_keyword_hover(text: &str, start: usize, offset: usize) -> Option<Hover> {
+/// meaning, which is what the writer needs to correct the rest, and the
+/// findings on the rest of that text (those under the cursor [`hover`]
+/// adds itself). `text` starts at byte `start` of the file.
+fn unread_keyword_hover(
+    db: &dyn salsa::Database,
+    source: SourceText,
+    text: &str,
+    start: usize,
+    offset: usize,
+) -> Option<Hover> {
     let leading = text.len() - text.trim_start().len();
     let word_len = text[leading..]
         .find(|c: char| c.is_whitespace() || matches!(c, ';' | '{' | '}' | '#'))
@@ -201,10 +208,17 @@ fn unread_keyword_hover(text: &str, start: usize, offset: usize) -> Option<Hover
         return None;
     }
     let doc = docs::keyword(&text[leading..leading + word_len])?;
-    Some(Hover {
-        span,
-        markdown: keyword_markdown(doc),
-    })
+    let mut markdown = keyword_markdown(doc);
+    let whole = Span::new(start, start + text.len());
+    for d in analyze(db, source).diagnostics.iter().filter(|d| {
+        whole.start <= d.span.start && d.span.end <= whole.end && !d.span.contains(offset)
+    }) {
+        markdown.push_str(&format!("\n\n---\n\n**{}** {}", d.code, d.message));
+        if let Some(help) = &d.help {
+            markdown.push_str(&format!(" — {help}"));
+        }
+    }
+    Some(Hover { span, markdown })
 }
 
 fn unit_hover(q: &Quantity, offset: usize) -> Option<Hover> {
@@ -256,7 +270,9 @@ fn block_hover(
     let stmt = block.stmts.iter().find(|s| s.span.contains(offset))?;
     let (statement, args) = match &stmt.kind {
         StmtKind::Known(statement, args) => (statement, args),
-        StmtKind::Bad(bad) => return unread_keyword_hover(&bad.text, bad.span.start, offset),
+        StmtKind::Bad(bad) => {
+            return unread_keyword_hover(db, source, &bad.text, bad.span.start, offset);
+        }
     };
     for q in args.quantities() {
         if let Some(h) = unit_hover(q, offset) {
