@@ -195,7 +195,19 @@ mod properties {
         codes
     }
 
+    /// 64 cases by default (each checks a whole example twice);
+    /// `PROPTEST_CASES` for a long run.
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(64);
+        ProptestConfig::with_cases(cases)
+    }
+
     proptest! {
+        #![proptest_config(config())]
+
         /// A rename that is not refused keeps the policy's meaning: the
         /// renamed text has exactly the findings of the original (a use it
         /// missed would be E0401, a declaration left behind W0410), and
