@@ -2,6 +2,9 @@
 //! explanation (`codeDescription`) and the tags editors render (an unused
 //! reason faded, a deprecated scope struck through).
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 use lsp_types::{CodeDescription, DiagnosticTag, Uri};
 use mcpolicy_compiler::codes::Code;
 use mcpolicy_compiler::ide::docs::code_anchor;
@@ -17,12 +20,18 @@ pub fn href(code: Code) -> String {
 }
 
 /// `href` as the LSP wants it (`None` only if the repository URL in
-/// `Cargo.toml` is not a URI).
+/// `Cargo.toml` is not a URI). Parsed once per code, not per finding: a
+/// file can have thousands.
 pub fn description(code: Code) -> Option<CodeDescription> {
-    href(code)
-        .parse::<Uri>()
-        .ok()
-        .map(|href| CodeDescription { href })
+    static LINKS: LazyLock<HashMap<Code, Uri>> = LazyLock::new(|| {
+        Code::ALL
+            .iter()
+            .filter_map(|&code| href(code).parse::<Uri>().ok().map(|uri| (code, uri)))
+            .collect()
+    });
+    LINKS
+        .get(&code)
+        .map(|href| CodeDescription { href: href.clone() })
 }
 
 /// `Unnecessary` on findings about text that does nothing (an unused
