@@ -556,9 +556,10 @@ enum Origin {
         cause: Cause,
     },
     /// Answered from the store. The cause, `{limit}` and `{window}` are
-    /// derived when asked, from the stored reason and `data` and the block
-    /// (unchanged: a replay matches only its own block's digest), so that a
-    /// replay costs no parsing.
+    /// built when asked, from the stored statement (or, for a row without
+    /// one, the stored reason and `data`) and the block (unchanged: a replay
+    /// matches only its own block's digest), so that a replay costs no
+    /// parsing.
     Replayed {
         engine: Engine,
         entry: usize,
@@ -632,9 +633,10 @@ impl Denial {
         self.expiry
     }
 
-    /// Which block, statement and step denied. For a replay it is derived
-    /// from the stored reason and `data` against the block (see
-    /// `docs/spec/evaluation.md`, "Replay").
+    /// Which block, statement and step denied. For a replay the statement
+    /// is the one stored with the decision, or, for a row without one,
+    /// derived from the stored reason and `data` against the block (see
+    /// `docs/spec/evaluation.md`, "The cause of a decision").
     pub fn cause(&self) -> Cause {
         match &self.origin {
             Origin::Fresh { cause, .. } => cause.clone(),
@@ -2113,10 +2115,10 @@ fn replay_input_limit(
 /// kind of its stored timing and the (unchanged) block, in the order the
 /// steps run: `resetsAt` is a budget's, `retryAfter` the rate's or a
 /// missed deadline's; without timing a switch, an input limit, the user's
-/// refusal or a missed deadline. The cause is derived rather than stored
-/// because the store's rows (`runtime/schema/`) are frozen and a replay
-/// matches only the digest of the block that decided, so the derivation
-/// sees that same block.
+/// refusal or a missed deadline. Only for a row that does not record its
+/// statement (stored before schema 4): a replay matches only the digest of
+/// the block that decided, so the derivation sees that same block, but two
+/// statements sharing a reason cannot be told apart by it.
 fn replay_statement(
     block: &EffectiveBlock,
     reason: &str,
