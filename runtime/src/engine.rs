@@ -567,9 +567,10 @@ enum Origin {
         /// The request's number of messages (which of two input limits
         /// sharing a reason it exceeds).
         messages: u64,
-        /// The statement the store recorded with the decision (schema 4);
-        /// `None` for a row that has none, whose statement is derived.
-        statement: Option<Statement>,
+        /// The statement's stored name (schema 4), read when asked;
+        /// `None` (or a name this runtime does not know) for a row that has
+        /// none, whose statement is derived.
+        statement: Option<Arc<str>>,
     },
 }
 
@@ -650,7 +651,7 @@ impl Denial {
                 let block = engine.block(*entry);
                 // The stored statement when the row has one (schema 4): a
                 // reason shared by two statements cannot tell them apart.
-                let statement = statement.or_else(|| {
+                let statement = stored_statement(statement).or_else(|| {
                     replay_statement(block, &self.reason, self.timing(), *messages, *decided_at)
                 });
                 Cause {
@@ -682,9 +683,10 @@ impl Denial {
             } => {
                 let rt = engine.reason(&self.reason);
                 let block = engine.block(*entry);
+                let statement = stored_statement(statement);
                 let (limit, window) = if rt.needs_limit || rt.needs_window {
                     match statement {
-                        Some(statement) => statement_limit_window(block, *statement),
+                        Some(statement) => statement_limit_window(block, statement),
                         None => {
                             replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
                         }
@@ -1605,10 +1607,7 @@ impl Engine {
                 engine: self.clone(),
                 entry,
                 decided_at: stored.decided_at,
-                statement: stored
-                    .statement
-                    .as_deref()
-                    .and_then(Statement::from_stored_name),
+                statement: stored.statement,
                 // Read only where it tells two input limits apart: a map
                 // look-up saved on every other replay.
                 messages: match (&block.max_messages, &block.max_input) {
@@ -2037,6 +2036,11 @@ fn rate_labels(rate: &Rate) -> (String, String) {
         format!("{} {unit}", rate.count),
         frame::format_duration(rate.window_ms),
     )
+}
+
+/// The statement a replayed row recorded, if it has one this runtime knows.
+fn stored_statement(name: &Option<Arc<str>>) -> Option<Statement> {
+    name.as_deref().and_then(Statement::from_stored_name)
 }
 
 /// `{limit}` and `{window}` of a replayed denial whose statement the store
