@@ -143,6 +143,23 @@ impl Statement {
         out
     }
 
+    /// The evaluation step at which the statement decides
+    /// (`docs/spec/evaluation.md`, "Order"): a cause's step is its
+    /// statement's, except for an answer from the store ([`Step::Replay`]).
+    /// `deadline` is step 10's: the allow carries it, and a reported miss
+    /// is attributed there.
+    pub fn step(self) -> Step {
+        match self {
+            Statement::Sampling | Statement::Tools => Step::Switches,
+            Statement::MaxMessages | Statement::MaxInput => Step::InputLimits,
+            Statement::MaxContext | Statement::MaxTokens | Statement::Models => Step::Trims,
+            Statement::Rate => Step::Rate,
+            Statement::Budget(_) => Step::Budgets,
+            Statement::Consent => Step::Consent,
+            Statement::Deadline => Step::Allow,
+        }
+    }
+
     /// The policy keyword: `sampling`, `tools`, `max_messages`, `max_input`,
     /// `max_context`, `max_tokens`, `models`, `rate`, `budget`, `deadline`,
     /// `consent`.
