@@ -1,4 +1,4 @@
-//! `mcpc eval POLICY --server ID --request FILE|- [--store PATH] [--now RFC3339]`
+//! `mcpc eval POLICY --server ID --request FILE|- [--store SPEC] [--now RFC3339]`
 //!
 //! Decides one request the way an embedding client would and prints what
 //! would be sent: the error frame for a denial, the (possibly narrowed)
@@ -23,13 +23,14 @@ use mcpolicy_runtime::engine::{
     self, Answer, Cause, ClientContext, Decision, Denial, Lowered, Step,
 };
 use mcpolicy_runtime::request::Rejection;
-use mcpolicy_runtime::store::{DecisionStore, MemoryStore, SqliteStore};
+use mcpolicy_runtime::store::{DecisionStore, MemoryStore};
 use mcpolicy_runtime::{Engine, jsonrpc};
 use serde_json::{Value, json};
 
 use super::identity::read_request;
 use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
 use super::show::{BlockReport, Format};
+use super::store_open::{self, Create};
 use super::{ColorChoice, emit, emit_line, fail};
 
 const EVAL_HELP: &str = "\
@@ -83,8 +84,9 @@ pub struct Args {
     /// A refused request prints its JSON-RPC error frame on stdout (as `mcpc identity` does) and exits 1.
     #[arg(long, value_name = "FILE")]
     request: String,
-    /// A SQLite decision store to read and update (default: a fresh in-memory store).
-    #[arg(long, value_name = "PATH")]
+    /// A decision store to read and update, as `mcpc proxy --store` takes it
+    /// (a SQLite file path) (default: a fresh in-memory store).
+    #[arg(long, value_name = "SPEC")]
     store: Option<String>,
     /// Decide as of this instant (RFC 3339, e.g. 2026-03-10T12:00:00Z) instead of now.
     #[arg(long, value_name = "RFC3339")]
@@ -135,8 +137,8 @@ pub fn run(args: Args) -> ExitCode {
         None => Arc::new(SystemClock),
     };
     let store: Arc<dyn DecisionStore> = match &args.store {
-        Some(path) => match SqliteStore::open(path) {
-            Ok(store) => Arc::new(store),
+        Some(spec) => match store_open::open(spec, Create::IfMissing) {
+            Ok(store) => store,
             // The store's error names the path already.
             Err(error) => return fail(error),
         },
@@ -438,7 +440,7 @@ impl Explainer {
             },
         };
         let replay = if cause.step == Step::Replay {
-            ", answered from the store (the statement is derived from the stored reason)"
+            ", answered from the store (the statement recorded with the decision)"
         } else if cause.replayed {
             ", on a stored approval"
         } else {

@@ -28,6 +28,8 @@ mod identity;
 mod policy;
 mod proxy;
 mod show;
+mod store;
+mod store_open;
 mod test;
 
 use std::io::{IsTerminal, Write};
@@ -66,6 +68,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
     Test(test::Args),
+    /// See and undo what the decision store remembers: ls, show, forget, budgets, stats, prune.
+    Store(store::Args),
     /// Show which block governs a server id, and each statement's value and origin.
     Show(show::Args),
     /// Compare two policies: which blocks' stored decisions an edit invalidates, and why.
@@ -150,6 +154,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
+        Command::Store(args) => store::run(args),
         Command::Show(args) => show::run(args),
         Command::Diff(args) => diff::run(args),
     }

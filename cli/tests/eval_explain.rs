@@ -126,7 +126,7 @@ fn explain_names_step_block_and_statement() {
             "any",
             request("e", 10),
             vec![],
-            "explain: step 3 (replay) for defaults: `budget 2 requests per day` (defaults, line 6), answered from the store (the statement is derived from the stored reason)",
+            "explain: step 3 (replay) for defaults: `budget 2 requests per day` (defaults, line 6), answered from the store (the statement recorded with the decision)",
         ),
     ];
     for (server, body, extra, expected) in cases {
