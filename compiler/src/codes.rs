@@ -191,6 +191,17 @@ it) and `caf\u{e9}` are the same server. The pattern is written in another form;
 it is read as its NFC spelling, which the help line shows. Write that spelling,
 so that what you read is what is matched.",
 
+    W0305 Warning "server globs overlap" =>
+"Two server globs both match some ids, and neither covers the other: `a*` then
+`*b` both match `ab`, and the first matching block wins, so `ab` gets the `a*`
+block. The warning names such an id. If that is meant, say so with a block for
+the overlap above both (or suppress the warning); otherwise make the globs
+disjoint. A glob that covers a later one entirely is E0302 instead, and a
+narrower glob before a wider one is the usual order and not reported.
+
+    server \"a*\" { max_tokens 512 }
+    server \"*b\" { sampling off }     # warning: `ab` goes to `a*`",
+
     // ---- reasons: E04xx / W04xx
     E0401 Error "undeclared reason" =>
 "`as NAME` names a reason that is neither built in nor declared. Declare it with
@@ -274,6 +285,16 @@ user saying no.",
     E0506 Error "error code out of range" =>
 "JSON-RPC error codes are integers; mcpolicy keeps them within a 32-bit signed
 integer so that every client and language can represent them exactly.",
+
+    W0507 Warning "`user.denied` answers with a code other than -1" =>
+"MCP asks clients to answer a user's refusal of sampling with -1, in every
+revision mcpolicy knows, and the runtime treats a client's -1 as the user's
+refusal (docs/spec/frames.md, \"Codes\"). A redeclared `user.denied` with another
+code makes a stored refusal replay as something a server cannot tell from a
+policy denial. Write `code -1`, or leave `code` out (the built-in is -1).
+
+    reason user.denied { code -32010 }   # warning
+    reason user.denied { ttl 1h }        # ok: the code stays -1",
 
     // ---- statement semantics: E06xx / W06xx
     W0601 Warning "context scope deprecated in this revision" =>
