@@ -309,6 +309,23 @@ did not declare it is treated as `max_context none`.",
     W0604 Warning "statement has no effect" =>
 "The block says `sampling off`, so every request is denied before this statement
 is reached. Remove it, or turn sampling on.",
+
+    // ---- suppressions: W07xx (these two cannot themselves be suppressed)
+    W0701 Warning "suppression suppresses nothing" =>
+"`# mcpolicy: allow CODE` names a warning that is not reported where the
+comment applies: on its line, or, for a comment on a line of its own, in the
+item or statement that follows (the whole block when a block follows). A stale
+suppression would silently hide the warning if it came back, so remove it.
+
+    server \"a*\" { max_tokens 512 }   # mcpolicy: allow W0305   <- nothing to allow",
+    W0702 Warning "suppression names no warning code" =>
+"A suppression reads `# mcpolicy: allow CODE[, CODE…] [-- why]`. Each CODE
+must be a warning code (`mcpc explain CODE` lists what it means). Errors cannot
+be suppressed: a policy with an error is not compiled. W0701 and W0702 cannot
+be suppressed either.
+
+    # mcpolicy: allow W0305 -- a-prod is meant to get the a* block
+    server \"*-prod\" { sampling off }",
 }
 
 #[cfg(test)]

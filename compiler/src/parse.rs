@@ -317,10 +317,7 @@ impl Builder {
     fn collect_comments(&mut self, pair: &Pair<'_, Rule>) {
         for inner in pair.clone().into_inner().flatten() {
             if inner.as_rule() == Rule::COMMENT {
-                self.comments.push(Comment {
-                    text: inner.as_str().trim_end().to_owned(),
-                    span: inner.as_span().into(),
-                });
+                self.comments.push(comment(&inner));
             }
         }
     }
@@ -329,10 +326,7 @@ impl Builder {
         let span: Span = pair.as_span().into();
         match pair.as_rule() {
             Rule::COMMENT => {
-                self.comments.push(Comment {
-                    text: pair.as_str().trim_end().to_owned(),
-                    span,
-                });
+                self.comments.push(comment(&pair));
                 return;
             }
             Rule::EOI => return,
@@ -892,5 +886,20 @@ server "github-*" { sampling off }
         ] {
             let _ = parse(&text);
         }
+    }
+}
+
+/// A comment as read, with the start of its line (inline suppressions,
+/// `docs/spec/language.md`, "Suppressing a warning").
+fn comment(pair: &Pair<'_, Rule>) -> Comment {
+    let span = pair.as_span();
+    let input = span.get_input();
+    let before = input.get(..span.start()).unwrap_or_default();
+    let line_start = before.rfind(['\n', '\r']).map_or(0, |at| at + 1);
+    Comment {
+        text: pair.as_str().trim_end().to_owned(),
+        span: span.into(),
+        line_start,
+        own_line: before[line_start..].trim().is_empty(),
     }
 }

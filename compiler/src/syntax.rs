@@ -96,6 +96,11 @@ pub struct Comment {
     pub text: String,
     /// Where it was written.
     pub span: Span,
+    /// Where its line starts: the code before it on the line, if any, lies
+    /// in `line_start..span.start` (inline suppressions cover that code).
+    pub line_start: usize,
+    /// Nothing but blanks before it on its line.
+    pub own_line: bool,
 }
 
 /// A top-level item.
@@ -413,8 +418,14 @@ impl Shift for IntLit {
 
 impl Shift for Comment {
     fn shift(&mut self, by: usize) {
-        let Comment { text: _, span } = self;
+        let Comment {
+            text: _,
+            span,
+            line_start,
+            own_line: _,
+        } = self;
         span.shift(by);
+        *line_start += by;
     }
 }
 

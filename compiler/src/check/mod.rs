@@ -5,6 +5,7 @@
 mod codes_rule;
 mod reread;
 mod servers;
+mod suppress;
 mod values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -58,6 +59,7 @@ pub fn check(file: &SourceFile) -> Analysis {
     checker.run(file);
     let mut diagnostics = checker.diagnostics;
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end, d.code));
+    suppress::apply(file, &mut diagnostics);
     Analysis {
         diagnostics,
         model: checker.model,
