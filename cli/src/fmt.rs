@@ -53,7 +53,7 @@ fn table_of(text: &str) -> Option<String> {
 /// name the new text and leave the other names with the old one, and
 /// writing in place is not atomic (a crash half way would leave a truncated
 /// and possibly weaker policy).
-fn write_atomically(path: &str, text: &str) -> Result<(), String> {
+pub(crate) fn write_atomically(path: &str, text: &str) -> Result<(), String> {
     use std::io::Write;
 
     let target = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve {path}: {e}"))?;

@@ -3,6 +3,7 @@
 //! going after each error, so one bad item never hides the next.
 
 mod codes_rule;
+pub mod fix;
 mod reread;
 mod servers;
 mod suppress;
