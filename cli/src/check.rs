@@ -10,6 +10,7 @@ use mcpolicy_compiler::input;
 use mcpolicy_compiler::render::{self, FileReport};
 
 use super::fmt::write_atomically;
+use super::inputs;
 use super::{ColorChoice, emit, emit_err, fail, human_style};
 
 /// Output formats.
@@ -27,7 +28,8 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Policy files; `-` reads standard input.
+    /// Policy files or directories (every `*.mcpolicy` under them, sorted;
+    /// hidden directories and `target/` skipped); `-` reads standard input.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<String>,
     /// Output format.
@@ -100,7 +102,11 @@ pub fn run(args: Args) -> ExitCode {
     if args.fix && args.files.iter().any(|f| f == "-") {
         return fail("--fix rewrites files in place; it cannot fix standard input");
     }
-    for path in &args.files {
+    let files = match inputs::expand(&args.files) {
+        Ok(files) => files,
+        Err(error) => return fail(error),
+    };
+    for path in &files {
         let loaded = match input::load(path) {
             Ok(loaded) => loaded,
             Err(error) => return fail(format!("cannot read {path}: {error}")),

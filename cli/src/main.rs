@@ -24,6 +24,7 @@ mod eval;
 mod explain;
 mod fmt;
 mod identity;
+mod inputs;
 mod policy;
 mod proxy;
 mod test;
