@@ -740,6 +740,21 @@ pub fn unescape(body: &str, offset: usize) -> (String, Vec<(Span, String)>) {
     (value, errors)
 }
 
+/// A comment as read, with the start of its line (inline suppressions,
+/// `docs/spec/language.md`, "Suppressing a warning").
+fn comment(pair: &Pair<'_, Rule>) -> Comment {
+    let span = pair.as_span();
+    let input = span.get_input();
+    let before = input.get(..span.start()).unwrap_or_default();
+    let line_start = before.rfind(['\n', '\r']).map_or(0, |at| at + 1);
+    Comment {
+        text: pair.as_str().trim_end().to_owned(),
+        span: span.into(),
+        line_start,
+        own_line: before[line_start..].trim().is_empty(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -886,20 +901,5 @@ server "github-*" { sampling off }
         ] {
             let _ = parse(&text);
         }
-    }
-}
-
-/// A comment as read, with the start of its line (inline suppressions,
-/// `docs/spec/language.md`, "Suppressing a warning").
-fn comment(pair: &Pair<'_, Rule>) -> Comment {
-    let span = pair.as_span();
-    let input = span.get_input();
-    let before = input.get(..span.start()).unwrap_or_default();
-    let line_start = before.rfind(['\n', '\r']).map_or(0, |at| at + 1);
-    Comment {
-        text: pair.as_str().trim_end().to_owned(),
-        span: span.into(),
-        line_start,
-        own_line: before[line_start..].trim().is_empty(),
     }
 }
