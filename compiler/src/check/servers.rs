@@ -102,54 +102,99 @@ pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl]) {
     overlapping_globs(checker, &overlaps);
 }
 
-/// The most pairs of globs compared for W0305; a policy with more globs than
-/// that is generated, and its author is not reading warnings one by one.
+/// The most pairs of globs compared for W0305; a policy with more globs that
+/// could overlap is generated, and its author is not reading warnings one by
+/// one.
 const MAX_GLOB_PAIRS: usize = 200_000;
 
 /// W0305: two globs that both match some id, neither covering the other. The
 /// first one wins that id, which the author of the second may not expect.
 /// A later glob covered by an earlier one is E0302 (already reported); an
 /// earlier glob covered by a later one is the usual order (specific first).
+///
+/// Only globs whose literal starts agree (one a prefix of the other) can
+/// share an id, so each glob is paired with those alone: the globs whose
+/// start is a prefix of its own (looked up by each prefix) and those whose
+/// start extends its own (a range of the sorted starts). A policy of many
+/// globs with distinct starts stays near-linear.
 fn overlapping_globs(checker: &mut Checker, globs: &[(&str, Span)]) {
-    if globs.len().saturating_mul(globs.len()) / 2 > MAX_GLOB_PAIRS {
+    let patterns: Vec<&str> = globs.iter().map(|(g, _)| *g).collect();
+    let Some(pairs) = candidate_pairs(&patterns) else {
         return;
+    };
+    for (i, j) in pairs {
+        let ((first, first_span), (second, span)) = (globs[i], globs[j]);
+        let (sa, sb) = (literal_suffix(first), literal_suffix(second));
+        if !(sa.ends_with(sb) || sb.ends_with(sa)) {
+            continue;
+        }
+        if glob::covers(second, first) || glob::covers(first, second) {
+            continue;
+        }
+        let Some(witness) = overlap_witness(first, second) else {
+            continue;
+        };
+        // `covers` is sound, not complete (`?*` covers `*a`): warn only
+        // when each glob surely matches an id the other does not.
+        if only_in(first, second) != Some(true) || only_in(second, first) != Some(true) {
+            continue;
+        }
+        checker.push(
+            Diagnostic::new(
+                Code::W0305,
+                span,
+                format!("`{second}` overlaps `{first}` above: an id such as `{witness}` matches both and goes to `{first}`"),
+                format!("`{witness}` never gets this block"),
+            )
+            .related(first_span, format!("`{first}` matches `{witness}` first"))
+            .help(format!(
+                "if `{witness}` belongs here, add a block for it (or a narrower glob) above `{first}`; otherwise make the globs disjoint"
+            )),
+        );
     }
-    for (i, (first, first_span)) in globs.iter().enumerate() {
-        for (second, span) in &globs[i + 1..] {
-            // Globs whose literal starts (or ends) disagree match no id in
-            // common: a cheap test that spares the searches on most pairs.
-            let (pa, pb) = (literal_prefix(first), literal_prefix(second));
-            let (sa, sb) = (literal_suffix(first), literal_suffix(second));
-            if !(pa.starts_with(pb) || pb.starts_with(pa))
-                || !(sa.ends_with(sb) || sb.ends_with(sa))
-            {
-                continue;
+}
+
+/// The pairs `(i, j)`, `i < j`, of globs whose literal starts agree, the
+/// only ones that can share an id; `None` when there are more than
+/// [`MAX_GLOB_PAIRS`].
+fn candidate_pairs(globs: &[&str]) -> Option<Vec<(usize, usize)>> {
+    let starts: Vec<&str> = globs.iter().map(|g| literal_prefix(g)).collect();
+    let mut by_start: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, start) in starts.iter().enumerate() {
+        by_start.entry(start).or_default().push(i);
+    }
+    let mut sorted: Vec<(&str, usize)> = starts.iter().copied().zip(0..).collect();
+    sorted.sort_unstable();
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for (i, start) in starts.iter().enumerate() {
+        // Globs whose start is a prefix of this one's (including equal).
+        for cut in (0..=start.len()).filter(|c| start.is_char_boundary(*c)) {
+            if let Some(found) = by_start.get(&start[..cut]) {
+                pairs.extend(
+                    found
+                        .iter()
+                        .filter(|j| **j != i)
+                        .map(|j| (i.min(*j), i.max(*j))),
+                );
             }
-            if glob::covers(second, first) || glob::covers(first, second) {
-                continue;
+        }
+        // Globs whose start strictly extends this one's.
+        let from = sorted.partition_point(|(s, _)| *s <= *start);
+        for (other, j) in sorted[from..]
+            .iter()
+            .take_while(|(s, _)| s.starts_with(start))
+        {
+            if other.len() > start.len() {
+                pairs.push((i.min(*j), i.max(*j)));
             }
-            let Some(witness) = overlap_witness(first, second) else {
-                continue;
-            };
-            // `covers` is sound, not complete (`?*` covers `*a`): warn only
-            // when each glob surely matches an id the other does not.
-            if only_in(first, second) != Some(true) || only_in(second, first) != Some(true) {
-                continue;
-            }
-            checker.push(
-                Diagnostic::new(
-                    Code::W0305,
-                    *span,
-                    format!("`{second}` overlaps `{first}` above: an id such as `{witness}` matches both and goes to `{first}`"),
-                    format!("`{witness}` never gets this block"),
-                )
-                .related(*first_span, format!("`{first}` matches `{witness}` first"))
-                .help(format!(
-                    "if `{witness}` belongs here, add a block for it (or a narrower glob) above `{first}`; otherwise make the globs disjoint"
-                )),
-            );
+        }
+        if pairs.len() > 2 * MAX_GLOB_PAIRS {
+            return None;
         }
     }
+    pairs.sort_unstable();
+    pairs.dedup();
+    Some(pairs)
 }
 
 /// One glob item: `*`, `?` or a literal character.
@@ -416,6 +461,20 @@ mod tests {
                     // A shortest common id is no longer than both patterns' lengths together.
                     for id in ids(a.len() + b.len()) {
                         prop_assert!(!(glob::matches(&a, &id) && glob::matches(&b, &id)), "{a} and {b} both match {id}");
+                    }
+                }
+            }
+        }
+
+        /// Pairing by literal starts drops no pair that shares an id.
+        #[test]
+        fn candidate_pairs_keep_every_overlap(globs in prop::collection::vec("[ab]{0,3}[*?][ab*?]{0,2}", 1..8)) {
+            let refs: Vec<&str> = globs.iter().map(String::as_str).collect();
+            let pairs = candidate_pairs(&refs).unwrap_or_default();
+            for i in 0..refs.len() {
+                for j in i + 1..refs.len() {
+                    if overlap_witness(refs[i], refs[j]).is_some() {
+                        prop_assert!(pairs.contains(&(i, j)), "{} / {}", refs[i], refs[j]);
                     }
                 }
             }
