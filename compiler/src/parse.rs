@@ -747,11 +747,26 @@ fn comment(pair: &Pair<'_, Rule>) -> Comment {
     let input = span.get_input();
     let before = input.get(..span.start()).unwrap_or_default();
     let line_start = before.rfind(['\n', '\r']).map_or(0, |at| at + 1);
+    let own_line = before[line_start..].trim().is_empty();
+    let text = pair.as_str().trim_end();
+    let end = span.start() + text.len();
+    let removal = if own_line {
+        let after = input.get(end..).unwrap_or_default();
+        let break_len = if after.starts_with("\r\n") {
+            2
+        } else {
+            usize::from(after.starts_with(['\n', '\r']))
+        };
+        Span::new(line_start, end + break_len)
+    } else {
+        Span::new(before.trim_end().len(), end)
+    };
     Comment {
-        text: pair.as_str().trim_end().to_owned(),
-        span: span.into(),
+        text: text.to_owned(),
+        span: Span::new(span.start(), end),
         line_start,
-        own_line: before[line_start..].trim().is_empty(),
+        own_line,
+        removal,
     }
 }
 

@@ -101,6 +101,9 @@ pub struct Comment {
     pub line_start: usize,
     /// Nothing but blanks before it on its line.
     pub own_line: bool,
+    /// What removing the comment takes out: with the blanks before it, and
+    /// for a comment on a line of its own, the whole line and its break.
+    pub removal: Span,
 }
 
 /// A top-level item.
@@ -423,9 +426,11 @@ impl Shift for Comment {
             span,
             line_start,
             own_line: _,
+            removal,
         } = self;
         span.shift(by);
         *line_start += by;
+        removal.shift(by);
     }
 }
 

@@ -89,7 +89,11 @@ pub(super) fn apply(file: &SourceFile, diagnostics: &mut Vec<Diagnostic>) {
                     .zip(used)
                     .all(|(n, u)| !u && n.code.is_some())
             {
-                ("remove the suppression".to_owned(), String::new())
+                (
+                    "remove the suppression".to_owned(),
+                    s.comment.removal,
+                    String::new(),
+                )
             } else {
                 let kept: Vec<&str> = s
                     .names
@@ -99,6 +103,7 @@ pub(super) fn apply(file: &SourceFile, diagnostics: &mut Vec<Diagnostic>) {
                     .collect();
                 (
                     format!("stop allowing `{}`", name.text),
+                    s.comment.span,
                     rewrite(&s.comment.text, &kept),
                 )
             };
@@ -115,7 +120,7 @@ pub(super) fn apply(file: &SourceFile, diagnostics: &mut Vec<Diagnostic>) {
                     "suppresses nothing",
                 )
                 .help("remove it: a stale suppression would hide the warning when it comes back somewhere unexpected")
-                .fix(fix.0, s.comment.span, fix.1),
+                .fix(fix.0, fix.1, fix.2),
             );
         }
     }
