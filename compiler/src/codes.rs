@@ -313,9 +313,11 @@ is reached. Remove it, or turn sampling on.",
     // ---- suppressions: W07xx (these two cannot themselves be suppressed)
     W0701 Warning "suppression suppresses nothing" =>
 "`# mcpolicy: allow CODE` names a warning that is not reported where the
-comment applies: on its line, or, for a comment on a line of its own, in the
-item or statement that follows (the whole block when a block follows). A stale
-suppression would silently hide the warning if it came back, so remove it.
+comment applies: on its line (the whole block when the line ends a block with
+`}`), or, for a comment on a line of its own, in the item or statement that
+follows (the whole block when a block follows). A stale suppression would
+silently hide the warning if it came back, so remove it; `mcpc check --fix`
+does.
 
     server \"a*\" { max_tokens 512 }   # mcpolicy: allow W0305   <- nothing to allow",
     W0702 Warning "suppression names no warning code" =>
