@@ -45,6 +45,8 @@ pub struct World {
     pub documents: HashMap<String, Document>,
     /// The negotiated position encoding.
     pub encoding: Encoding,
+    /// What the client said it supports, where an answer depends on it.
+    pub client: crate::settings::ClientSupport,
     /// The last generation given to a document.
     generation: u64,
 }
@@ -153,6 +155,7 @@ impl World {
             db: Database::incremental(),
             documents: HashMap::new(),
             encoding,
+            client: crate::settings::ClientSupport::default(),
             generation: 0,
         }
     }
