@@ -18,6 +18,7 @@ macro_rules! sayln {
     };
 }
 
+mod audit;
 mod check;
 mod compile;
 mod completions;
@@ -55,6 +56,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Report on the proxy's --audit logs, per server.
+    Audit(audit::Args),
     /// Check policies and report every finding.
     #[command(
         after_help = "Exit codes: 0 no errors (and no warnings with --deny-warnings); 1 findings that fail the check; 2 usage or I/O error."
@@ -165,6 +168,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Audit(args) => audit::run(args),
         Command::Check(args) => check::run(args),
         Command::Compile(args) => compile::run(args),
         Command::Fmt(args) => fmt::run(args),

@@ -579,8 +579,14 @@ fn retry_50_identical_costs_one_evaluation() {
     assert_eq!(denials[0]["reason"], "policy.budget_exhausted");
     assert_eq!(
         denials[0]["requested"],
-        json!({"includeContext": "allServers", "maxTokens": 500})
+        json!({"includeContext": "allServers", "maxTokens": 500, "modelHints": null})
     );
+    // 49 re-presentations within ten minutes: one retry-loop alert (the
+    // built-in threshold is 40), after the 41st.
+    let alerts: Vec<&Value> = audit.iter().filter(|l| l["event"] == "alert").collect();
+    assert_eq!(alerts.len(), 1, "{alerts:#?}");
+    assert_eq!(alerts[0]["alert"]["kind"], "retries");
+    assert_eq!(alerts[0]["alert"]["count"], 41);
     assert!(
         denials[0]["identity"]
             .as_str()

@@ -665,6 +665,8 @@ mod tests {
                 (None, Origin::BuiltIn, None),
                 (Some("consent first"), Origin::BuiltIn, None),
                 (None, Origin::BuiltIn, None),
+                // `retry_alert`, unset: the runtime's built-in 40 per 10m.
+                (None, Origin::BuiltIn, None),
             ]
         );
     }

@@ -25,7 +25,7 @@ use std::fmt::Debug;
 use mcpolicy_grammar::Rule;
 use mcpolicy_runtime::table::{
     Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, Deadline, EffectiveBlock, Limit,
-    ProtocolRevision, Rate, Switch, Ttl, Window, builtin,
+    ProtocolRevision, Rate, RetryAlert, Switch, Ttl, Window, builtin,
 };
 
 use crate::codes::Code;
@@ -438,6 +438,23 @@ impl Stated for Rate {
             self.count,
             duration(self.window_ms),
             as_clause(&self.reason, decl)
+        )
+    }
+}
+
+impl Stated for RetryAlert {
+    fn item(value: Value, _: Option<String>) -> Option<Self> {
+        match value {
+            Value::Rate { count, window_ms } => Some(RetryAlert { count, window_ms }),
+            _ => None,
+        }
+    }
+    fn line(&self, decl: &StatementDecl) -> String {
+        format!(
+            "{} {} per {}",
+            decl.keyword(),
+            self.count,
+            duration(self.window_ms)
         )
     }
 }
@@ -920,6 +937,22 @@ statements! {
         noun: "",
         lint: None,
     }
+    /// `retry_alert 40 per 10m`
+    RetryAlert {
+        keyword: "retry_alert",
+        rule: retry_alert_stmt,
+        // `None`: the runtime's built-in 40 per 10m (`mcpolicy_runtime::alert`).
+        field: retry_alert: Option<RetryAlert> = None,
+        shape: Shape::Rate,
+        reason: None,
+        syntax: "retry_alert COUNT per DURATION    (40 per 10m, the built-in default)",
+        meaning: "When an identity re-presented more than COUNT times within DURATION is a retry loop, raised once per identity per window; the same window measures the trim alert (90 % of at least 20 calls trimmed). An alert decides nothing and is not part of the block's digest: changing it forgets no stored decision.",
+        outcome: "an alert: a warning in the proxy's log and an `alert` audit line",
+        example: "retry_alert 40 per 10m",
+        values: &[],
+        noun: "",
+        lint: None,
+    }
 }
 
 /// W0602: `tools` means nothing before MCP 2025-11-25.
@@ -1368,8 +1401,8 @@ mod tests {
             Code::E0101.explanation(),
             "The word does not name any statement. Blocks (`defaults`, `server`) accept
 `sampling`, `tools`, `max_context`, `max_input`, `max_messages`, `max_tokens`,
-`rate`, `budget`, `deadline`, `consent` and `models`; `reason` blocks accept
-`retryable`, `ttl`, `message` and `code`."
+`rate`, `budget`, `deadline`, `consent`, `models` and `retry_alert`; `reason`
+blocks accept `retryable`, `ttl`, `message` and `code`."
         );
     }
 

@@ -7,8 +7,10 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
+use mcpolicy_runtime::alert::Alert;
 use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
 use mcpolicy_runtime::engine::Cause;
+use mcpolicy_runtime::frame::Annotations;
 use serde_json::{Map, Value};
 
 fn now_rfc3339() -> String {
@@ -77,9 +79,11 @@ pub struct Audit {
     sink: Mutex<Box<dyn Write + Send>>,
 }
 
-/// One audit line. `requested`/`applied` hold `includeContext` and
-/// `maxTokens` of the request as the server sent it and as it ran (`applied`
-/// is `None` for a denial: nothing ran).
+/// One audit line. `requested`/`applied` hold `includeContext`,
+/// `maxTokens` and the model hint names of the request as the server sent it
+/// and as it ran (`applied` is `None` for a denial: nothing ran). The format
+/// is `runtime/schema/mcpolicy-audit-1.schema.json`, described in
+/// `proxy/PROXY.md` ("The audit log").
 #[derive(Debug, Clone, Default)]
 pub struct Entry<'a> {
     /// `decision` (the engine decided a request), `consent` (the client
@@ -112,6 +116,10 @@ pub struct Entry<'a> {
     /// What decided, as the engine names it (for decisions, consents and
     /// deadline misses): written as `cause`.
     pub cause: Option<&'a Cause>,
+    /// What a trim changed and why (a `trim`, or a `consent` shown
+    /// narrowed): written as `trims` (the result's `_meta` notes) and
+    /// `reasons` (their reason names, in `_meta` order).
+    pub trims: Option<&'a Annotations>,
 }
 
 /// `{"block": PATTERN|null, "statement": KEYWORD|null, "budget": INDEX?,
@@ -139,7 +147,10 @@ fn cause_json(cause: &Cause) -> Value {
     Value::Object(out)
 }
 
-/// `includeContext` and `maxTokens` of a params object, `null` when absent.
+/// `includeContext`, `maxTokens` and `modelHints` of a params object, each
+/// `null` when absent. `modelHints` lists the names of
+/// `modelPreferences.hints` in order (`null` for a hint without a string
+/// name), so that a model trim shows what was asked and what was kept.
 fn sizing(params: Option<&Map<String, Value>>) -> Value {
     match params {
         None => Value::Null,
@@ -151,8 +162,89 @@ fn sizing(params: Option<&Map<String, Value>>) -> Value {
                     params.get(key).cloned().unwrap_or(Value::Null),
                 );
             }
+            let hints = params
+                .get("modelPreferences")
+                .and_then(|prefs| prefs.get("hints"))
+                .and_then(Value::as_array)
+                .map_or(Value::Null, |hints| {
+                    Value::Array(
+                        hints
+                            .iter()
+                            .map(|hint| {
+                                hint.get("name")
+                                    .and_then(Value::as_str)
+                                    .map_or(Value::Null, Value::from)
+                            })
+                            .collect(),
+                    )
+                });
+            out.insert("modelHints".to_owned(), hints);
             Value::Object(out)
         }
+    }
+}
+
+/// The trim notes (as the result's `_meta` carries them) and their reasons.
+fn trim_json(trims: &Annotations) -> (Value, Value) {
+    let meta = trims.to_meta();
+    let reasons = meta
+        .values()
+        .filter_map(|note| note.get("reason").cloned())
+        .collect();
+    (Value::Object(meta), Value::Array(reasons))
+}
+
+/// The server, the identity and the `alert` member of an alert line.
+fn alert_json(alert: &Alert) -> (&str, &str, Value) {
+    let mut out = Map::new();
+    match alert {
+        Alert::RetryLoop(r) => {
+            out.insert("kind".into(), Value::from("retries"));
+            out.insert("count".into(), Value::from(r.count));
+            out.insert("threshold".into(), Value::from(r.threshold));
+            out.insert("window_ms".into(), Value::from(r.window_ms));
+            out.insert("since".into(), Value::from(format_rfc3339(r.since)));
+            out.insert("represented".into(), Value::from(r.represented));
+            (&r.server_id, &r.identity, Value::Object(out))
+        }
+        Alert::Trimmed(t) => {
+            out.insert("kind".into(), Value::from("trims"));
+            out.insert("count".into(), Value::from(t.trimmed));
+            out.insert("calls".into(), Value::from(t.calls));
+            out.insert("threshold".into(), Value::from(t.percent));
+            out.insert("window_ms".into(), Value::from(t.window_ms));
+            out.insert("since".into(), Value::from(format_rfc3339(t.since)));
+            out.insert("gap".into(), Value::Object(t.gap.to_meta()));
+            (&t.server_id, &t.identity, Value::Object(out))
+        }
+        // `Alert` is non-exhaustive: a kind this proxy does not know is
+        // still written, by its debug form, rather than lost.
+        other => {
+            out.insert("kind".into(), Value::from(format!("{other:?}")));
+            ("", "", Value::Object(out))
+        }
+    }
+}
+
+/// The warning the log carries for an alert.
+pub fn alert_message(alert: &Alert) -> String {
+    match alert {
+        Alert::RetryLoop(r) => format!(
+            "warning: retry loop: identity {} re-presented {} times within {} s (threshold {}; represented {} in all); the server keeps sending a request the policy refused",
+            r.identity,
+            r.count,
+            r.window_ms / 1000,
+            r.threshold,
+            r.represented
+        ),
+        Alert::Trimmed(t) => format!(
+            "warning: {} of {} requests within {} s were trimmed; last asked {}",
+            t.trimmed,
+            t.calls,
+            t.window_ms / 1000,
+            Value::Object(t.gap.to_meta())
+        ),
+        other => format!("warning: {other:?}"),
     }
 }
 
@@ -198,6 +290,27 @@ impl Audit {
         if let Some(cause) = entry.cause {
             line.insert("cause".into(), cause_json(cause));
         }
+        if let Some(trims) = entry.trims.filter(|t| !t.is_empty()) {
+            let (notes, reasons) = trim_json(trims);
+            line.insert("trims".into(), notes);
+            line.insert("reasons".into(), reasons);
+        }
+        self.put(line);
+    }
+
+    /// Writes an `alert` line (`proxy/PROXY.md`, "The audit log").
+    pub fn alert(&self, alert: &Alert) {
+        let mut line = Map::new();
+        line.insert("time".into(), Value::from(now_rfc3339()));
+        line.insert("event".into(), Value::from("alert"));
+        let (server, identity, body) = alert_json(alert);
+        line.insert("server".into(), Value::from(server));
+        line.insert("identity".into(), Value::from(identity));
+        line.insert("alert".into(), body);
+        self.put(line);
+    }
+
+    fn put(&self, line: Map<String, Value>) {
         let mut text = Value::Object(line).to_string();
         text.push('\n');
         let mut sink = match self.sink.lock() {

@@ -35,6 +35,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::Engine;
+use mcpolicy_runtime::alert::Alert;
 use mcpolicy_runtime::engine::{
     Answer, ClientContext, Decision, Denial, Grant, InputOutcome, PendingConsent,
 };
@@ -46,7 +47,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::inflight::{Awaiting, Flight, InFlight, Refusal, Sampling, Task, TaskMethod, TaskState};
-use super::log::{Audit, Entry, Log};
+use super::log::{Audit, Entry, Log, alert_message};
 
 /// A line sink: the child's stdin or the proxy's stdout.
 pub type Sink = Box<dyn Write + Send>;
@@ -377,6 +378,18 @@ impl Session {
         lock(&self.to_server).take();
     }
 
+    /// Shows an alert the engine raised: a warning in the log and an
+    /// `alert` audit line, once (the engine raises each once per window).
+    fn raise(&self, alert: Option<&Alert>) {
+        let Some(alert) = alert else {
+            return;
+        };
+        self.log.line(alert_message(alert));
+        if let Some(audit) = &self.audit {
+            audit.alert(alert);
+        }
+    }
+
     fn audit(&self, entry: &Entry<'_>) {
         if let Some(audit) = &self.audit {
             audit.write(&self.server_id, entry);
@@ -417,6 +430,7 @@ impl Session {
             applied: None,
             code: Some(denial.code()),
             cause: Some(&cause),
+            trims: None,
         });
     }
 
@@ -630,6 +644,21 @@ impl Session {
             rewritten,
         } = request;
         let id = id.unwrap_or(Value::Null);
+        // Written after the decision's own line, which it is about.
+        let alert = decision.alert().cloned();
+        self.decided_outcome(raw, key, id, params, rewritten, decision);
+        self.raise(alert.as_ref());
+    }
+
+    fn decided_outcome(
+        &self,
+        raw: &[u8],
+        key: String,
+        id: Value,
+        params: Map<String, Value>,
+        rewritten: bool,
+        decision: Decision,
+    ) {
         match decision {
             Decision::Deny(denial) => {
                 self.audit_denial("decision", "request", Some(&id), &params, &denial);
@@ -661,6 +690,7 @@ impl Session {
                     requested: Some(&params),
                     applied: Some(&shown),
                     cause: Some(pending.cause()),
+                    trims: Some(pending.annotations()),
                     ..Entry::default()
                 });
                 let forward = (!pending.lowered().is_empty() || rewritten)
@@ -784,6 +814,7 @@ impl Session {
                 }
                 InputOutcome::Decided { request, decision } => {
                     let params = request.params;
+                    let alert = decision.alert().cloned();
                     match decision {
                         Decision::Deny(denial) => {
                             self.audit_denial(
@@ -837,6 +868,7 @@ impl Session {
                                 requested: Some(&params),
                                 applied: Some(&shown),
                                 cause: Some(pending.cause()),
+                                trims: Some(pending.annotations()),
                                 ..Entry::default()
                             });
                             if !pending.lowered().is_empty() {
@@ -853,6 +885,7 @@ impl Session {
                             ));
                         }
                     }
+                    self.raise(alert.as_ref());
                 }
             }
         }
@@ -1537,6 +1570,7 @@ fn grant_entry<'a>(
         requested: Some(requested),
         applied: Some(applied),
         cause: Some(grant.cause()),
+        trims: Some(grant.annotations()),
         ..Entry::default()
     }
 }
@@ -1798,8 +1832,13 @@ server "tight" {
         assert_eq!(audit["outcome"], "trim");
         assert_eq!(
             audit["applied"],
-            json!({"includeContext": "thisServer", "maxTokens": 1000})
+            json!({"includeContext": "thisServer", "maxTokens": 1000, "modelHints": null})
         );
+        assert_eq!(
+            audit["reasons"],
+            json!(["policy.max_scope", "policy.max_tokens"])
+        );
+        assert_eq!(audit["trims"]["maxTokens"]["requested"], 5000);
     }
 
     #[test]

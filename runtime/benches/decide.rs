@@ -86,6 +86,7 @@ fn block(sampling: bool) -> EffectiveBlock {
         }),
         consent: Consent::Never,
         models: None,
+        retry_alert: None,
     }
 }
 

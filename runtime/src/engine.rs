@@ -25,6 +25,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{Map, Value};
 
+use crate::alert::{self, Alert, AlertTracker};
 use crate::calendar;
 use crate::clock::Clock;
 use crate::error::Error;
@@ -313,6 +314,35 @@ impl Decision {
             Decision::NeedsConsent(pending) => pending.grant.cause.clone(),
         }
     }
+
+    /// The alert this decision raised, if any (`docs/spec/evaluation.md`,
+    /// "Alerts"): a retry loop or a server trimmed on nearly every call.
+    /// Raised once per identity (per server) per window; show it to the
+    /// operator (the proxy logs a warning and writes an `alert` audit line).
+    pub fn alert(&self) -> Option<&Alert> {
+        match self {
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert.as_ref(),
+            Decision::Deny(denial) => denial.alert.as_ref(),
+            Decision::NeedsConsent(pending) => pending.grant.alert.as_ref(),
+        }
+    }
+
+    fn set_alert(&mut self, alert: Alert) {
+        match self {
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert = Some(alert),
+            Decision::Deny(denial) => denial.alert = Some(alert),
+            Decision::NeedsConsent(pending) => pending.grant.alert = Some(alert),
+        }
+    }
+
+    /// What a trim changed, for an evaluated request that was trimmed.
+    fn trims(&self) -> Option<&Annotations> {
+        match self {
+            Decision::Allow(grant) | Decision::Trim(grant) => Some(&grant.annotations),
+            Decision::NeedsConsent(pending) => Some(&pending.grant.annotations),
+            Decision::Deny(_) => None,
+        }
+    }
 }
 
 /// Changes a trim makes to a request's params.
@@ -379,6 +409,7 @@ pub struct Grant {
     lowered: Lowered,
     annotations: Annotations,
     cause: Cause,
+    alert: Option<Alert>,
 }
 
 impl Grant {
@@ -420,6 +451,11 @@ impl Grant {
     /// Why the request may run.
     pub fn cause(&self) -> &Cause {
         &self.cause
+    }
+
+    /// The alert the decision raised ([`Decision::alert`]).
+    pub fn alert(&self) -> Option<&Alert> {
+        self.alert.as_ref()
     }
 
     /// The request was allowed on a stored approval (consent not asked again).
@@ -559,6 +595,9 @@ pub struct Denial {
     expiry: Expiry,
     template: Arc<str>,
     origin: Origin,
+    /// The request identity (moved from the decision's key, for alerts).
+    identity: String,
+    alert: Option<Alert>,
 }
 
 /// What a denial's message and cause are derived from.
@@ -595,6 +634,11 @@ impl Denial {
     /// The reason name (`data.reason`), e.g. `policy.budget_exhausted`.
     pub fn reason(&self) -> &str {
         &self.reason
+    }
+
+    /// The alert the decision raised ([`Decision::alert`]).
+    pub fn alert(&self) -> Option<&Alert> {
+        self.alert.as_ref()
     }
 
     /// The server id (`data.server`, NFC).
@@ -912,6 +956,8 @@ struct Inner {
     /// table): unknown retryability is `false`, nothing is stored.
     unknown_reason: ReasonRt,
     purged: RwLock<HashSet<String>>,
+    /// Retry loops and trimmed servers seen by this engine and its clones.
+    alerts: AlertTracker,
 }
 
 impl Engine {
@@ -982,6 +1028,7 @@ impl Engine {
                 reasons,
                 unknown_reason,
                 purged: RwLock::new(HashSet::new()),
+                alerts: AlertTracker::default(),
             }),
         }
     }
@@ -1111,6 +1158,75 @@ impl Engine {
         let server_id = &*glob::nfc(server_id);
         let now = self.now();
         let entry = self.entry_index(server_id);
+        let mut represented = None;
+        let mut decision = self.decide_steps(
+            server_id,
+            entry,
+            identity,
+            params,
+            ctx,
+            now,
+            &mut represented,
+        )?;
+        if let Some(alert) = self.observe(server_id, entry, &decision, represented, now) {
+            decision.set_alert(alert);
+        }
+        Ok(decision)
+    }
+
+    /// Feeds a decision to the alert tracker: its replay's `represented`
+    /// count, and, for an evaluated request, whether it was trimmed (a
+    /// stored denial answered again never reaches the trims, and is not a
+    /// call of the trim alert). The retry-loop alert wins when both would
+    /// be raised by one decision (the trim one is raised by the next
+    /// trimmed call).
+    fn observe(
+        &self,
+        server_id: &str,
+        entry: usize,
+        decision: &Decision,
+        represented: Option<u64>,
+        now: Millis,
+    ) -> Option<Alert> {
+        let setting = self
+            .block(entry)
+            .retry_alert
+            .unwrap_or(alert::DEFAULT_SETTING);
+        let (identity, evaluated) = match decision {
+            Decision::Allow(grant) | Decision::Trim(grant) => (grant.identity(), true),
+            Decision::NeedsConsent(pending) => (pending.identity(), true),
+            Decision::Deny(denial) => (denial.identity.as_str(), !denial.replayed()),
+        };
+        let retry = represented.and_then(|represented| {
+            self.inner
+                .alerts
+                .replayed(server_id, identity, represented, now, setting)
+        });
+        let trim = evaluated
+            .then(|| {
+                self.inner
+                    .alerts
+                    .decided(server_id, identity, decision.trims(), now, setting)
+            })
+            .flatten();
+        retry.or(trim)
+    }
+
+    /// Steps 3–10; `represented` is set to the store's count when a stored
+    /// decision was replayed.
+    // Inlined: it returns a large `Decision`, which a call would copy.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments, reason = "the steps' inputs, passed once")]
+    fn decide_steps(
+        &self,
+        server_id: &str,
+        entry: usize,
+        identity: String,
+        params: &Map<String, Value>,
+        ctx: &ClientContext,
+        now: Millis,
+        represented: &mut Option<u64>,
+    ) -> Result<Decision, Error> {
         let plan = &self.inner.plans[entry];
         let block = self.block(entry);
         let key = DecisionKey {
@@ -1153,6 +1269,7 @@ impl Engine {
             .store
             .replay_or_admit(&key, &plan.digest, now, &mut checks, &mut evaluate)
             .map_err(|e| Error::store(server_id, e))?;
+        *represented = answer.replayed.as_ref().map(|stored| stored.represented);
         let (admission, lowered, annotations) = match (answer.admission, early, trims) {
             (Some(admission), None, Some((lowered, annotations))) => {
                 (admission, lowered, annotations)
@@ -1234,6 +1351,7 @@ impl Engine {
                     },
                 )
             },
+            alert: None,
         };
 
         // 9. Consent.
@@ -1573,6 +1691,7 @@ impl Engine {
         Ok(Denial {
             reason,
             server: key.server_id,
+            identity: key.identity,
             code: rt.code,
             retryable: rt.retryable,
             data,
@@ -1586,6 +1705,7 @@ impl Engine {
                 deadline: produced.deadline,
                 cause: self.cause(entry, Some(produced.statement), produced.step),
             },
+            alert: None,
         })
     }
 
@@ -1614,6 +1734,7 @@ impl Engine {
         Denial {
             reason: stored.reason,
             server: key.server_id,
+            identity: key.identity,
             code: rt.code,
             retryable: rt.retryable,
             data,
@@ -1636,6 +1757,7 @@ impl Engine {
                     _ => 0,
                 },
             },
+            alert: None,
         }
     }
 

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod alert;
 mod calendar;
 pub mod clock;
 pub mod engine;

@@ -238,6 +238,20 @@ pub struct Rate {
     pub reason: String,
 }
 
+/// `retry_alert COUNT per DURATION`: an identity re-presented more than
+/// `count` times within `window_ms` raises a retry-loop alert, and the same
+/// window measures the trim alert (`docs/spec/evaluation.md`, "Alerts").
+/// An observation, not a rule: it decides nothing, so it is left out of the
+/// block's digest ([`block_digest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryAlert {
+    /// Re-presentations per window that are still not a loop.
+    pub count: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+}
+
 /// What a budget counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -323,6 +337,11 @@ pub struct EffectiveBlock {
     pub consent: Consent,
     /// Model-name globs the request may run on; `None` allows any.
     pub models: Option<Vec<String>>,
+    /// When re-presentations become a retry-loop alert; `None` is the
+    /// built-in 40 per 10 minutes. Absent from the table when `None`, so
+    /// that tables of policies without it keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_alert: Option<RetryAlert>,
 }
 
 impl EffectiveBlock {
@@ -544,7 +563,8 @@ impl Table {
 }
 
 /// `sha256:` + hex over the RFC 8785 canonical JSON of
-/// `{"block": block, "reasons": {name: spec for each reason the block can produce}}`.
+/// `{"block": block, "reasons": {name: spec for each reason the block can produce}}`,
+/// the block without its `retry_alert` (an observation, not a rule).
 ///
 /// Including the reasons means that redeclaring a reason (its ttl, code or
 /// retryability) invalidates the decisions of exactly the servers that can
@@ -555,7 +575,19 @@ pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpe
         .into_iter()
         .map(|name| (name, reasons.get(name)))
         .collect();
-    let value = serde_json::json!({ "block": block, "reasons": used });
+    // `retry_alert` decides nothing: changing a threshold must not forget
+    // stored refusals, so the digest covers the block without it (and a
+    // block without it serialises without the member: digests of tables
+    // written before it existed are unchanged).
+    let value = if block.retry_alert.is_some() {
+        let decisive = EffectiveBlock {
+            retry_alert: None,
+            ..block.clone()
+        };
+        serde_json::json!({ "block": decisive, "reasons": used })
+    } else {
+        serde_json::json!({ "block": block, "reasons": used })
+    };
     let mut hasher = Sha256::new();
     identity::write_canonical(&value, &mut hasher);
     let digest = hasher.finalize();

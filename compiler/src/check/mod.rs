@@ -859,9 +859,11 @@ impl Checker {
         }
         if let (true, Some(off)) = (is_server, sampling_off) {
             for stmt in &block.stmts {
+                // `retry_alert` watches the refusals `sampling off` gives.
                 if !matches!(
                     stmt.kind,
-                    StmtKind::Known(Statement::Sampling, _) | StmtKind::Bad(_)
+                    StmtKind::Known(Statement::Sampling | Statement::RetryAlert, _)
+                        | StmtKind::Bad(_)
                 ) {
                     self.push(
                         Diagnostic::new(
@@ -908,8 +910,14 @@ impl Checker {
                     reason: _,
                 },
             ) => {
-                let count =
-                    values::quantity(self, count, Unit::Count, keyword, values::Zero::Refuses);
+                // Zero refuses everything only for a statement that denies
+                // (`rate`); for `retry_alert` it is merely not positive.
+                let zero = if decl.denies() {
+                    values::Zero::Refuses
+                } else {
+                    values::Zero::Plain
+                };
+                let count = values::quantity(self, count, Unit::Count, keyword, zero);
                 let window = values::quantity(
                     self,
                     window,

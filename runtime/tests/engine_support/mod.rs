@@ -55,6 +55,7 @@ pub fn open_block() -> EffectiveBlock {
         deadline: None,
         consent: Consent::Never,
         models: None,
+        retry_alert: None,
     }
 }
 
