@@ -71,9 +71,7 @@ enum Command {
     /// Compile a policy into its decision table (mcpolicy-table/1 JSON).
     Compile(compile::Args),
     /// Decide one sampling request against a policy and print the frame or the forwarded request.
-    #[command(
-        after_help = "Exit codes: 0 allow or trim (the forwarded request is printed), or consent pending (a {\"consent\":\"required\",…} line is printed); 1 deny, an invalid request (its error frame is printed), or a policy with errors; 2 usage, I/O or store failure."
-    )]
+    // Its exit codes and the --explain JSON shape are in eval.rs (EVAL_HELP).
     Eval(eval::Args),
     /// Print the canonical identity of a sampling request.
     Identity(identity::Args),

@@ -215,10 +215,7 @@ impl BlockReport {
 
     /// `max_tokens 100` (defaults, line 5), as a step names a statement.
     pub fn describe_row(&self, row: &StatementRow) -> String {
-        let value = row
-            .value
-            .clone()
-            .unwrap_or_else(|| format!("{} (not set)", row.statement.keyword()));
+        let value = row.value.clone().unwrap_or_else(|| unset_text(row));
         format!("`{value}` ({})", self.origin_text(row))
     }
 
@@ -340,9 +337,27 @@ fn rows_without_provenance(block: &mcpolicy_runtime::table::EffectiveBlock) -> V
 }
 
 fn value_text(row: &StatementRow) -> String {
-    row.value
-        .clone()
-        .unwrap_or_else(|| format!("{} (not set)", row.statement.keyword()))
+    row.value.clone().unwrap_or_else(|| unset_text(row))
+}
+
+/// A statement no block states: `retry_alert` still has the runtime's
+/// built-in setting (`runtime::alert::DEFAULT_SETTING`), which the reader
+/// should see; every other such statement is simply not set.
+fn unset_text(row: &StatementRow) -> String {
+    let keyword = row.statement.keyword();
+    if keyword == "retry_alert" {
+        let setting = mcpolicy_runtime::alert::DEFAULT_SETTING;
+        let ms = setting.window_ms;
+        let window = if ms % 3_600_000 == 0 {
+            format!("{}h", ms / 3_600_000)
+        } else if ms % 60_000 == 0 {
+            format!("{}m", ms / 60_000)
+        } else {
+            format!("{}s", ms / 1000)
+        };
+        return format!("{keyword} {} per {window}", setting.count);
+    }
+    format!("{keyword} (not set)")
 }
 
 /// Why a pattern does not match, as a sentence.
