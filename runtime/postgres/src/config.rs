@@ -54,13 +54,12 @@ impl StoreSpec {
     /// from `PGPASSWORD` or the password file.
     pub fn parse(spec: &str) -> Result<StoreSpec, ConfigError> {
         let spec = spec.trim();
-        let (rest, schema, passfile) = if spec.starts_with("postgres://")
-            || spec.starts_with("postgresql://")
-        {
-            split_url(spec)?
-        } else {
-            split_pairs(spec)?
-        };
+        let (rest, schema, passfile) =
+            if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+                split_url(spec)?
+            } else {
+                split_pairs(spec)?
+            };
         if let Some(schema) = &schema
             && !valid_schema(schema)
         {
@@ -238,7 +237,12 @@ fn from_passfile(config: &postgres::Config, explicit: Option<PathBuf>) -> Option
         Some(postgres::config::Host::Unix(_)) => "localhost".to_owned(),
         None => "localhost".to_owned(),
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
     let user = config.get_user().unwrap_or_default().to_owned();
     let dbname = config.get_dbname().unwrap_or(&user).to_owned();
     let wanted = [host, port, dbname, user];

@@ -154,13 +154,12 @@ impl Statements {
                 "SELECT {DECISION_COLUMNS} FROM decisions WHERE server_id = $1 AND identity = $2"
             ))?,
             admit: client.prepare(
-                "SELECT refused_index, available_at, reservation FROM admit($1::text, \
+                "SELECT o_refused, o_available_at, o_reservation FROM admit($1::text, \
                  $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
                  $7::bigint[], $8::bigint[], $9::bigint)",
             )?,
-            settle: client.prepare(
-                "SELECT settle($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint)",
-            )?,
+            settle: client
+                .prepare("SELECT settle($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint)")?,
             record: client.prepare(
                 "SELECT record($1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint, \
                  $7::text, $8::bigint, $9::boolean, $10::bigint)",
@@ -260,7 +259,11 @@ impl PostgresStore {
              -c idle_in_transaction_session_timeout={idle} -c synchronous_commit={sync}",
             schema = options.schema,
             idle = ms.saturating_mul(2),
-            sync = if options.synchronous_commit { "on" } else { "off" },
+            sync = if options.synchronous_commit {
+                "on"
+            } else {
+                "off"
+            },
         ));
         let store = PostgresStore {
             config,
@@ -528,7 +531,8 @@ impl<'a> AdmitArgs<'a> {
             args.amounts.push(int(check.amount));
             args.limits.push(int(check.limit));
             args.floors.push(floor);
-            args.cuts.push(floor.saturating_sub(retention(check.window)));
+            args.cuts
+                .push(floor.saturating_sub(retention(check.window)));
             match check.window {
                 LimitWindow::Rolling { ms } => {
                     args.ms.push(Some(int(ms)));

@@ -81,11 +81,11 @@ $$ SELECT GREATEST(LEAST(value, 9223372036854775807), -9223372036854775808)::big
 -- the in-memory store's `admit_into`, on the counters' rows, which stay
 -- locked until the caller's COMMIT. The caller computes each check's floor,
 -- prune cut and (fixed windows) end; `ms` is NULL for a fixed window.
--- Returns refused_index NULL and the reservation when every check fitted.
+-- Returns o_refused NULL and the reservation when every check fitted.
 CREATE FUNCTION admit(
     p_server text, p_counters text[], p_amounts bigint[], p_limits bigint[],
     p_ms bigint[], p_floors bigint[], p_cuts bigint[], p_ends bigint[], p_now bigint,
-    OUT refused_index integer, OUT available_at bigint, OUT reservation bigint)
+    OUT o_refused integer, OUT o_available_at bigint, OUT o_reservation bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     n integer := cardinality(p_counters);
@@ -125,8 +125,8 @@ BEGIN
             -- The window reaches back over deleted spend: refuse.
             UPDATE counters SET pruned = st.pruned, rolling_ms = st.rolling_ms
                 WHERE server_id = p_server AND counter = p_counters[i];
-            refused_index := i - 1;
-            available_at := CASE WHEN p_ms[i] IS NULL THEN p_ends[i]
+            o_refused := i - 1;
+            o_available_at := CASE WHEN p_ms[i] IS NULL THEN p_ends[i]
                 ELSE sat(sat(st.pruned::numeric + p_ms[i])::numeric - 1) END;
             RETURN;
         END IF;
@@ -171,11 +171,11 @@ BEGIN
         END LOOP;
         spent := spent + pending;
         CONTINUE WHEN spent + p_amounts[i] <= p_limits[i];
-        refused_index := i - 1;
+        o_refused := i - 1;
         IF p_ms[i] IS NULL THEN
-            available_at := p_ends[i];
+            o_available_at := p_ends[i];
         ELSIF p_amounts[i] > p_limits[i] THEN
-            available_at := 9223372036854775807;
+            o_available_at := 9223372036854775807;
         ELSE
             -- The row whose leaving frees enough; it leaves `ms` after it was recorded.
             SELECT w.at INTO first_free FROM (
@@ -185,15 +185,15 @@ BEGIN
             ) AS w
             WHERE w.freed >= spent + p_amounts[i] - p_limits[i]
             ORDER BY w.at LIMIT 1;
-            available_at := CASE WHEN first_free IS NULL THEN 9223372036854775807
+            o_available_at := CASE WHEN first_free IS NULL THEN 9223372036854775807
                 ELSE sat(first_free::numeric + p_ms[i]) END;
         END IF;
         RETURN;
     END LOOP;
-    reservation := nextval('reservation_ids');
+    o_reservation := nextval('reservation_ids');
     FOR i IN 1 .. n LOOP
         INSERT INTO spend AS s (server_id, counter, at, reservation, amount)
-            VALUES (p_server, p_counters[i], p_now, reservation, p_amounts[i])
+            VALUES (p_server, p_counters[i], p_now, o_reservation, p_amounts[i])
             ON CONFLICT (server_id, counter, at, reservation)
             DO UPDATE SET amount = sat(s.amount::numeric + excluded.amount);
         UPDATE counters SET total = sat(total::numeric + p_amounts[i])
