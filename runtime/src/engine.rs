@@ -19,6 +19,7 @@
 //! denial has a reply, or an [`Error`] that has one too (fail closed). Every
 //! decision carries its [`Cause`]: the block, the statement and the step.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
@@ -159,6 +160,42 @@ impl Statement {
             Statement::Deadline => "deadline",
             Statement::Consent => "consent",
         }
+    }
+
+    /// The statement's stable name in the decision store (schema 4,
+    /// `docs/spec/store.md`): [`Statement::name`], and for a budget its index
+    /// in the block, `budget:0`, `budget:1`, … (a stored decision is only
+    /// replayed under the digest of the block that made it, so the index
+    /// names the same budget).
+    pub fn stored_name(self) -> Cow<'static, str> {
+        match self {
+            Statement::Budget(i) => Cow::Owned(format!("budget:{i}")),
+            other => Cow::Borrowed(other.name()),
+        }
+    }
+
+    /// Parses [`Statement::stored_name`]'s output; `None` for anything else.
+    pub fn from_stored_name(text: &str) -> Option<Statement> {
+        Some(match text {
+            "sampling" => Statement::Sampling,
+            "tools" => Statement::Tools,
+            "max_messages" => Statement::MaxMessages,
+            "max_input" => Statement::MaxInput,
+            "max_context" => Statement::MaxContext,
+            "max_tokens" => Statement::MaxTokens,
+            "models" => Statement::Models,
+            "rate" => Statement::Rate,
+            "deadline" => Statement::Deadline,
+            "consent" => Statement::Consent,
+            other => {
+                let index = other.strip_prefix("budget:")?;
+                // Digits only: `+1` or ` 1` is not a name this runtime wrote.
+                if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                Statement::Budget(index.parse().ok()?)
+            }
+        })
     }
 }
 
@@ -529,6 +566,9 @@ enum Origin {
         /// The request's number of messages (which of two input limits
         /// sharing a reason it exceeds).
         messages: u64,
+        /// The statement the store recorded with the decision (schema 4);
+        /// `None` for a row that has none, whose statement is derived.
+        statement: Option<Statement>,
     },
 }
 
@@ -603,10 +643,14 @@ impl Denial {
                 entry,
                 decided_at,
                 messages,
+                statement,
             } => {
                 let block = engine.block(*entry);
-                let statement =
-                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at);
+                // The stored statement when the row has one (schema 4): a
+                // reason shared by two statements cannot tell them apart.
+                let statement = statement.or_else(|| {
+                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at)
+                });
                 Cause {
                     block: engine.block_ref(*entry),
                     statement,
@@ -632,23 +676,30 @@ impl Denial {
                 entry,
                 decided_at,
                 messages,
+                statement,
             } => {
                 let rt = engine.reason(&self.reason);
                 let block = engine.block(*entry);
                 let (limit, window) = if rt.needs_limit || rt.needs_window {
-                    replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
+                    match statement {
+                        Some(statement) => statement_limit_window(block, *statement),
+                        None => {
+                            replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
+                        }
+                    }
                 } else {
                     (None, None)
                 };
-                let deadline = rt
-                    .needs_deadline
-                    .then(|| {
-                        block
-                            .deadline
-                            .as_ref()
-                            .map(|d| frame::format_duration(d.ms))
-                    })
-                    .flatten();
+                // A fresh denial fills `{deadline}` only for the deadline.
+                let deadline = (rt.needs_deadline
+                    && statement.is_none_or(|s| s == Statement::Deadline))
+                .then(|| {
+                    block
+                        .deadline
+                        .as_ref()
+                        .map(|d| frame::format_duration(d.ms))
+                })
+                .flatten();
                 (limit, window, deadline)
             }
         };
@@ -1427,6 +1478,7 @@ impl Engine {
                         represented: 0,
                         decided_at: now,
                         recomputable: produced.recomputable,
+                        statement: Some(Arc::from(produced.statement.stored_name())),
                     },
                 )
                 .map_err(|e| Error::store(&key.server_id, e))?;
@@ -1485,6 +1537,10 @@ impl Engine {
                 engine: self.clone(),
                 entry,
                 decided_at: stored.decided_at,
+                statement: stored
+                    .statement
+                    .as_deref()
+                    .and_then(Statement::from_stored_name),
                 // Read only where it tells two input limits apart: a map
                 // look-up saved on every other replay.
                 messages: match (&block.max_messages, &block.max_input) {
@@ -1521,6 +1577,7 @@ impl Engine {
                         represented: 0,
                         decided_at: now,
                         recomputable: false,
+                        statement: Some(Arc::from(Statement::Consent.stored_name())),
                     },
                 )
                 .map_err(|e| Error::store(&ticket.server_id, e))?;
@@ -1912,6 +1969,31 @@ fn rate_labels(rate: &Rate) -> (String, String) {
         format!("{} {unit}", rate.count),
         frame::format_duration(rate.window_ms),
     )
+}
+
+/// `{limit}` and `{window}` of a replayed denial whose statement the store
+/// recorded (schema 4): that statement's, as the fresh denial wrote them
+/// (none for a statement without a limit).
+fn statement_limit_window(
+    block: &EffectiveBlock,
+    statement: Statement,
+) -> (Option<String>, Option<String>) {
+    match statement {
+        Statement::Rate => block.rate.as_ref().map(rate_labels).unzip(),
+        Statement::Budget(i) => block.budgets.get(i).map(budget_labels).unzip(),
+        Statement::MaxMessages => (
+            block
+                .max_messages
+                .as_ref()
+                .map(|l| format!("{} messages", l.max)),
+            None,
+        ),
+        Statement::MaxInput => (
+            block.max_input.as_ref().map(|l| frame::format_size(l.max)),
+            None,
+        ),
+        _ => (None, None),
+    }
 }
 
 /// `{limit}` and `{window}` for a replayed denial, derived again from the

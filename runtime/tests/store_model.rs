@@ -8,12 +8,12 @@
 #[path = "store_shared/model.rs"]
 mod model;
 
-use mcpolicy_runtime::store::{DecisionStore, MemoryStore};
+use mcpolicy_runtime::store::{MemoryStore, StoreAdmin};
 use model::BOUND;
 use proptest::prelude::*;
 
 /// Both stores, with the model's bound.
-fn stores(dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn DecisionStore>)> {
+fn stores(dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn StoreAdmin>)> {
     #[cfg(not(feature = "sqlite"))]
     let _ = dir;
     vec![

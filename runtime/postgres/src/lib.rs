@@ -33,8 +33,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
-    ReplayOrAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict,
+    Admission, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation, LimitCheck,
+    LimitWindow, Millis, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
+    StoreSize, StoredDecision, StoredEntry, Verdict, prune_cut,
 };
 use postgres::{Client, Row, Statement};
 
@@ -136,7 +137,7 @@ struct Statements {
 }
 
 const DECISION_COLUMNS: &str =
-    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable";
+    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable, statement";
 
 impl Statements {
     fn prepare(client: &mut Client) -> Result<Statements, postgres::Error> {
@@ -162,7 +163,7 @@ impl Statements {
                 .prepare("SELECT settle($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint)")?,
             record: client.prepare(
                 "SELECT record($1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint, \
-                 $7::text, $8::bigint, $9::boolean, $10::bigint)",
+                 $7::text, $8::bigint, $9::boolean, $10::text, $11::bigint)",
             )?,
             purge: client.prepare("SELECT purge_stale($1::text, $2::text, $3::bigint)")?,
             stats: client.prepare(
@@ -499,6 +500,7 @@ impl PostgresStore {
             represented: uint(row.try_get(5)?),
             decided_at: row.try_get(6)?,
             recomputable: row.try_get(7)?,
+            statement: row.try_get::<_, Option<&str>>(8)?.map(Arc::from),
         })
     }
 }
@@ -686,6 +688,7 @@ impl DecisionStore for PostgresStore {
                     &decision.data.as_deref(),
                     &decision.decided_at,
                     &decision.recomputable,
+                    &decision.statement.as_deref(),
                     &self.max_per_server,
                 ],
             )?;
@@ -808,6 +811,174 @@ impl DecisionStore for PostgresStore {
             Ok(ReplayOrAdmit {
                 replayed,
                 admission,
+            })
+        })
+    }
+}
+
+/// The `WHERE` clause of a [`DecisionFilter`] over `$1..$4` (NULL: any).
+const FILTER: &str = "($1::text IS NULL OR server_id = $1) AND ($2::text IS NULL OR identity = $2) \
+     AND ($3::text IS NULL OR reason = $3) AND ($4::text IS NULL OR verdict = $4)";
+
+/// Locks the servers rows a filter's decisions belong to (in key order, as
+/// `record` takes one), so counts stay exact while the rows go.
+const LOCK_SERVERS: &str = "SELECT 1 FROM servers WHERE ($1::text IS NULL OR server_id = $1) \
+     ORDER BY server_id FOR UPDATE";
+
+impl PostgresStore {
+    fn entries(&self, rows: &[Row]) -> Result<Vec<StoredEntry>, Fail> {
+        rows.iter()
+            .map(|row| {
+                let key = DecisionKey::new(row.try_get::<_, &str>(9)?, row.try_get::<_, &str>(10)?);
+                Ok(StoredEntry {
+                    key,
+                    decision: self.decision(row)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the decisions matching `where_` (over `args`) in one
+    /// transaction, lowering each server's stored count, and returns them.
+    fn delete_decisions(
+        &self,
+        where_: &str,
+        args: &[&(dyn postgres::types::ToSql + Sync)],
+        server: Option<&str>,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let sql = format!(
+            "WITH gone AS (DELETE FROM decisions WHERE {where_} RETURNING *), \
+             counted AS (UPDATE servers AS s SET stored = GREATEST(s.stored - c.n, 0) \
+                 FROM (SELECT server_id, count(*) AS n FROM gone GROUP BY server_id) AS c \
+                 WHERE s.server_id = c.server_id) \
+             SELECT {DECISION_COLUMNS}, server_id, identity FROM gone \
+             ORDER BY server_id, identity"
+        );
+        self.run(|conn| {
+            let mut tx = conn.client.transaction()?;
+            tx.execute(LOCK_SERVERS, &[&server])?;
+            let rows = tx.query(&sql, args)?;
+            let entries = self.entries(&rows)?;
+            tx.commit()?;
+            Ok(entries)
+        })
+    }
+}
+
+impl StoreAdmin for PostgresStore {
+    fn decisions(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        let verdict = filter.verdict.as_ref().map(Verdict::as_str);
+        let sql = format!(
+            "SELECT {DECISION_COLUMNS}, server_id, identity FROM decisions WHERE {FILTER} \
+             ORDER BY server_id, identity"
+        );
+        self.run(|conn| {
+            let rows = conn.client.query(
+                &sql,
+                &[
+                    &filter.server_id,
+                    &filter.identity,
+                    &filter.reason,
+                    &verdict,
+                ],
+            )?;
+            self.entries(&rows)
+        })
+    }
+
+    fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        let verdict = filter.verdict.as_ref().map(Verdict::as_str);
+        self.delete_decisions(
+            FILTER,
+            &[
+                &filter.server_id,
+                &filter.identity,
+                &filter.reason,
+                &verdict,
+            ],
+            filter.server_id.as_deref(),
+        )
+    }
+
+    fn usage(
+        &self,
+        server_id: &str,
+        check: &LimitCheck,
+        now: Millis,
+    ) -> Result<CounterUsage, StoreError> {
+        let floor = window_floor(check.window, now);
+        let (ms, end) = match check.window {
+            LimitWindow::Rolling { ms } => (Some(int(ms)), Millis::MAX),
+            LimitWindow::Fixed { end, .. } => (None, end),
+        };
+        self.run(|conn| {
+            let row = conn.client.query_one(
+                "SELECT o_spent, o_available_at FROM usage($1::text, $2::text, $3::bigint, \
+                 $4::bigint, $5::bigint, $6::bigint, $7::bigint)",
+                &[
+                    &server_id,
+                    &check.counter,
+                    &int(check.amount),
+                    &int(check.limit),
+                    &ms,
+                    &floor,
+                    &end,
+                ],
+            )?;
+            Ok(CounterUsage {
+                spent: uint(row.try_get(0)?),
+                available_at: row.try_get(1)?,
+            })
+        })
+    }
+
+    fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
+        let decisions = self
+            .delete_decisions("expires_at IS NOT NULL AND expires_at <= $1", &[&now], None)?
+            .len() as u64;
+        let spend_rows = self.run(|conn| {
+            let mut tx = conn.client.transaction()?;
+            let rows = tx.query(
+                "SELECT server_id, counter, rolling_ms FROM counters \
+                 ORDER BY server_id, counter FOR UPDATE",
+                &[],
+            )?;
+            let (mut servers, mut counters, mut cuts) = (Vec::new(), Vec::new(), Vec::new());
+            for row in &rows {
+                servers.push(row.try_get::<_, &str>(0)?);
+                counters.push(row.try_get::<_, &str>(1)?);
+                let rolling: Option<i64> = row.try_get(2)?;
+                cuts.push(prune_cut(rolling.map(uint), now));
+            }
+            let removed: i64 = tx
+                .query_one(
+                    "SELECT prune_spend($1::text[], $2::text[], $3::bigint[])",
+                    &[&servers, &counters, &cuts],
+                )?
+                .try_get(0)?;
+            tx.commit()?;
+            Ok(uint(removed))
+        })?;
+        Ok(Pruned {
+            decisions,
+            spend_rows,
+        })
+    }
+
+    fn size(&self) -> Result<StoreSize, StoreError> {
+        self.run(|conn| {
+            let row = conn.client.query_one(
+                "SELECT (SELECT COALESCE(sum(stored), 0)::bigint FROM servers), \
+                        (SELECT count(*) FROM spend), \
+                        (SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                         FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace \
+                         WHERE n.nspname = current_schema() AND c.relkind = 'r')",
+                &[],
+            )?;
+            Ok(StoreSize {
+                decisions: uint(row.try_get(0)?),
+                spend_rows: uint(row.try_get(1)?),
+                bytes: Some(uint(row.try_get(2)?)),
             })
         })
     }

@@ -3,11 +3,11 @@
 //! schema, so several policies (schemas) share one database.
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Migration `n` (index `n - 1`) takes a schema from version `n - 1` to `n`.
 /// Version 0 is an empty schema.
-pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
+pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
 
 /// Version 1: the tables of `runtime/STORE.md` (decisions, per-server counts,
 /// spend rows) with each counter's running state in a row of its own, and the
@@ -298,6 +298,166 @@ BEGIN
     IF removed > 0 THEN
         UPDATE servers SET stored = GREATEST(stored - removed, 0) WHERE server_id = p_server;
     END IF;
+    RETURN removed;
+END
+$fn$;
+"#;
+
+/// Version 2 (the runtime's store schema 4): each decision records the
+/// statement that decided (`Statement::stored_name`; NULL for rows stored
+/// before, whose statement the engine derives from the reason), and the
+/// operators' functions of `StoreAdmin`: `usage` (an admission's arithmetic
+/// for one check, recording nothing) and `prune_spend`.
+const V2: &str = r#"
+ALTER TABLE decisions ADD COLUMN statement text;
+
+DROP FUNCTION record(text, text, text, text, text, bigint, text, bigint, boolean, bigint);
+CREATE FUNCTION record(p_server text, p_identity text, p_verdict text, p_reason text,
+    p_digest text, p_expires_at bigint, p_data text, p_decided_at bigint,
+    p_recomputable boolean, p_statement text, p_max bigint) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    inserted boolean;
+    sv servers%ROWTYPE;
+    gone bigint;
+    gone_represented numeric;
+BEGIN
+    INSERT INTO servers (server_id) VALUES (p_server) ON CONFLICT DO NOTHING;
+    SELECT * INTO sv FROM servers WHERE server_id = p_server FOR UPDATE;
+    INSERT INTO decisions AS d (server_id, identity, verdict, reason, digest, expires_at, data,
+            represented, decided_at, recomputable, statement)
+        VALUES (p_server, p_identity, p_verdict, p_reason, p_digest, p_expires_at, p_data, 0,
+            p_decided_at, p_recomputable, p_statement)
+        ON CONFLICT (server_id, identity) DO UPDATE SET verdict = excluded.verdict,
+            reason = excluded.reason, digest = excluded.digest,
+            expires_at = excluded.expires_at, data = excluded.data, represented = 0,
+            decided_at = excluded.decided_at, recomputable = excluded.recomputable,
+            statement = excluded.statement
+        RETURNING (xmax = 0) INTO inserted;
+    IF NOT inserted THEN
+        RETURN; -- replaced: the count is unchanged
+    END IF;
+    sv.stored := sv.stored + 1;
+    IF sv.stored > p_max THEN
+        WITH victims AS (
+            DELETE FROM decisions WHERE server_id = p_server AND identity IN (
+                SELECT identity FROM decisions WHERE server_id = p_server
+                ORDER BY recomputable DESC, COALESCE(expires_at, 9223372036854775807),
+                         decided_at, identity
+                LIMIT sv.stored - p_max)
+            RETURNING represented)
+        SELECT count(*), COALESCE(sum(represented), 0) INTO gone, gone_represented FROM victims;
+        sv.stored := sv.stored - gone;
+        sv.evicted := sv.evicted + gone;
+        sv.evicted_represented := sat(sv.evicted_represented + gone_represented);
+    END IF;
+    UPDATE servers SET stored = sv.stored, evicted = sv.evicted,
+            evicted_represented = sv.evicted_represented
+        WHERE server_id = p_server;
+END
+$fn$;
+
+-- `StoreAdmin::usage`: what `admit` of this one check would compute at
+-- p_now (the same steps, on a copy of the counter's state), recording and
+-- pruning nothing. o_available_at NULL: the amount fits now.
+CREATE FUNCTION usage(p_server text, p_counter text, p_amount bigint, p_limit bigint,
+    p_ms bigint, p_floor bigint, p_end bigint,
+    OUT o_spent bigint, OUT o_available_at bigint)
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    st counters%ROWTYPE;
+    delta numeric;
+    spent numeric;
+    first_free bigint;
+BEGIN
+    SELECT * INTO st FROM counters WHERE server_id = p_server AND counter = p_counter;
+    IF NOT FOUND THEN
+        spent := 0;
+    ELSE
+        IF p_ms IS NOT NULL THEN
+            IF st.rolling_ms IS NOT NULL AND p_ms > st.rolling_ms THEN
+                st.pruned := -9223372036854775808;
+            END IF;
+        END IF;
+        IF p_floor < st.pruned THEN
+            -- Over deleted spend: the window counts as full.
+            o_spent := p_limit;
+            o_available_at := CASE WHEN p_ms IS NULL THEN p_end
+                ELSE sat(sat(st.pruned::numeric + p_ms)::numeric - 1) END;
+            RETURN;
+        END IF;
+        IF p_floor <> st.floor THEN
+            SELECT COALESCE(sum(amount), 0) INTO delta FROM spend
+                WHERE server_id = p_server AND counter = p_counter
+                  AND at >= LEAST(p_floor, st.floor) AND at < GREATEST(p_floor, st.floor);
+            IF p_floor > st.floor THEN
+                st.total := GREATEST(st.total - delta, 0);
+            ELSE
+                st.total := sat(st.total + delta);
+            END IF;
+        END IF;
+        spent := st.total;
+        IF p_ms IS NULL THEN
+            SELECT GREATEST(spent - COALESCE(sum(amount), 0), 0) INTO spent FROM spend
+                WHERE server_id = p_server AND counter = p_counter AND at >= p_end;
+        END IF;
+    END IF;
+    o_spent := sat(spent);
+    IF spent + p_amount <= p_limit THEN
+        o_available_at := NULL;
+    ELSIF p_ms IS NULL THEN
+        o_available_at := p_end;
+    ELSIF p_amount > p_limit THEN
+        o_available_at := 9223372036854775807;
+    ELSE
+        SELECT w.at INTO first_free FROM (
+            SELECT s.at, sum(s.amount) OVER (ORDER BY s.at, s.reservation) AS freed
+            FROM spend AS s
+            WHERE s.server_id = p_server AND s.counter = p_counter AND s.at >= p_floor
+        ) AS w
+        WHERE w.freed >= spent + p_amount - p_limit
+        ORDER BY w.at LIMIT 1;
+        o_available_at := CASE WHEN first_free IS NULL THEN 9223372036854775807
+            ELSE sat(first_free::numeric + p_ms) END;
+    END IF;
+END
+$fn$;
+
+-- `StoreAdmin::prune_expired`'s spend part: for each counter (locked by the
+-- caller), delete the rows before its cut, moving the floor past them when
+-- it was below (the total keeps counting the rows at or after the floor)
+-- and the prune mark past the newest deleted. Returns the rows deleted.
+CREATE FUNCTION prune_spend(p_servers text[], p_counters text[], p_cuts bigint[])
+RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    i integer;
+    st counters%ROWTYPE;
+    delta numeric;
+    gone bigint;
+    newest bigint;
+    removed bigint := 0;
+BEGIN
+    FOR i IN 1 .. cardinality(p_counters) LOOP
+        SELECT * INTO st FROM counters
+            WHERE server_id = p_servers[i] AND counter = p_counters[i] FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        WITH doomed AS (
+            DELETE FROM spend WHERE server_id = p_servers[i] AND counter = p_counters[i]
+                AND at < p_cuts[i]
+            RETURNING at, amount)
+        SELECT count(*), max(at), COALESCE(sum(amount) FILTER (WHERE at >= st.floor), 0)
+            INTO gone, newest, delta FROM doomed;
+        CONTINUE WHEN gone = 0;
+        IF p_cuts[i] > st.floor THEN
+            st.total := GREATEST(st.total - delta, 0);
+            st.floor := p_cuts[i];
+        END IF;
+        st.pruned := GREATEST(st.pruned, newest + 1);
+        UPDATE counters SET total = st.total, floor = st.floor, pruned = st.pruned
+            WHERE server_id = p_servers[i] AND counter = p_counters[i];
+        removed := removed + gone;
+    END LOOP;
     RETURN removed;
 END
 $fn$;

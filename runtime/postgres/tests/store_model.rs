@@ -7,12 +7,12 @@
 mod model;
 mod support;
 
-use mcpolicy_runtime::store::{DecisionStore, MemoryStore};
+use mcpolicy_runtime::store::{MemoryStore, StoreAdmin};
 use model::BOUND;
 use proptest::prelude::*;
 
 /// The memory store and a fresh PostgreSQL schema, with the model's bound.
-fn stores(_dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn DecisionStore>)> {
+fn stores(_dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn StoreAdmin>)> {
     let spec = support::spec().expect("checked by the test");
     vec![
         (

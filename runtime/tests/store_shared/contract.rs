@@ -72,6 +72,7 @@ pub fn deny(digest: &str, expires_at: Option<Millis>, data: &str) -> StoredDecis
         represented: 0,
         decided_at: 1_000,
         recomputable: false,
+        statement: None,
     }
 }
 
@@ -85,6 +86,7 @@ pub fn allow(digest: &str) -> StoredDecision {
         represented: 0,
         decided_at: 1_000,
         recomputable: false,
+        statement: None,
     }
 }
 
@@ -618,6 +620,7 @@ pub fn static_denial(n: u64) -> StoredDecision {
         represented: 0,
         decided_at: 1_000 + n as Millis,
         recomputable: true,
+        statement: None,
     }
 }
 

@@ -15,19 +15,19 @@
 use std::collections::HashMap;
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
-    Reservation, ServerStats, StoredDecision, Verdict,
+    Admission, CounterUsage, DecisionFilter, DecisionKey, Evaluation, LimitCheck, LimitWindow,
+    Millis, Reservation, ServerStats, StoreAdmin, StoredDecision, StoredEntry, Verdict,
 };
 use proptest::prelude::*;
 
 /// The stores under test, each opened fresh (in `dir` if it needs a file)
 /// with [`BOUND`] decisions per server, named for messages.
-pub type Stores = fn(&tempfile::TempDir) -> Vec<(&'static str, Box<dyn DecisionStore>)>;
+pub type Stores = fn(&tempfile::TempDir) -> Vec<(&'static str, Box<dyn StoreAdmin>)>;
 
 #[derive(Debug, Clone)]
 pub enum Op {
     /// Advance the clock.
-    Wait(u16),
+    Wait(u32),
     /// Admit for server `server` with the checks selected by `mask` (bit per counter kind).
     Admit {
         server: u8,
@@ -73,11 +73,66 @@ pub enum Op {
         mask: u8,
         tokens: u16,
     },
+    /// `StoreAdmin::decisions` with a filter.
+    Decisions(Filter),
+    /// `StoreAdmin::forget` with a filter.
+    Forget(Filter),
+    /// `StoreAdmin::usage` of each check `mask` selects.
+    Usage {
+        server: u8,
+        mask: u8,
+        tokens: u16,
+    },
+    /// `StoreAdmin::prune_expired`.
+    PruneExpired,
+    /// `StoreAdmin::size`.
+    Size,
+}
+
+/// A [`DecisionFilter`] over the test's servers, identities, reasons and verdicts.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    server: Option<u8>,
+    id: Option<u8>,
+    denial_reason: Option<bool>,
+    deny: Option<bool>,
+}
+
+impl Filter {
+    fn to_filter(&self) -> DecisionFilter {
+        DecisionFilter {
+            server_id: self.server.map(|s| SERVERS[usize::from(s)].to_owned()),
+            identity: self.id.map(|id| format!("i{id}")),
+            reason: self
+                .denial_reason
+                .map(|deny| if deny { "user.denied" } else { "user.approved" }.to_owned()),
+            verdict: self
+                .deny
+                .map(|deny| if deny { Verdict::Deny } else { Verdict::Allow }),
+        }
+    }
+}
+
+fn filter() -> impl Strategy<Value = Filter> {
+    (
+        proptest::option::of(0u8..2),
+        proptest::option::of(0u8..6),
+        proptest::option::of(any::<bool>()),
+        proptest::option::of(any::<bool>()),
+    )
+        .prop_map(|(server, id, denial_reason, deny)| Filter {
+            server,
+            id,
+            denial_reason,
+            deny,
+        })
 }
 
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0u16..700).prop_map(Op::Wait),
+        3 => (0u32..700).prop_map(Op::Wait),
+        // Past the retention (a minute at least): pruning has work to do.
+        1 => (50_000u32..150_000).prop_map(Op::Wait),
         6 => (0u8..2, 1u8..8, 0u16..60).prop_map(|(server, mask, tokens)| Op::Admit { server, mask, tokens }),
         2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| Op::Settle { nth, actual }),
         3 => (0u8..2, 0u8..6, 0u8..2, proptest::option::of(0u16..2_000), any::<bool>(), any::<bool>())
@@ -89,6 +144,11 @@ pub fn op() -> impl Strategy<Value = Op> {
         4 => (0u8..2, 0u8..6, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
             Op::ReplayOrAdmit { server, id, digest, mask, tokens }
         }),
+        1 => filter().prop_map(Op::Decisions),
+        1 => filter().prop_map(Op::Forget),
+        2 => (0u8..2, 1u8..8, 0u16..120).prop_map(|(server, mask, tokens)| Op::Usage { server, mask, tokens }),
+        1 => Just(Op::PruneExpired),
+        1 => Just(Op::Size),
     ]
 }
 
@@ -188,6 +248,74 @@ impl Model {
             .sum()
     }
 
+    /// What `usage` must answer: the window's spend, and when `amount`
+    /// more fits (computed from every row ever recorded).
+    fn usage(&self, server: &str, check: &LimitCheck, now: Millis) -> CounterUsage {
+        let spent = self.spent(server, check, now);
+        CounterUsage {
+            spent,
+            available_at: (spent + check.amount > check.limit)
+                .then(|| self.available_at(server, check, now)),
+        }
+    }
+
+    /// The decisions `filter` selects, ordered by key.
+    fn select(&self, filter: &DecisionFilter) -> Vec<StoredEntry> {
+        let mut found: Vec<StoredEntry> = self
+            .decisions
+            .iter()
+            .filter(|(k, d)| filter.matches(k, d))
+            .map(|(k, d)| StoredEntry {
+                key: k.clone(),
+                decision: d.clone(),
+            })
+            .collect();
+        found.sort_by(|a, b| {
+            (&a.key.server_id, &a.key.identity).cmp(&(&b.key.server_id, &b.key.identity))
+        });
+        found
+    }
+
+    /// Removes the decisions `filter` selects, as `forget` must.
+    fn remove(&mut self, filter: &DecisionFilter) -> Vec<StoredEntry> {
+        let gone = self.select(filter);
+        for entry in &gone {
+            self.decisions.remove(&entry.key);
+            if let Some(stats) = self.stats.get_mut(&entry.key.server_id) {
+                stats.stored -= 1;
+            }
+        }
+        gone
+    }
+
+    /// When a refused `check` would fit.
+    fn available_at(&self, server: &str, check: &LimitCheck, now: Millis) -> Millis {
+        match check.window {
+            LimitWindow::Fixed { end, .. } => end,
+            LimitWindow::Rolling { ms } => {
+                if check.amount > check.limit {
+                    Millis::MAX
+                } else {
+                    // The earliest t > now at which the window (t - ms, t] leaves room.
+                    let mut ats: Vec<Millis> = self
+                        .rows
+                        .iter()
+                        .filter(|r| {
+                            r.0 == server && r.1 == check.counter && r.2 > now - ms as Millis
+                        })
+                        .map(|r| r.2)
+                        .collect();
+                    ats.sort();
+                    ats.dedup();
+                    ats.into_iter()
+                        .map(|at| at + ms as Millis)
+                        .find(|&t| self.spent(server, check, t) + check.amount <= check.limit)
+                        .unwrap_or(now)
+                }
+            }
+        }
+    }
+
     fn admit(
         &mut self,
         server: &str,
@@ -200,30 +328,7 @@ impl Model {
             if spent + check.amount <= check.limit {
                 continue;
             }
-            let available_at = match check.window {
-                LimitWindow::Fixed { end, .. } => end,
-                LimitWindow::Rolling { ms } => {
-                    if check.amount > check.limit {
-                        Millis::MAX
-                    } else {
-                        // The earliest t > now at which the window (t - ms, t] leaves room.
-                        let mut ats: Vec<Millis> = self
-                            .rows
-                            .iter()
-                            .filter(|r| {
-                                r.0 == server && r.1 == check.counter && r.2 > now - ms as Millis
-                            })
-                            .map(|r| r.2)
-                            .collect();
-                        ats.sort();
-                        ats.dedup();
-                        ats.into_iter()
-                            .map(|at| at + ms as Millis)
-                            .find(|&t| self.spent(server, check, t) + check.amount <= check.limit)
-                            .unwrap_or(now)
-                    }
-                }
-            };
+            let available_at = self.available_at(server, check, now);
             return Admission::Refused {
                 index,
                 counter: check.counter.clone(),
@@ -315,6 +420,7 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
                     represented: 0,
                     decided_at: now,
                     recomputable: deny && recomputable,
+                    statement: (id % 2 == 0).then(|| "budget:1".into()),
                 };
                 model.record(key.clone(), decision.clone());
                 for (_, store) in &stores {
@@ -412,6 +518,83 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
                     );
                 }
             }
+            Op::Decisions(filter) => {
+                let filter = filter.to_filter();
+                let expected = model.select(&filter);
+                for (name, store) in &stores {
+                    let got = store.decisions(&filter).expect("decisions");
+                    assert_eq!(got, expected, "{name} decisions at step {step}");
+                }
+            }
+            Op::Forget(filter) => {
+                let filter = filter.to_filter();
+                let expected = model.remove(&filter);
+                for (name, store) in &stores {
+                    let got = store.forget(&filter).expect("forget");
+                    assert_eq!(got, expected, "{name} forget at step {step}");
+                    assert!(store.decisions(&filter).expect("decisions").is_empty());
+                }
+            }
+            Op::Usage {
+                server,
+                mask,
+                tokens,
+            } => {
+                let server = SERVERS[usize::from(server)];
+                for check in checks(mask, tokens, now) {
+                    let expected = model.usage(server, &check, now);
+                    for (name, store) in &stores {
+                        let got = store.usage(server, &check, now).expect("usage");
+                        assert_eq!(
+                            got, expected,
+                            "{name} usage of {} at step {step}",
+                            check.counter
+                        );
+                    }
+                }
+            }
+            Op::PruneExpired => {
+                let expired = model.remove(&DecisionFilter::default());
+                // `remove` took everything: put back what has not expired.
+                let mut gone = 0u64;
+                for entry in expired {
+                    if entry.decision.is_expired(now) {
+                        gone += 1;
+                    } else {
+                        model.decisions.insert(entry.key.clone(), entry.decision);
+                        if let Some(stats) = model.stats.get_mut(&entry.key.server_id) {
+                            stats.stored += 1;
+                        }
+                    }
+                }
+                let mut spend = Vec::new();
+                for (name, store) in &stores {
+                    let got = store.prune_expired(now).expect("prune");
+                    assert_eq!(got.decisions, gone, "{name} prune at step {step}");
+                    spend.push(got.spend_rows);
+                }
+                assert!(
+                    spend.windows(2).all(|w| w[0] == w[1]),
+                    "stores pruned different spend at step {step}: {spend:?}"
+                );
+            }
+            Op::Size => {
+                let mut rows = Vec::new();
+                for (name, store) in &stores {
+                    let got = store.size().expect("size");
+                    assert_eq!(
+                        got.decisions,
+                        model.decisions.len() as u64,
+                        "{name} size at step {step}"
+                    );
+                    assert!(got.spend_rows <= model.rows.len() as u64);
+                    rows.push(got.spend_rows);
+                }
+                assert!(
+                    rows.windows(2).all(|w| w[0] == w[1]),
+                    "stores hold different spend at step {step}: {rows:?}"
+                );
+            }
             Op::Purge { server, digest } => {
                 let server = SERVERS[usize::from(server)];
                 let digest = format!("d{digest}");
@@ -469,6 +652,7 @@ pub fn run_flood(flood: Flood, stores: Stores) {
                 represented: 0,
                 decided_at: now,
                 recomputable,
+                statement: None,
             };
             let before = store.server_stats("alpha").expect("stats");
             store.record(&key(id), &decision).expect("record");
