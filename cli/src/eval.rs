@@ -15,12 +15,13 @@ use std::sync::Arc;
 use clap::ValueEnum;
 use mcpolicy_runtime::clock::{Clock, FixedClock, SystemClock, parse_rfc3339};
 use mcpolicy_runtime::engine::{Answer, Cause, ClientContext, Decision, Denial, Statement, Step};
-use mcpolicy_runtime::store::{DecisionStore, MemoryStore, SqliteStore};
+use mcpolicy_runtime::store::{DecisionStore, MemoryStore};
 use mcpolicy_runtime::{Engine, jsonrpc};
 use serde_json::{Value, json};
 
 use super::identity::{read_request, refuse};
 use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
+use super::store_open::{self, Create};
 use super::test::coverage::StatementMap;
 use super::{ColorChoice, emit, emit_line, fail};
 
@@ -47,8 +48,9 @@ pub struct Args {
     /// A refused request prints its JSON-RPC error frame on stdout (as `mcpc identity` does) and exits 1.
     #[arg(long, value_name = "FILE")]
     request: String,
-    /// A SQLite decision store to read and update (default: a fresh in-memory store).
-    #[arg(long, value_name = "PATH")]
+    /// A decision store to read and update, as `mcpc proxy --store` takes it
+    /// (a SQLite file path) (default: a fresh in-memory store).
+    #[arg(long, value_name = "SPEC")]
     store: Option<String>,
     /// Decide as of this instant (RFC 3339, e.g. 2026-03-10T12:00:00Z) instead of now.
     #[arg(long, value_name = "RFC3339")]
@@ -91,8 +93,8 @@ pub fn run(args: Args) -> ExitCode {
         None => Arc::new(SystemClock),
     };
     let store: Arc<dyn DecisionStore> = match &args.store {
-        Some(path) => match SqliteStore::open(path) {
-            Ok(store) => Arc::new(store),
+        Some(spec) => match store_open::open(spec, Create::IfMissing) {
+            Ok(store) => store,
             // The store's error names the path already.
             Err(error) => return fail(error),
         },

@@ -26,6 +26,8 @@ mod fmt;
 mod identity;
 mod policy;
 mod proxy;
+mod store;
+mod store_open;
 mod test;
 
 use std::io::{IsTerminal, Write};
@@ -64,6 +66,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
     Test(test::Args),
+    /// See and undo what the decision store remembers: ls, show, forget, budgets, stats, prune.
+    Store(store::Args),
 }
 
 /// How to colour output.
@@ -144,5 +148,6 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
+        Command::Store(args) => store::run(args),
     }
 }

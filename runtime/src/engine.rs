@@ -765,6 +765,20 @@ pub enum InputOutcome {
     Failed(Error),
 }
 
+/// One rate or budget statement of a server's block, as the engine admits
+/// it ([`Engine::limits`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitStatement {
+    /// [`Statement::Rate`] or [`Statement::Budget`].
+    pub statement: Statement,
+    /// The check an admission makes for it (one request or one token).
+    pub check: LimitCheck,
+    /// `{limit}` as a denial writes it, e.g. `50 requests`, `200000 tokens`.
+    pub limit: String,
+    /// `{window}` as a denial writes it, e.g. `1m`, `daily`, `24h`.
+    pub window: String,
+}
+
 /// What an admission check stands for.
 #[derive(Debug, Clone, Copy)]
 enum CheckKind {
@@ -1318,9 +1332,22 @@ impl Engine {
         reserve_tokens: u64,
         now: Millis,
     ) -> Vec<LimitCheck> {
-        plan.checks
-            .iter()
-            .filter_map(|(counter, kind)| match *kind {
+        Self::checks_of(block, plan, reserve_tokens, now)
+            .map(|(_, check)| check)
+            .collect()
+    }
+
+    /// Steps 7–8's checks with what each stands for, in admission order:
+    /// the one construction of a [`LimitCheck`], for admissions and for
+    /// [`Engine::limits`].
+    fn checks_of<'a>(
+        block: &'a EffectiveBlock,
+        plan: &'a Plan,
+        reserve_tokens: u64,
+        now: Millis,
+    ) -> impl Iterator<Item = (CheckKind, LimitCheck)> + 'a {
+        plan.checks.iter().filter_map(move |(counter, kind)| {
+            let check = match *kind {
                 CheckKind::Rate => block.rate.as_ref().map(|rate| LimitCheck {
                     counter: counter.clone(),
                     amount: 1,
@@ -1336,6 +1363,45 @@ impl Engine {
                     limit: budget.limit,
                     window: limit_window(budget.window, now),
                 }),
+            };
+            check.map(|check| (*kind, check))
+        })
+    }
+
+    /// The digest of the effective block governing `server_id` (NFC first,
+    /// as [`Engine::decide`] does): the digest its decisions are stored and
+    /// replayed under. A stored decision with another digest is stale.
+    pub fn digest_for(&self, server_id: &str) -> &str {
+        &self.inner.plans[self.entry_index(&glob::nfc(server_id))].digest
+    }
+
+    /// The rate and budget statements of the block governing `server_id`,
+    /// in admission order, each with the [`LimitCheck`] an admission at
+    /// `now` makes for it (built by the admission's own code; the amount is
+    /// one request, or one token for a token budget) and its `{limit}` and
+    /// `{window}` as a denial writes them: what `mcpc store budgets` asks
+    /// the store's [`crate::store::StoreAdmin::usage`] about.
+    pub fn limits(&self, server_id: &str, now: Millis) -> Vec<LimitStatement> {
+        let entry = self.entry_index(&glob::nfc(server_id));
+        let block = self.block(entry);
+        Self::checks_of(block, &self.inner.plans[entry], 1, now)
+            .map(|(kind, check)| {
+                let (statement, (limit, window)) = match kind {
+                    CheckKind::Rate => (
+                        Statement::Rate,
+                        block.rate.as_ref().map(rate_labels).unwrap_or_default(),
+                    ),
+                    CheckKind::Budget(i) => (
+                        Statement::Budget(i),
+                        block.budgets.get(i).map(budget_labels).unwrap_or_default(),
+                    ),
+                };
+                LimitStatement {
+                    statement,
+                    check,
+                    limit,
+                    window,
+                }
             })
             .collect()
     }

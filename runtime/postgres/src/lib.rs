@@ -982,6 +982,21 @@ impl StoreAdmin for PostgresStore {
             })
         })
     }
+
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        self.run(|conn| {
+            // Counters stand for spend: a counter row is made by a server's
+            // first admission with checks, admitted or refused, and stays.
+            let rows = conn.client.query(
+                "SELECT server_id FROM servers UNION SELECT server_id FROM decisions \
+                 UNION SELECT server_id FROM counters ORDER BY 1",
+                &[],
+            )?;
+            rows.iter()
+                .map(|row| Ok(row.try_get::<_, String>(0)?))
+                .collect()
+        })
+    }
 }
 
 /// A u64 as PostgreSQL's bigint, saturating.

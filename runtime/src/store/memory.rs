@@ -510,6 +510,22 @@ impl StoreAdmin for MemoryStore {
             bytes: None,
         })
     }
+
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        let mut names = BTreeSet::new();
+        for shard in self.all_servers()? {
+            names.extend(shard.keys().cloned());
+        }
+        for shard in &self.spend {
+            let map = lock(shard)?;
+            names.extend(
+                map.values()
+                    .flat_map(|servers| servers.0.iter())
+                    .map(|(name, _)| name.clone()),
+            );
+        }
+        Ok(names.into_iter().collect())
+    }
 }
 
 /// Whether two strings are equal; the engine passes the very digest text it

@@ -518,6 +518,11 @@ pub trait StoreAdmin: DecisionStore {
     fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError>;
     /// Row counts and, where the store knows it, its size in bytes.
     fn size(&self) -> Result<StoreSize, StoreError>;
+    /// Every server the store holds anything for, sorted, each once: a
+    /// stored decision, a tally, or a counter (made by the server's first
+    /// admission with checks, admitted or refused). A server that was only
+    /// ever allowed has counters and no decision.
+    fn servers(&self) -> Result<Vec<String>, StoreError>;
 }
 
 impl<S: StoreAdmin + ?Sized> StoreAdmin for std::sync::Arc<S> {
@@ -540,6 +545,9 @@ impl<S: StoreAdmin + ?Sized> StoreAdmin for std::sync::Arc<S> {
     }
     fn size(&self) -> Result<StoreSize, StoreError> {
         (**self).size()
+    }
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        (**self).servers()
     }
 }
 

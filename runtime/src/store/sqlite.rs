@@ -1533,6 +1533,18 @@ impl StoreAdmin for SqliteStore {
             bytes: Some(bytes),
         })
     }
+
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT server_id FROM servers UNION SELECT server_id FROM decisions
+                     UNION SELECT server_id FROM spend ORDER BY 1",
+                )?
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?)
+        })
+    }
 }
 
 /// Deletes every spend row of one counter recorded before its

@@ -87,6 +87,8 @@ pub enum Op {
     PruneExpired,
     /// `StoreAdmin::size`.
     Size,
+    /// `StoreAdmin::servers`.
+    Servers,
 }
 
 /// A [`DecisionFilter`] over the test's servers, identities, reasons and verdicts.
@@ -149,6 +151,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..2, 1u8..8, 0u16..120).prop_map(|(server, mask, tokens)| Op::Usage { server, mask, tokens }),
         1 => Just(Op::PruneExpired),
         1 => Just(Op::Size),
+        1 => Just(Op::Servers),
     ]
 }
 
@@ -199,6 +202,9 @@ struct Model {
     rows: Vec<(String, String, Millis, u64, usize)>, // server, counter, at, amount, admission
     decisions: HashMap<DecisionKey, StoredDecision>,
     stats: HashMap<String, ServerStats>,
+    /// Servers an admission with checks was asked for, admitted or not:
+    /// their counters exist from then on.
+    counted: std::collections::BTreeSet<String>,
 }
 
 impl Model {
@@ -323,6 +329,9 @@ impl Model {
         now: Millis,
         admission: usize,
     ) -> Admission {
+        if !checks.is_empty() {
+            self.counted.insert(server.to_owned());
+        }
         for (index, check) in checks.iter().enumerate() {
             let spent = self.spent(server, check, now);
             if spent + check.amount <= check.limit {
@@ -594,6 +603,22 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
                     rows.windows(2).all(|w| w[0] == w[1]),
                     "stores hold different spend at step {step}: {rows:?}"
                 );
+            }
+            Op::Servers => {
+                // A server with a decision, a tally or spend, each once, sorted.
+                let mut expected: Vec<String> = model
+                    .decisions
+                    .keys()
+                    .map(|k| k.server_id.clone())
+                    .chain(model.stats.keys().cloned())
+                    .chain(model.counted.iter().cloned())
+                    .collect();
+                expected.sort();
+                expected.dedup();
+                for (name, store) in &stores {
+                    let got = store.servers().expect("servers");
+                    assert_eq!(got, expected, "{name} servers at step {step}");
+                }
             }
             Op::Purge { server, digest } => {
                 let server = SERVERS[usize::from(server)];
