@@ -27,6 +27,7 @@
 //! next operation. See the crate's `README.md` and `FLEET.md`.
 
 mod config;
+mod import;
 mod schema;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -40,6 +41,7 @@ use mcpolicy_runtime::store::{
 use postgres::{Client, Row, Statement};
 
 pub use config::{ConfigError, StoreSpec};
+pub use import::{ImportError, Imported};
 pub use schema::SCHEMA_VERSION;
 
 /// How a [`PostgresStore`] connects and behaves.
@@ -69,6 +71,11 @@ pub struct PostgresOptions {
     /// (`3 × wal_writer_delay`), which a budget then admits again. See the
     /// README's benchmark for what it buys.
     pub synchronous_commit: bool,
+    /// Create the schema and its tables when there is no store yet (what a
+    /// proxy does). `false`: a schema without a store is refused
+    /// ([`StoreError::Backend`]), so an inspection (`mcpc store`) of a
+    /// mistyped schema does not create an empty one.
+    pub create: bool,
 }
 
 impl Default for PostgresOptions {
@@ -80,6 +87,7 @@ impl Default for PostgresOptions {
             statement_timeout: Duration::from_secs(5),
             max_decisions_per_server: mcpolicy_runtime::store::DEFAULT_MAX_DECISIONS_PER_SERVER,
             synchronous_commit: true,
+            create: true,
         }
     }
 }
@@ -277,7 +285,7 @@ impl PostgresStore {
                 size: options.pool_size.max(1),
             },
         };
-        store.migrate(&options.schema)?;
+        store.migrate(&options.schema, options.create)?;
         Ok(store)
     }
 
@@ -287,7 +295,7 @@ impl PostgresStore {
     }
 
     /// Creates or migrates the schema in one transaction.
-    fn migrate(&self, schema: &str) -> Result<(), StoreError> {
+    fn migrate(&self, schema: &str, create: bool) -> Result<(), StoreError> {
         let mut client = self
             .config
             .connect(postgres::NoTls)
@@ -302,6 +310,12 @@ impl PostgresStore {
             let exists = tx
                 .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])?
                 .is_some();
+            if !exists && !create {
+                return Err(Fail::Store(StoreError::Backend {
+                    store: self.target.clone(),
+                    detail: format!("no decision store: schema `{schema}` does not exist"),
+                }));
+            }
             if !exists {
                 tx.batch_execute(&format!("CREATE SCHEMA {schema}"))?;
             }
@@ -327,6 +341,12 @@ impl PostgresStore {
                         detail: format!(
                             "schema `{schema}` has {tables} tables but no `schema_version`"
                         ),
+                    }));
+                }
+                if !create {
+                    return Err(Fail::Store(StoreError::Backend {
+                        store: self.target.clone(),
+                        detail: format!("no decision store in schema `{schema}`"),
                     }));
                 }
                 0
