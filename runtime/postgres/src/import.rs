@@ -231,11 +231,11 @@ impl PostgresStore {
             // Each counter's total counts every copied row (floor at the
             // beginning of time); its prune mark and window come along.
             let insert_counter = tx.prepare(
-                "INSERT INTO counters (server_id, counter, total, pruned, rolling_ms) \
-                 SELECT $1::text, $2::text, \
-                     COALESCE((SELECT sat(sum(amount)) FROM spend \
-                               WHERE server_id = $1 AND counter = $2), 0), \
-                     COALESCE($3::bigint, -9223372036854775808), $4::bigint",
+                "INSERT INTO counters (server_id, counter, total, pruned, rolling_ms, oldest, \
+                     newest) \
+                 SELECT $1::text, $2::text, COALESCE(sat(sum(amount)), 0), \
+                     COALESCE($3::bigint, -9223372036854775808), $4::bigint, min(at), max(at) \
+                 FROM spend WHERE server_id = $1 AND counter = $2",
             )?;
             for c in &snapshot.counters {
                 tx.execute(&insert_counter, &[&c.0, &c.1, &c.2, &c.3])?;

@@ -58,6 +58,12 @@ CREATE TABLE counters (
     floor       bigint NOT NULL DEFAULT -9223372036854775808,
     pruned      bigint NOT NULL DEFAULT -9223372036854775808,
     rolling_ms  bigint,
+    -- Bounds of the counter's spend rows (NULL: none): at or below the
+    -- oldest, at or above the newest. They spare an admission the look-ups
+    -- that would find nothing (no spend to prune, none past a fixed
+    -- window's end).
+    oldest      bigint,
+    newest      bigint,
     PRIMARY KEY (server_id, counter)
 );
 
@@ -78,10 +84,13 @@ CREATE FUNCTION sat(value numeric) RETURNS bigint LANGUAGE sql IMMUTABLE AS
 $$ SELECT GREATEST(LEAST(value, 9223372036854775807), -9223372036854775808)::bigint $$;
 
 -- `DecisionStore::admit`, every check in one statement: the same steps as
--- the in-memory store's `admit_into`, on the counters' rows, which stay
--- locked until the caller's COMMIT. The caller computes each check's floor,
--- prune cut and (fixed windows) end; `ms` is NULL for a fixed window.
--- Returns o_refused NULL and the reservation when every check fitted.
+-- the in-memory store's `admit_into`, on the counters' rows, which are read
+-- and locked at once (in counter order, so two admissions never deadlock)
+-- and stay locked until the caller's COMMIT. Their state is worked on in
+-- local arrays and written back by one UPDATE; the spend by one INSERT.
+-- The caller computes each check's floor, prune cut and (fixed windows)
+-- end; `ms` is NULL for a fixed window. Returns o_refused NULL and the
+-- reservation when every check fitted.
 CREATE FUNCTION admit(
     p_server text, p_counters text[], p_amounts bigint[], p_limits bigint[],
     p_ms bigint[], p_floors bigint[], p_cuts bigint[], p_ends bigint[], p_now bigint,
@@ -89,79 +98,111 @@ CREATE FUNCTION admit(
 LANGUAGE plpgsql AS $fn$
 DECLARE
     n integer := cardinality(p_counters);
+    distinct_names integer := 0;
     i integer;
     j integer;
-    st counters%ROWTYPE;
-    locked integer;
+    k integer;
+    rec record;
+    c_name text[];
+    c_total bigint[];
+    c_floor bigint[];
+    c_pruned bigint[];
+    c_rolling bigint[];
+    c_oldest bigint[];
+    c_newest bigint[];
     delta numeric;
     spent numeric;
     pending numeric;
     newest_deleted bigint;
     first_free bigint;
+    fits boolean := true;
 BEGIN
-    -- Lock every counter row in one order (inserting missing ones first),
-    -- so two admissions of one server never deadlock.
-    SELECT count(*) INTO locked FROM (
-        SELECT 1 FROM counters WHERE server_id = p_server AND counter = ANY (p_counters)
-        ORDER BY counter FOR UPDATE) AS l;
-    IF locked < (SELECT count(DISTINCT c) FROM unnest(p_counters) AS c) THEN
+    FOR i IN 1 .. n LOOP
+        IF NOT (p_counters[i] = ANY (p_counters[1:i - 1])) THEN
+            distinct_names := distinct_names + 1;
+        END IF;
+    END LOOP;
+    FOR attempt IN 1 .. 2 LOOP
+        c_name := '{}'; c_total := '{}'; c_floor := '{}'; c_pruned := '{}';
+        c_rolling := '{}'; c_oldest := '{}'; c_newest := '{}';
+        FOR rec IN SELECT counter, total, floor, pruned, rolling_ms, oldest, newest FROM counters
+                WHERE server_id = p_server AND counter = ANY (p_counters)
+                ORDER BY counter FOR UPDATE LOOP
+            c_name := c_name || rec.counter;
+            c_total := c_total || rec.total;
+            c_floor := c_floor || rec.floor;
+            c_pruned := c_pruned || rec.pruned;
+            c_rolling := c_rolling || rec.rolling_ms;
+            c_oldest := c_oldest || rec.oldest;
+            c_newest := c_newest || rec.newest;
+        END LOOP;
+        EXIT WHEN cardinality(c_name) = distinct_names;
+        -- A counter's first admission: make its row (default state), then lock again.
         INSERT INTO counters (server_id, counter)
             SELECT p_server, c FROM (SELECT DISTINCT c FROM unnest(p_counters) AS c) AS d
             ORDER BY c
             ON CONFLICT DO NOTHING;
-        PERFORM 1 FROM counters WHERE server_id = p_server AND counter = ANY (p_counters)
-            ORDER BY counter FOR UPDATE;
-    END IF;
+    END LOOP;
     FOR i IN 1 .. n LOOP
-        SELECT * INTO st FROM counters WHERE server_id = p_server AND counter = p_counters[i];
+        k := array_position(c_name, p_counters[i]);
         IF p_ms[i] IS NOT NULL THEN
             -- A lengthened rolling window does not hold what the shorter deleted against it.
-            IF st.rolling_ms IS NOT NULL AND p_ms[i] > st.rolling_ms THEN
-                st.pruned := -9223372036854775808;
+            IF c_rolling[k] IS NOT NULL AND p_ms[i] > c_rolling[k] THEN
+                c_pruned[k] := -9223372036854775808;
             END IF;
-            st.rolling_ms := p_ms[i];
+            c_rolling[k] := p_ms[i];
         END IF;
-        IF p_floors[i] < st.pruned THEN
+        IF p_floors[i] < c_pruned[k] THEN
             -- The window reaches back over deleted spend: refuse.
-            UPDATE counters SET pruned = st.pruned, rolling_ms = st.rolling_ms
-                WHERE server_id = p_server AND counter = p_counters[i];
             o_refused := i - 1;
             o_available_at := CASE WHEN p_ms[i] IS NULL THEN p_ends[i]
-                ELSE sat(sat(st.pruned::numeric + p_ms[i])::numeric - 1) END;
-            RETURN;
+                ELSE sat(sat(c_pruned[k]::numeric + p_ms[i])::numeric - 1) END;
+            fits := false;
+            EXIT;
         END IF;
         -- Move the floor, keeping the total the sum of the rows at or after it.
-        IF p_floors[i] <> st.floor THEN
-            SELECT COALESCE(sum(amount), 0) INTO delta FROM spend
-                WHERE server_id = p_server AND counter = p_counters[i]
-                  AND at >= LEAST(p_floors[i], st.floor) AND at < GREATEST(p_floors[i], st.floor);
-            IF p_floors[i] > st.floor THEN
-                st.total := GREATEST(st.total - delta, 0);
+        IF p_floors[i] <> c_floor[k] THEN
+            IF c_oldest[k] < GREATEST(p_floors[i], c_floor[k])
+                    AND c_newest[k] >= LEAST(p_floors[i], c_floor[k]) THEN
+                SELECT COALESCE(sum(amount), 0) INTO delta FROM spend
+                    WHERE server_id = p_server AND counter = p_counters[i]
+                      AND at >= LEAST(p_floors[i], c_floor[k])
+                      AND at < GREATEST(p_floors[i], c_floor[k]);
             ELSE
-                st.total := sat(st.total + delta);
+                delta := 0;
             END IF;
-            st.floor := p_floors[i];
+            IF p_floors[i] > c_floor[k] THEN
+                c_total[k] := GREATEST(c_total[k] - delta, 0);
+            ELSE
+                c_total[k] := sat(c_total[k] + delta);
+            END IF;
+            c_floor[k] := p_floors[i];
         END IF;
-        spent := st.total;
-        IF p_ms[i] IS NULL THEN
+        spent := c_total[k];
+        IF p_ms[i] IS NULL AND c_newest[k] >= p_ends[i] THEN
             -- A fixed window counts only what was recorded before its end.
             SELECT GREATEST(spent - COALESCE(sum(amount), 0), 0) INTO spent FROM spend
                 WHERE server_id = p_server AND counter = p_counters[i] AND at >= p_ends[i];
         END IF;
         -- Prune up to 16 rows older than the retention, oldest first.
-        WITH doomed AS (
-            DELETE FROM spend WHERE (server_id, counter, at, reservation) IN (
-                SELECT server_id, counter, at, reservation FROM spend
-                WHERE server_id = p_server AND counter = p_counters[i] AND at < p_cuts[i]
-                ORDER BY at, reservation LIMIT 16)
-            RETURNING at)
-        SELECT max(at) INTO newest_deleted FROM doomed;
-        IF newest_deleted IS NOT NULL THEN
-            st.pruned := GREATEST(st.pruned, newest_deleted + 1);
+        IF c_oldest[k] < p_cuts[i] THEN
+            WITH doomed AS (
+                DELETE FROM spend WHERE (server_id, counter, at, reservation) IN (
+                    SELECT server_id, counter, at, reservation FROM spend
+                    WHERE server_id = p_server AND counter = p_counters[i] AND at < p_cuts[i]
+                    ORDER BY at, reservation LIMIT 16)
+                RETURNING at)
+            SELECT max(at) INTO newest_deleted FROM doomed;
+            IF newest_deleted IS NOT NULL THEN
+                c_pruned[k] := GREATEST(c_pruned[k], newest_deleted + 1);
+            END IF;
+            SELECT min(at) INTO first_free FROM spend
+                WHERE server_id = p_server AND counter = p_counters[i];
+            c_oldest[k] := first_free;
+            IF first_free IS NULL THEN
+                c_newest[k] := NULL;
+            END IF;
         END IF;
-        UPDATE counters SET total = st.total, floor = st.floor, pruned = st.pruned,
-                rolling_ms = st.rolling_ms
-            WHERE server_id = p_server AND counter = p_counters[i];
         -- Several checks may name one counter: count what earlier ones add.
         pending := 0;
         FOR j IN 1 .. i - 1 LOOP
@@ -188,17 +229,32 @@ BEGIN
             o_available_at := CASE WHEN first_free IS NULL THEN 9223372036854775807
                 ELSE sat(first_free::numeric + p_ms[i]) END;
         END IF;
-        RETURN;
+        fits := false;
+        EXIT;
     END LOOP;
-    o_reservation := nextval('reservation_ids');
-    FOR i IN 1 .. n LOOP
+    IF fits THEN
+        o_reservation := nextval('reservation_ids');
+        FOR i IN 1 .. n LOOP
+            k := array_position(c_name, p_counters[i]);
+            IF p_now >= c_floor[k] THEN
+                c_total[k] := sat(c_total[k]::numeric + p_amounts[i]);
+            END IF;
+            c_oldest[k] := LEAST(COALESCE(c_oldest[k], p_now), p_now);
+            c_newest[k] := GREATEST(COALESCE(c_newest[k], p_now), p_now);
+        END LOOP;
+        -- Two checks of one counter share its spend row.
         INSERT INTO spend AS s (server_id, counter, at, reservation, amount)
-            VALUES (p_server, p_counters[i], p_now, o_reservation, p_amounts[i])
+            SELECT p_server, u.c, p_now, o_reservation, sat(sum(u.a))
+            FROM unnest(p_counters, p_amounts) AS u(c, a) GROUP BY u.c
             ON CONFLICT (server_id, counter, at, reservation)
             DO UPDATE SET amount = sat(s.amount::numeric + excluded.amount);
-        UPDATE counters SET total = sat(total::numeric + p_amounts[i])
-            WHERE server_id = p_server AND counter = p_counters[i] AND p_now >= floor;
-    END LOOP;
+    END IF;
+    -- Every state change stays, admitted or refused (as in the other stores).
+    UPDATE counters AS c SET total = v.total, floor = v.floor, pruned = v.pruned,
+            rolling_ms = v.rolling, oldest = v.oldest, newest = v.newest
+        FROM unnest(c_name, c_total, c_floor, c_pruned, c_rolling, c_oldest, c_newest)
+            AS v(counter, total, floor, pruned, rolling, oldest, newest)
+        WHERE c.server_id = p_server AND c.counter = v.counter;
 END
 $fn$;
 
@@ -454,7 +510,13 @@ BEGIN
             st.floor := p_cuts[i];
         END IF;
         st.pruned := GREATEST(st.pruned, newest + 1);
-        UPDATE counters SET total = st.total, floor = st.floor, pruned = st.pruned
+        SELECT min(at) INTO st.oldest FROM spend
+            WHERE server_id = p_servers[i] AND counter = p_counters[i];
+        IF st.oldest IS NULL THEN
+            st.newest := NULL;
+        END IF;
+        UPDATE counters SET total = st.total, floor = st.floor, pruned = st.pruned,
+                oldest = st.oldest, newest = st.newest
             WHERE server_id = p_servers[i] AND counter = p_counters[i];
         removed := removed + gone;
     END LOOP;
