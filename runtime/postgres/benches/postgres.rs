@@ -84,10 +84,7 @@ fn decide(store: &PostgresStore, kind: Kind, identity: &str) {
             Evaluation::Admit
         })
         .expect("decide");
-    assert!(matches!(
-        answer.admission,
-        Some(Admission::Admitted { .. })
-    ));
+    assert!(matches!(answer.admission, Some(Admission::Admitted { .. })));
 }
 
 fn open(spec: &str, clients: usize, synchronous_commit: bool) -> Arc<PostgresStore> {
@@ -105,7 +102,12 @@ fn open(spec: &str, clients: usize, synchronous_commit: bool) -> Arc<PostgresSto
 }
 
 /// Runs `clients` threads for `seconds`; returns (decisions/s, p50, p99).
-fn measure(store: &Arc<PostgresStore>, kind: Kind, clients: usize, run: Duration) -> (f64, Duration, Duration) {
+fn measure(
+    store: &Arc<PostgresStore>,
+    kind: Kind,
+    clients: usize,
+    run: Duration,
+) -> (f64, Duration, Duration) {
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let threads: Vec<_> = (0..clients)
@@ -130,12 +132,18 @@ fn measure(store: &Arc<PostgresStore>, kind: Kind, clients: usize, run: Duration
     let elapsed = started.elapsed();
     all.sort();
     let pick = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
-    (all.len() as f64 / elapsed.as_secs_f64(), pick(0.50), pick(0.99))
+    (
+        all.len() as f64 / elapsed.as_secs_f64(),
+        pick(0.50),
+        pick(0.99),
+    )
 }
 
 fn main() {
     let Ok(spec) = std::env::var("MCPOLICY_TEST_POSTGRES") else {
-        eprintln!("MCPOLICY_TEST_POSTGRES is not set: start a cluster with scripts/pg-test-cluster.sh");
+        eprintln!(
+            "MCPOLICY_TEST_POSTGRES is not set: start a cluster with scripts/pg-test-cluster.sh"
+        );
         return;
     };
     let seconds: u64 = std::env::var("MCPOLICY_BENCH_SECONDS")
@@ -194,7 +202,9 @@ fn main() {
                         thread.join().expect("client thread");
                     }
                     // Wall time per decision across all clients.
-                    started.elapsed().mul_f64(iters as f64 / (per_client * clients as u64) as f64)
+                    started
+                        .elapsed()
+                        .mul_f64(iters as f64 / (per_client * clients as u64) as f64)
                 });
             });
         }
