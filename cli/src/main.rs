@@ -20,12 +20,14 @@ macro_rules! sayln {
 
 mod check;
 mod compile;
+mod diff;
 mod eval;
 mod explain;
 mod fmt;
 mod identity;
 mod policy;
 mod proxy;
+mod show;
 mod store;
 mod store_open;
 mod test;
@@ -68,6 +70,10 @@ enum Command {
     Test(test::Args),
     /// See and undo what the decision store remembers: ls, show, forget, budgets, stats, prune.
     Store(store::Args),
+    /// Show which block governs a server id, and each statement's value and origin.
+    Show(show::Args),
+    /// Compare two policies: which blocks' stored decisions an edit invalidates, and why.
+    Diff(diff::Args),
 }
 
 /// How to colour output.
@@ -149,5 +155,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
         Command::Store(args) => store::run(args),
+        Command::Show(args) => show::run(args),
+        Command::Diff(args) => diff::run(args),
     }
 }

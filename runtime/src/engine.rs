@@ -143,6 +143,23 @@ impl Statement {
         out
     }
 
+    /// The evaluation step at which the statement decides
+    /// (`docs/spec/evaluation.md`, "Order"): a cause's step is its
+    /// statement's, except for an answer from the store ([`Step::Replay`]).
+    /// `deadline` is step 10's: the allow carries it, and a reported miss
+    /// is attributed there.
+    pub fn step(self) -> Step {
+        match self {
+            Statement::Sampling | Statement::Tools => Step::Switches,
+            Statement::MaxMessages | Statement::MaxInput => Step::InputLimits,
+            Statement::MaxContext | Statement::MaxTokens | Statement::Models => Step::Trims,
+            Statement::Rate => Step::Rate,
+            Statement::Budget(_) => Step::Budgets,
+            Statement::Consent => Step::Consent,
+            Statement::Deadline => Step::Allow,
+        }
+    }
+
     /// The policy keyword: `sampling`, `tools`, `max_messages`, `max_input`,
     /// `max_context`, `max_tokens`, `models`, `rate`, `budget`, `deadline`,
     /// `consent`.
@@ -556,9 +573,10 @@ enum Origin {
         cause: Cause,
     },
     /// Answered from the store. The cause, `{limit}` and `{window}` are
-    /// derived when asked, from the stored reason and `data` and the block
-    /// (unchanged: a replay matches only its own block's digest), so that a
-    /// replay costs no parsing.
+    /// built when asked, from the stored statement (or, for a row without
+    /// one, the stored reason and `data`) and the block (unchanged: a replay
+    /// matches only its own block's digest), so that a replay costs no
+    /// parsing.
     Replayed {
         engine: Engine,
         entry: usize,
@@ -566,9 +584,10 @@ enum Origin {
         /// The request's number of messages (which of two input limits
         /// sharing a reason it exceeds).
         messages: u64,
-        /// The statement the store recorded with the decision (schema 4);
-        /// `None` for a row that has none, whose statement is derived.
-        statement: Option<Statement>,
+        /// The statement's stored name (schema 4), read when asked;
+        /// `None` (or a name this runtime does not know) for a row that has
+        /// none, whose statement is derived.
+        statement: Option<Arc<str>>,
     },
 }
 
@@ -632,9 +651,10 @@ impl Denial {
         self.expiry
     }
 
-    /// Which block, statement and step denied. For a replay it is derived
-    /// from the stored reason and `data` against the block (see
-    /// `docs/spec/evaluation.md`, "Replay").
+    /// Which block, statement and step denied. For a replay the statement
+    /// is the one stored with the decision, or, for a row without one,
+    /// derived from the stored reason and `data` against the block (see
+    /// `docs/spec/evaluation.md`, "The cause of a decision").
     pub fn cause(&self) -> Cause {
         match &self.origin {
             Origin::Fresh { cause, .. } => cause.clone(),
@@ -648,7 +668,7 @@ impl Denial {
                 let block = engine.block(*entry);
                 // The stored statement when the row has one (schema 4): a
                 // reason shared by two statements cannot tell them apart.
-                let statement = statement.or_else(|| {
+                let statement = stored_statement(statement).or_else(|| {
                     replay_statement(block, &self.reason, self.timing(), *messages, *decided_at)
                 });
                 Cause {
@@ -680,9 +700,10 @@ impl Denial {
             } => {
                 let rt = engine.reason(&self.reason);
                 let block = engine.block(*entry);
+                let statement = stored_statement(statement);
                 let (limit, window) = if rt.needs_limit || rt.needs_window {
                     match statement {
-                        Some(statement) => statement_limit_window(block, *statement),
+                        Some(statement) => statement_limit_window(block, statement),
                         None => {
                             replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
                         }
@@ -1603,10 +1624,7 @@ impl Engine {
                 engine: self.clone(),
                 entry,
                 decided_at: stored.decided_at,
-                statement: stored
-                    .statement
-                    .as_deref()
-                    .and_then(Statement::from_stored_name),
+                statement: stored.statement,
                 // Read only where it tells two input limits apart: a map
                 // look-up saved on every other replay.
                 messages: match (&block.max_messages, &block.max_input) {
@@ -2037,6 +2055,11 @@ fn rate_labels(rate: &Rate) -> (String, String) {
     )
 }
 
+/// The statement a replayed row recorded, if it has one this runtime knows.
+fn stored_statement(name: &Option<Arc<str>>) -> Option<Statement> {
+    name.as_deref().and_then(Statement::from_stored_name)
+}
+
 /// `{limit}` and `{window}` of a replayed denial whose statement the store
 /// recorded (schema 4): that statement's, as the fresh denial wrote them
 /// (none for a statement without a limit).
@@ -2113,10 +2136,10 @@ fn replay_input_limit(
 /// kind of its stored timing and the (unchanged) block, in the order the
 /// steps run: `resetsAt` is a budget's, `retryAfter` the rate's or a
 /// missed deadline's; without timing a switch, an input limit, the user's
-/// refusal or a missed deadline. The cause is derived rather than stored
-/// because the store's rows (`runtime/schema/`) are frozen and a replay
-/// matches only the digest of the block that decided, so the derivation
-/// sees that same block.
+/// refusal or a missed deadline. Only for a row that does not record its
+/// statement (stored before schema 4): a replay matches only the digest of
+/// the block that decided, so the derivation sees that same block, but two
+/// statements sharing a reason cannot be told apart by it.
 fn replay_statement(
     block: &EffectiveBlock,
     reason: &str,

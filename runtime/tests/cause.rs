@@ -551,3 +551,72 @@ fn statement_names_are_the_policy_keywords() {
         ]
     );
 }
+
+/// `Statement::step` (what `mcpc eval --explain` reads to place a
+/// statement among the steps) is the step this test's model, and so every
+/// fresh cause above, gives each statement.
+#[test]
+fn statement_steps_are_the_steps_causes_name() {
+    for statement in [
+        Statement::Sampling,
+        Statement::Tools,
+        Statement::MaxMessages,
+        Statement::MaxInput,
+        Statement::MaxContext,
+        Statement::MaxTokens,
+        Statement::Models,
+        Statement::Rate,
+        Statement::Budget(0),
+        Statement::Budget(3),
+        Statement::Deadline,
+        Statement::Consent,
+    ] {
+        assert_eq!(statement.step(), step_of(statement), "{statement:?}");
+    }
+}
+
+/// The name a stored decision records (schema 4) reads back as the same
+/// statement; anything else reads as unknown, never as another statement.
+#[test]
+fn stored_statement_names_round_trip() {
+    let all = [
+        Statement::Sampling,
+        Statement::Tools,
+        Statement::MaxMessages,
+        Statement::MaxInput,
+        Statement::MaxContext,
+        Statement::MaxTokens,
+        Statement::Models,
+        Statement::Rate,
+        Statement::Budget(0),
+        Statement::Budget(7),
+        Statement::Budget(usize::MAX),
+        Statement::Deadline,
+        Statement::Consent,
+    ];
+    for statement in all {
+        let name = statement.stored_name();
+        assert_eq!(
+            Statement::from_stored_name(&name),
+            Some(statement),
+            "{name}"
+        );
+    }
+    assert_eq!(Statement::Budget(2).stored_name(), "budget:2");
+    assert_eq!(Statement::MaxInput.stored_name(), "max_input");
+    for garbage in [
+        "",
+        "budget",
+        "budget:",
+        "budget:-1",
+        "budget:+1",
+        "budget: 1",
+        "budget:1x",
+        "budget:99999999999999999999999",
+        "Rate",
+        "consent ",
+        "retry",
+    ] {
+        assert_eq!(Statement::from_stored_name(garbage), None, "{garbage:?}");
+    }
+}

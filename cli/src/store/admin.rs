@@ -267,13 +267,34 @@ pub fn show(args: ShowArgs) -> Result<ExitCode, ExitCode> {
                         .unwrap_or_else(|| text.to_owned()),
                 };
                 lines.push(vec!["data".to_owned(), data]);
-                // A two-column table without a header: drop the header line.
-                let text = table(&["", ""], &lines);
-                emit(text.split_once('\n').map_or(&*text, |(_, rest)| rest));
+                emit(&fields(&lines));
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `label  value` lines, the values aligned, a value's further lines
+/// indented to its column.
+fn fields(lines: &[Vec<String>]) -> String {
+    let width = lines
+        .iter()
+        .map(|l| l[0].chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for line in lines {
+        let mut value_lines = line[1].lines();
+        out.push_str(&format!(
+            "{:<width$}  {}\n",
+            line[0],
+            value_lines.next().unwrap_or("")
+        ));
+        for more in value_lines {
+            out.push_str(&format!("{:<width$}  {more}\n", ""));
+        }
+    }
+    out
 }
 
 pub fn forget(args: ForgetArgs) -> Result<ExitCode, ExitCode> {

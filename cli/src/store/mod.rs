@@ -45,6 +45,10 @@ enum Command {
     #[command(after_help = EXIT_CODES)]
     Show(admin::ShowArgs),
     /// Delete stored decisions, so the next identical request is decided afresh.
+    ///
+    /// Select by --identity, --server or --reason (at least one; given
+    /// together, every one must match). It says what it removed, and
+    /// removes more than one decision only with --yes.
     #[command(after_help = EXIT_CODES)]
     Forget(admin::ForgetArgs),
     /// Spend and what remains of every rate and budget statement, per server.

@@ -1487,24 +1487,30 @@ impl StoreAdmin for SqliteStore {
     fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
         let session = self.lock()?;
         self.write(&session, |conn| {
-            let expired = select_decisions(&self.path, conn, &DecisionFilter::default())?
-                .into_iter()
-                .filter(|entry| entry.decision.is_expired(now))
-                .collect::<Vec<_>>();
-            delete_entries(conn, &expired)?;
-            let counters: Vec<(String, String)> = conn
+            // Expiry is exclusive: gone at `expires_at`.
+            let expired: Vec<(String, i64)> = conn
                 .prepare_cached(
-                    "SELECT DISTINCT server_id, counter FROM spend WHERE reservation > 0",
+                    "SELECT server_id, COUNT(*) FROM decisions WHERE expires_at <= ?1
+                     GROUP BY server_id",
                 )?
-                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .query_map(params![now], |row| Ok((row.get(0)?, row.get(1)?)))?
                 .collect::<Result<_, _>>()?;
+            conn.prepare_cached("DELETE FROM decisions WHERE expires_at <= ?1")?
+                .execute(params![now])?;
+            let mut decisions = 0u64;
+            for (server_id, removed) in expired {
+                let mut stats = server_stats_in(conn, &server_id)?;
+                stats.stored = stats.stored.saturating_sub(uint(removed));
+                write_server_stats(conn, &server_id, stats)?;
+                decisions = decisions.saturating_add(uint(removed));
+            }
             let mut spend_rows = 0u64;
-            for (server_id, counter) in counters {
+            for (server_id, counter) in counters(conn)? {
                 spend_rows =
                     spend_rows.saturating_add(prune_counter(conn, &server_id, &counter, now)?);
             }
             Ok(Pruned {
-                decisions: expired.len() as u64,
+                decisions,
                 spend_rows,
             })
         })
@@ -1536,15 +1542,40 @@ impl StoreAdmin for SqliteStore {
 
     fn servers(&self) -> Result<Vec<String>, StoreError> {
         self.read(|conn| {
-            Ok(conn
+            let mut names: std::collections::BTreeSet<String> = conn
                 .prepare_cached(
-                    "SELECT server_id FROM servers UNION SELECT server_id FROM decisions
-                     UNION SELECT server_id FROM spend ORDER BY 1",
+                    "SELECT server_id FROM servers UNION SELECT server_id FROM decisions",
                 )?
                 .query_map([], |row| row.get(0))?
-                .collect::<Result<_, _>>()?)
+                .collect::<Result<_, _>>()?;
+            // The spend table by jumps, not a scan of every spend row.
+            names.extend(counters(conn)?.into_iter().map(|(server_id, _)| server_id));
+            Ok(names.into_iter().collect())
         })
     }
+}
+
+/// Every `(server_id, counter)` of `spend`, found by jumping from one to the
+/// next along the primary key (one index look-up per counter, however many
+/// rows each holds).
+fn counters(conn: &Connection) -> Result<Vec<(String, String)>, rusqlite::Error> {
+    let mut first = conn.prepare_cached(
+        "SELECT server_id, counter FROM spend ORDER BY server_id, counter LIMIT 1",
+    )?;
+    let mut next = conn.prepare_cached(
+        "SELECT server_id, counter FROM spend WHERE (server_id, counter) > (?1, ?2)
+         ORDER BY server_id, counter LIMIT 1",
+    )?;
+    let pair = |row: &Row<'_>| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?));
+    let mut found = Vec::new();
+    let mut at = first.query_row([], pair).optional()?;
+    while let Some((server_id, counter)) = at {
+        at = next
+            .query_row(params![server_id, counter], pair)
+            .optional()?;
+        found.push((server_id, counter));
+    }
+    Ok(found)
 }
 
 /// Deletes every spend row of one counter recorded before its

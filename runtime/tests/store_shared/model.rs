@@ -729,6 +729,14 @@ pub enum StepOp {
         nth: u8,
         actual: u16,
     },
+    /// `StoreAdmin::prune_expired` at the current time.
+    Prune,
+    /// `StoreAdmin::usage` of each check `mask` selects.
+    Usage {
+        server: u8,
+        mask: u8,
+        tokens: u16,
+    },
 }
 
 pub fn step_op() -> impl Strategy<Value = StepOp> {
@@ -739,6 +747,8 @@ pub fn step_op() -> impl Strategy<Value = StepOp> {
         1 => (-3 * DAY..3 * DAY).prop_map(StepOp::Step),
         8 => (0u8..2, 1u8..16, 0u16..60).prop_map(|(server, mask, tokens)| StepOp::Admit { server, mask, tokens }),
         2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| StepOp::Settle { nth, actual }),
+        1 => Just(StepOp::Prune),
+        2 => (0u8..2, 1u8..16, 0u16..60).prop_map(|(server, mask, tokens)| StepOp::Usage { server, mask, tokens }),
     ]
 }
 
@@ -828,6 +838,45 @@ pub fn run_steps(ops: Vec<StepOp>, stores: Stores) {
                     store
                         .settle(server, *handle, counter, u64::from(actual))
                         .unwrap_or_else(|e| panic!("{name} settle at step {step}: {e}"));
+                }
+            }
+            // Pruning, then any step back: later admissions are still held
+            // to the unpruned model above.
+            StepOp::Prune => {
+                let pruned: Vec<_> = stores
+                    .iter()
+                    .map(|(_, store)| store.prune_expired(now).expect("prune"))
+                    .collect();
+                assert!(
+                    pruned.windows(2).all(|w| w[0] == w[1]),
+                    "stores pruned differently at step {step}: {pruned:?}"
+                );
+            }
+            StepOp::Usage {
+                server,
+                mask,
+                tokens,
+            } => {
+                let server = SERVERS[usize::from(server)];
+                for check in step_checks(mask, tokens, now) {
+                    let usage: Vec<_> = stores
+                        .iter()
+                        .map(|(_, store)| store.usage(server, &check, now).expect("usage"))
+                        .collect();
+                    assert!(
+                        usage.windows(2).all(|w| w[0] == w[1]),
+                        "stores disagree on {} at step {step}: {usage:?}",
+                        check.counter
+                    );
+                    // Never "fits" where an unpruned store would refuse.
+                    if usage[0].available_at.is_none() {
+                        let would = model.usage(server, &check, now);
+                        assert!(
+                            would.available_at.is_none(),
+                            "{} fits at step {step} ({now}) in the stores, not in the model: {would:?}",
+                            check.counter
+                        );
+                    }
                 }
             }
         }
