@@ -42,6 +42,8 @@ use postgres::{Client, Row, Statement};
 
 pub use config::{ConfigError, StoreSpec};
 pub use import::{ImportError, Imported};
+#[doc(hidden)]
+pub use schema::MIGRATIONS;
 pub use schema::SCHEMA_VERSION;
 
 /// How a [`PostgresStore`] connects and behaves.

@@ -6,8 +6,9 @@
 pub const SCHEMA_VERSION: i32 = 2;
 
 /// Migration `n` (index `n - 1`) takes a schema from version `n - 1` to `n`.
-/// Version 0 is an empty schema.
-pub(crate) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
+/// Version 0 is an empty schema. Public for the migration tests only.
+#[doc(hidden)]
+pub const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
 
 /// Version 1: the tables of `runtime/STORE.md` (decisions, per-server counts,
 /// spend rows) with each counter's running state in a row of its own, and the
