@@ -38,6 +38,9 @@ fn now() -> Millis {
 enum Kind {
     Plain,
     RateBudget,
+    /// Rate + budget, each client deciding for a server of its own: no
+    /// two admissions contend for a counter row.
+    RateBudgetOwnServer,
 }
 
 impl Kind {
@@ -45,6 +48,7 @@ impl Kind {
         match self {
             Kind::Plain => "plain",
             Kind::RateBudget => "rate+budget",
+            Kind::RateBudgetOwnServer => "rate+budget, a server per client",
         }
     }
 }
@@ -72,13 +76,17 @@ fn checks(now: Millis) -> Vec<LimitCheck> {
 }
 
 /// One decision for a request never seen before, as the engine makes it.
-fn decide(store: &PostgresStore, kind: Kind, identity: &str) {
-    let key = DecisionKey::new("bench", identity);
+fn decide(store: &PostgresStore, kind: Kind, client: usize, identity: &str) {
+    let server = match kind {
+        Kind::RateBudgetOwnServer => format!("bench{client}"),
+        Kind::Plain | Kind::RateBudget => "bench".to_owned(),
+    };
+    let key = DecisionKey::new(server, identity);
     let mut buffer = Vec::new();
     let now = now();
     let answer = store
         .replay_or_admit(&key, "digest", now, &mut buffer, &mut |_, out| {
-            if kind == Kind::RateBudget {
+            if kind != Kind::Plain {
                 out.extend(checks(now));
             }
             Evaluation::Admit
@@ -111,14 +119,14 @@ fn measure(
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let threads: Vec<_> = (0..clients)
-        .map(|_| {
+        .map(|client| {
             let (store, next) = (Arc::clone(store), Arc::clone(&next));
             std::thread::spawn(move || {
                 let mut latencies = Vec::new();
                 while started.elapsed() < run {
                     let n = next.fetch_add(1, Ordering::Relaxed);
                     let at = Instant::now();
-                    decide(&store, kind, &format!("bench:{n:032x}"));
+                    decide(&store, kind, client, &format!("bench:{n:032x}"));
                     latencies.push(at.elapsed());
                 }
                 latencies
@@ -154,8 +162,11 @@ fn main() {
     println!("| decisions | synchronous_commit | clients | decisions/s | p50 | p99 |");
     println!("|---|---|---:|---:|---:|---:|");
     for synchronous_commit in [true, false] {
-        for kind in [Kind::Plain, Kind::RateBudget] {
+        for kind in [Kind::Plain, Kind::RateBudget, Kind::RateBudgetOwnServer] {
             for clients in [1, 4, 16] {
+                if kind == Kind::RateBudgetOwnServer && clients != 16 {
+                    continue;
+                }
                 let store = open(&spec, clients, synchronous_commit);
                 // Warm the pool and the plans.
                 measure(&store, kind, clients, Duration::from_millis(300));
@@ -188,12 +199,12 @@ fn main() {
                     let per_client = iters.div_ceil(clients as u64);
                     let started = Instant::now();
                     let threads: Vec<_> = (0..clients)
-                        .map(|_| {
+                        .map(|client| {
                             let (store, next) = (Arc::clone(&store), Arc::clone(&next));
                             std::thread::spawn(move || {
                                 for _ in 0..per_client {
                                     let n = next.fetch_add(1, Ordering::Relaxed);
-                                    decide(&store, kind, &format!("bench:{n:032x}"));
+                                    decide(&store, kind, client, &format!("bench:{n:032x}"));
                                 }
                             })
                         })
