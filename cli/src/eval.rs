@@ -85,7 +85,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     request: String,
     /// A decision store to read and update, as `mcpc proxy --store` takes it
-    /// (a SQLite file path) (default: a fresh in-memory store).
+    /// (a SQLite file path, or a postgres:// URL or host=… dbname=… string) (default: a
+    /// fresh in-memory store).
     #[arg(long, value_name = "SPEC")]
     store: Option<String>,
     /// Decide as of this instant (RFC 3339, e.g. 2026-03-10T12:00:00Z) instead of now.

@@ -25,7 +25,9 @@ pub struct Args {
     /// The policy (`.mcpolicy`) or a compiled table (`.json`).
     #[arg(long, value_name = "FILE")]
     policy: String,
-    /// The decision store: a SQLite file path [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
+    /// The decision store: a SQLite file path, or a PostgreSQL store shared by a fleet
+    /// (postgres://USER@HOST/DB?schema=NAME or host=… dbname=…; the password from PGPASSWORD
+    /// or a password file, never here) [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
     /// ~/.local/state/mcpolicy/… on Linux, ~/Library/Application Support/mcpolicy/… on macOS,
     /// %LOCALAPPDATA%\mcpolicy\… on Windows].
     #[arg(long, value_name = "SPEC")]

@@ -3,7 +3,10 @@
 //! store, so every command reaches the same store the same way.
 //!
 //! - a path (anything without a `scheme://` prefix): the SQLite store file;
-//! - a URL of a networked store (`postgres://…`, once that store exists);
+//! - a PostgreSQL store: a `postgres://` / `postgresql://` URL or a libpq
+//!   `key=value` string (`host=… dbname=…`), with `schema=NAME` to pick the
+//!   store's schema; never with a password in it (`PGPASSWORD` or a
+//!   password file give it);
 //! - any other `scheme://…`: refused, naming the schemes that are known.
 
 use std::fmt;
@@ -11,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mcpolicy_runtime::store::{SqliteStore, StoreAdmin, StoreError};
+use mcpolicy_store_postgres::{ConfigError, PostgresOptions, PostgresStore, StoreSpec};
 
 /// Whether opening may create a store that is not there yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +52,8 @@ pub enum OpenError {
     },
     /// The store refused to open (its error names the file).
     Store(StoreError),
+    /// A PostgreSQL connection string that cannot be used (e.g. it holds a password).
+    Postgres(ConfigError),
 }
 
 impl fmt::Display for OpenError {
@@ -56,7 +62,7 @@ impl fmt::Display for OpenError {
             OpenError::UnknownScheme { spec, scheme } => write!(
                 f,
                 "--store {spec}: unknown store scheme `{scheme}://`; give a file path for a \
-                 SQLite store"
+                 SQLite store, or a postgres:// URL"
             ),
             OpenError::Missing(path) => write!(
                 f,
@@ -68,6 +74,7 @@ impl fmt::Display for OpenError {
                 write!(f, "cannot create {}: {source}", dir.display())
             }
             OpenError::Store(error) => write!(f, "{error}"),
+            OpenError::Postgres(error) => write!(f, "--store: {error}"),
         }
     }
 }
@@ -94,15 +101,30 @@ fn scheme(spec: &str) -> Option<&str> {
 
 /// Opens the store `spec` names (see the module documentation).
 pub fn open(spec: &str, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
+    if StoreSpec::looks_like_postgres(spec) {
+        return Ok(Arc::new(open_postgres(spec, create)?));
+    }
     match scheme(spec) {
         None => open_sqlite(Path::new(spec), create),
-        // h-pg: `postgres://…` / `postgresql://…` (and libpq `host=… dbname=…`
-        // strings, before this match) open the PostgreSQL store here.
         Some(scheme) => Err(OpenError::UnknownScheme {
             spec: spec.to_owned(),
             scheme: scheme.to_owned(),
         }),
     }
+}
+
+/// Opens the PostgreSQL store `spec` names (see [`StoreSpec`]); with
+/// [`Create::MustExist`] a schema that holds no store is refused.
+pub fn open_postgres(spec: &str, create: Create) -> Result<PostgresStore, OpenError> {
+    let parsed = StoreSpec::parse(spec).map_err(OpenError::Postgres)?;
+    let mut options = PostgresOptions {
+        create: create != Create::MustExist,
+        ..PostgresOptions::default()
+    };
+    if let Some(schema) = parsed.schema {
+        options.schema = schema;
+    }
+    PostgresStore::open_config(parsed.config, &options).map_err(OpenError::Store)
 }
 
 fn open_sqlite(path: &Path, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
@@ -138,6 +160,19 @@ mod tests {
         assert_eq!(scheme(r"C:\Users\me\decisions.sqlite3"), None);
         assert_eq!(scheme("./odd://name"), None);
         assert_eq!(scheme("://x"), None);
+    }
+
+    #[test]
+    fn a_postgres_url_with_a_password_is_refused_before_connecting() {
+        for spec in [
+            "postgres://u:secret@db/x",
+            "host=db dbname=x password=secret",
+        ] {
+            let error = open(spec, Create::IfMissing).expect_err("refused");
+            assert!(matches!(error, OpenError::Postgres(_)), "{spec}");
+            assert!(error.to_string().contains("PGPASSWORD"), "{error}");
+            assert!(!error.to_string().contains("secret"), "{error}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! error (also `forget` of more than one decision without `--yes`).
 
 mod admin;
+mod migrate;
 mod output;
 
 use std::process::ExitCode;
@@ -59,6 +60,9 @@ enum Command {
     /// Delete expired decisions and spend past its retention (with --policy, stale decisions too).
     #[command(after_help = EXIT_CODES)]
     Prune(admin::PruneArgs),
+    /// Copy an SQLite store into an empty PostgreSQL store (decisions, tallies, live spend).
+    #[command(after_help = migrate::EXIT_CODES)]
+    Migrate(migrate::MigrateArgs),
 }
 
 /// Output format.
@@ -73,7 +77,8 @@ pub enum Format {
 /// The options every subcommand takes.
 #[derive(Debug, clap::Args)]
 pub struct Common {
-    /// The decision store: a SQLite file path [default: the proxy's,
+    /// The decision store: a SQLite file path or a PostgreSQL store (postgres://… or
+    /// host=… dbname=…, password from PGPASSWORD or a password file) [default: the proxy's,
     /// $XDG_STATE_HOME/mcpolicy/decisions.sqlite3, ~/.local/state/mcpolicy/… on Linux,
     /// ~/Library/Application Support/mcpolicy/… on macOS, %LOCALAPPDATA%\mcpolicy\… on Windows].
     #[arg(long, value_name = "SPEC")]
@@ -162,6 +167,7 @@ pub fn run(args: Args) -> ExitCode {
         Command::Budgets(args) => admin::budgets(args),
         Command::Stats(args) => admin::stats(args),
         Command::Prune(args) => admin::prune(args),
+        Command::Migrate(args) => migrate::run(args),
     };
     outcome.unwrap_or_else(|code| code)
 }

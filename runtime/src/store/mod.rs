@@ -278,6 +278,25 @@ pub enum StoreError {
     /// A thread panicked while holding the store's lock.
     #[error("decision store lock poisoned by a panicked thread")]
     Poisoned,
+    /// A networked store (PostgreSQL) could not be reached, or its
+    /// connection broke during the operation. The engine fails closed
+    /// (`runtime.store_unavailable`); the store reconnects by itself.
+    #[error("decision store {store} is unavailable: {detail}")]
+    Unavailable {
+        /// Where the store is (never its password).
+        store: String,
+        /// What failed.
+        detail: String,
+    },
+    /// A networked store's database refused or failed an operation (a
+    /// timeout, a missing privilege, a damaged schema).
+    #[error("decision store {store}: {detail}")]
+    Backend {
+        /// Where the store is (never its password).
+        store: String,
+        /// The database's error.
+        detail: String,
+    },
 }
 
 /// Atomic operations at the level the engine needs — never a read-modify-write split across

@@ -1,0 +1,346 @@
+//! Where a store is: a `postgres://` URL or a libpq `key=value` string,
+//! never with a password in it. The password comes from `PGPASSWORD` or a
+//! password file (`passfile=…`, `PGPASSFILE`, `~/.pgpass`), as libpq reads
+//! them, so it never appears on a command line or in a process listing.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Why a store's connection string was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The string carries a password.
+    #[error(
+        "the connection string contains a password; give it in PGPASSWORD or a password file \
+         (PGPASSFILE, ~/.pgpass, or passfile=PATH), never on the command line"
+    )]
+    PasswordInString,
+    /// The PostgreSQL client could not read the string.
+    #[error("invalid PostgreSQL connection string: {0}")]
+    Invalid(String),
+    /// `schema=` is not a valid schema name.
+    #[error(
+        "`{0}` is not a valid schema name (lowercase letters, digits and `_`, not starting \
+         with a digit, at most 63 bytes)"
+    )]
+    BadSchema(String),
+}
+
+/// A parsed store location: the client configuration (password filled in
+/// from the environment or a password file) and the schema it names, if any.
+#[derive(Debug, Clone)]
+pub struct StoreSpec {
+    /// The client's configuration.
+    pub config: postgres::Config,
+    /// `schema=NAME` (key=value form) or `?schema=NAME` (URL form).
+    pub schema: Option<String>,
+}
+
+impl StoreSpec {
+    /// Whether `spec` names a PostgreSQL store rather than a file: a
+    /// `postgres://` or `postgresql://` URL, or a libpq string with a
+    /// `host=`, `dbname=` or `service=`-style key.
+    pub fn looks_like_postgres(spec: &str) -> bool {
+        let spec = spec.trim_start();
+        spec.starts_with("postgres://")
+            || spec.starts_with("postgresql://")
+            || ["host=", "hostaddr=", "dbname=", "user=", "port="]
+                .iter()
+                .any(|key| spec.starts_with(key) || spec.contains(&format!(" {key}")))
+    }
+
+    /// Parses `spec`, refusing any password in it, and fills the password
+    /// from `PGPASSWORD` or the password file.
+    pub fn parse(spec: &str) -> Result<StoreSpec, ConfigError> {
+        let spec = spec.trim();
+        let (rest, schema, passfile) =
+            if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+                split_url(spec)?
+            } else {
+                split_pairs(spec)?
+            };
+        if let Some(schema) = &schema
+            && !valid_schema(schema)
+        {
+            return Err(ConfigError::BadSchema(schema.clone()));
+        }
+        let mut config =
+            postgres::Config::from_str(&rest).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if config.get_password().is_some() {
+            return Err(ConfigError::PasswordInString);
+        }
+        if let Some(password) = std::env::var_os("PGPASSWORD").filter(|p| !p.is_empty()) {
+            config.password(password.as_encoded_bytes());
+        } else if let Some(password) = from_passfile(&config, passfile) {
+            config.password(password);
+        }
+        Ok(StoreSpec { config, schema })
+    }
+}
+
+/// `(the URL without schema= and passfile=, schema, passfile)`.
+fn split_url(spec: &str) -> Result<(String, Option<String>, Option<PathBuf>), ConfigError> {
+    let (head, query) = match spec.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (spec, None),
+    };
+    // A password is `user:password@` in the authority.
+    let authority = head
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+        .unwrap_or("");
+    if let Some((userinfo, _)) = authority.rsplit_once('@')
+        && userinfo.contains(':')
+    {
+        return Err(ConfigError::PasswordInString);
+    }
+    let (mut schema, mut passfile, mut kept) = (None, None, Vec::new());
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "schema" => schema = Some(value.to_owned()),
+            "passfile" => passfile = Some(PathBuf::from(value)),
+            "password" => return Err(ConfigError::PasswordInString),
+            _ => kept.push(pair),
+        }
+    }
+    let rest = if kept.is_empty() {
+        head.to_owned()
+    } else {
+        format!("{head}?{}", kept.join("&"))
+    };
+    Ok((rest, schema, passfile))
+}
+
+/// `(the key=value string without schema= and passfile=, schema, passfile)`.
+/// Values may be single-quoted with `\'` and `\\` escapes, as libpq's.
+fn split_pairs(spec: &str) -> Result<(String, Option<String>, Option<PathBuf>), ConfigError> {
+    let (mut schema, mut passfile, mut kept) = (None, None, Vec::new());
+    let mut chars = spec.char_indices().peekable();
+    loop {
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let Some(&(start, _)) = chars.peek() else {
+            break;
+        };
+        let mut key = String::new();
+        while let Some((_, c)) = chars.next_if(|(_, c)| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        if chars.next_if(|(_, c)| *c == '=').is_none() {
+            return Err(ConfigError::Invalid(format!("expected `=` after `{key}`")));
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if(|(_, c)| *c == '\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some((_, '\\')) => {
+                        if let Some((_, c)) = chars.next() {
+                            value.push(c);
+                        }
+                    }
+                    Some((_, '\'')) => break,
+                    Some((_, c)) => value.push(c),
+                    None => {
+                        return Err(ConfigError::Invalid(format!(
+                            "unterminated quoted value of `{key}`"
+                        )));
+                    }
+                }
+            }
+        } else {
+            while let Some((_, c)) = chars.next_if(|(_, c)| !c.is_whitespace()) {
+                value.push(c);
+            }
+        }
+        let end = chars.peek().map_or(spec.len(), |&(at, _)| at);
+        match key.as_str() {
+            "schema" => schema = Some(value),
+            "passfile" => passfile = Some(PathBuf::from(value)),
+            "password" => return Err(ConfigError::PasswordInString),
+            _ => kept.push(&spec[start..end]),
+        }
+    }
+    Ok((
+        kept.iter().map(|s| s.trim()).collect::<Vec<_>>().join(" "),
+        schema,
+        passfile,
+    ))
+}
+
+/// Whether `name` may be used unquoted as the store's schema.
+pub(crate) fn valid_schema(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && (bytes[0].is_ascii_lowercase() || bytes[0] == b'_')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+}
+
+/// The host names or socket directories a configuration connects to.
+fn hosts(config: &postgres::Config) -> Vec<String> {
+    config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect()
+}
+
+/// `postgres host=… dbname=… schema=…`, for messages: never the password.
+pub(crate) fn describe(config: &postgres::Config, schema: &str) -> String {
+    let hosts = hosts(config);
+    format!(
+        "postgres host={} dbname={} schema={schema}",
+        if hosts.is_empty() {
+            "localhost".to_owned()
+        } else {
+            hosts.join(",")
+        },
+        config
+            .get_dbname()
+            .or(config.get_user())
+            .unwrap_or("(default)")
+    )
+}
+
+/// The password a libpq password file gives this connection: the first line
+/// `host:port:database:user:password` whose fields match (`*` matches
+/// anything; `\:` and `\\` escape). Like libpq, a file readable by group or
+/// others is ignored.
+fn from_passfile(config: &postgres::Config, explicit: Option<PathBuf>) -> Option<String> {
+    let path = explicit
+        .or_else(|| std::env::var_os("PGPASSFILE").map(PathBuf::from))
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".pgpass")))?;
+    let meta = std::fs::metadata(&path).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            return None;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = meta;
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(name)) => name.clone(),
+        // libpq matches a socket connection against `localhost`.
+        #[cfg(unix)]
+        Some(postgres::config::Host::Unix(_)) => "localhost".to_owned(),
+        None => "localhost".to_owned(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config.get_user().unwrap_or_default().to_owned();
+    let dbname = config.get_dbname().unwrap_or(&user).to_owned();
+    let wanted = [host, port, dbname, user];
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let fields = passfile_fields(line);
+            if fields.len() != 5 {
+                return None;
+            }
+            let matches = fields[..4]
+                .iter()
+                .zip(&wanted)
+                .all(|(field, want)| field == "*" || field == want);
+            matches.then(|| fields[4].clone())
+        })
+}
+
+/// The `:`-separated fields of a password file line, unescaped.
+fn passfile_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let (Some(next), Some(field)) = (chars.next(), fields.last_mut()) {
+                    field.push(next);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => {
+                if let Some(field) = fields.last_mut() {
+                    field.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_pairs_lose_schema_and_keep_the_rest() {
+        let (rest, schema, _) =
+            split_url("postgres://u@h:5433/db?schema=team_a&connect_timeout=3").expect("url");
+        assert_eq!(rest, "postgres://u@h:5433/db?connect_timeout=3");
+        assert_eq!(schema.as_deref(), Some("team_a"));
+        let (rest, schema, passfile) =
+            split_pairs("host=/tmp/x  schema=b dbname='my db' passfile=/p").expect("pairs");
+        assert_eq!(rest, "host=/tmp/x dbname='my db'");
+        assert_eq!(schema.as_deref(), Some("b"));
+        assert_eq!(passfile, Some(PathBuf::from("/p")));
+    }
+
+    #[test]
+    fn a_password_in_the_string_is_refused() {
+        for spec in [
+            "postgres://u:secret@h/db",
+            "postgresql://u:@h/db",
+            "postgres://u@h/db?password=x",
+            "host=h password=secret",
+            "host=h password='a b'",
+        ] {
+            assert!(
+                matches!(StoreSpec::parse(spec), Err(ConfigError::PasswordInString)),
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        assert!(valid_schema("mcpolicy_team_a1"));
+        for bad in ["", "A", "1a", "a-b", "a;drop", &"a".repeat(64)] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+        assert!(matches!(
+            StoreSpec::parse("host=h schema=Bad"),
+            Err(ConfigError::BadSchema(_))
+        ));
+    }
+
+    #[test]
+    fn password_file_lines_match_with_wildcards_and_escapes() {
+        assert_eq!(
+            passfile_fields(r"h:5432:*:u:pa\:ss\\word"),
+            ["h", "5432", "*", "u", r"pa:ss\word"]
+        );
+    }
+
+    #[test]
+    fn what_looks_like_postgres() {
+        assert!(StoreSpec::looks_like_postgres("postgres://h/db"));
+        assert!(StoreSpec::looks_like_postgres("host=/tmp dbname=x"));
+        assert!(!StoreSpec::looks_like_postgres("decisions.db"));
+        assert!(!StoreSpec::looks_like_postgres("./host=x.db"));
+    }
+}

@@ -1,0 +1,1032 @@
+//! [`PostgresStore`]: the decision store of a fleet. Many proxies and gateway
+//! replicas share one PostgreSQL database, so a budget of 100 requests a day
+//! is 100 across all of them and a refusal given on one machine is replayed
+//! on every other.
+//!
+//! The semantics are the SQLite store's (`runtime/STORE.md`); the same
+//! model-based, contract and contention tests run against both. Every
+//! operation is one statement or one transaction:
+//!
+//! - admission is one call of the server-side function `admit`, which locks
+//!   the server's counter rows (in counter order), checks every limit and
+//!   records every spend before the statement's commit;
+//! - `replay_or_admit` reads the decision first; a miss (a fresh request,
+//!   the common case) is then admitted by one more statement, and a hit is
+//!   counted in one transaction that holds the decision row (`UPDATE …
+//!   RETURNING`) while the engine's pure `evaluate` runs and the admission
+//!   is made, before `COMMIT`;
+//! - `record`, `settle` and `purge_stale` are one function call each.
+//!
+//! Each policy (or environment) gets a PostgreSQL schema of its own
+//! ([`PostgresOptions::schema`]); the schema is versioned
+//! ([`SCHEMA_VERSION`], table `schema_version`) and migrated at open.
+//!
+//! Connections are pooled; when the database cannot be reached every
+//! operation fails with [`StoreError::Unavailable`], which the engine turns
+//! into `runtime.store_unavailable`, and the store connects again on the
+//! next operation. See the crate's `README.md` and `FLEET.md`.
+
+mod config;
+mod import;
+mod schema;
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use mcpolicy_runtime::store::{
+    Admission, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation, LimitCheck,
+    LimitWindow, Millis, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
+    StoreSize, StoredDecision, StoredEntry, Verdict, prune_cut,
+};
+use postgres::{Client, Row, Statement};
+
+pub use config::{ConfigError, StoreSpec};
+pub use import::{ImportError, Imported};
+#[doc(hidden)]
+pub use schema::MIGRATIONS;
+pub use schema::SCHEMA_VERSION;
+
+/// How a [`PostgresStore`] connects and behaves.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// The PostgreSQL schema holding this store's tables: one per policy
+    /// that must not share counters and decisions with another (a lowercase
+    /// identifier, `[a-z_][a-z0-9_]*`, at most 63 bytes).
+    pub schema: String,
+    /// The most connections the store opens at once; an operation waits
+    /// (up to `connect_timeout`) for one when all are busy.
+    pub pool_size: usize,
+    /// How long connecting may take, and how long an operation waits for a
+    /// free connection, before [`StoreError::Unavailable`].
+    pub connect_timeout: Duration,
+    /// The server cancels any statement running longer (`statement_timeout`),
+    /// and any wait for a row lock longer (`lock_timeout`).
+    pub statement_timeout: Duration,
+    /// The most decisions kept per server; past it `record` evicts in the
+    /// documented order (STORE.md, "Bounded decisions").
+    pub max_decisions_per_server: u64,
+    /// PostgreSQL's `synchronous_commit` for this store's sessions. `true`
+    /// (the default, PostgreSQL's own): a commit is acknowledged once its
+    /// WAL is flushed, so a server crash loses nothing acknowledged. `false`:
+    /// acknowledged before the flush; a crash of the database server (not of
+    /// a client) may forget up to about 0.6 s of spend and decisions
+    /// (`3 × wal_writer_delay`), which a budget then admits again. See the
+    /// README's benchmark for what it buys.
+    pub synchronous_commit: bool,
+    /// Create the schema and its tables when there is no store yet (what a
+    /// proxy does). `false`: a schema without a store is refused
+    /// ([`StoreError::Backend`]), so an inspection (`mcpc store`) of a
+    /// mistyped schema does not create an empty one.
+    pub create: bool,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            schema: "mcpolicy".to_owned(),
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+            max_decisions_per_server: mcpolicy_runtime::store::DEFAULT_MAX_DECISIONS_PER_SERVER,
+            synchronous_commit: true,
+            create: true,
+        }
+    }
+}
+
+/// A [`DecisionStore`] in a PostgreSQL schema, shared by every process that
+/// opens the same database and schema.
+#[derive(Debug)]
+pub struct PostgresStore {
+    config: postgres::Config,
+    /// Where the store is, for messages: hosts, database and schema, never the password.
+    target: String,
+    max_per_server: i64,
+    wait: Duration,
+    pool: Pool,
+}
+
+/// Idle connections and the count of open ones.
+#[derive(Debug)]
+struct Pool {
+    state: Mutex<PoolState>,
+    freed: Condvar,
+    size: usize,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    idle: Vec<Conn>,
+    /// Connections in use or idle.
+    open: usize,
+}
+
+/// One connection and its prepared statements.
+struct Conn {
+    client: Client,
+    st: Statements,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").finish_non_exhaustive()
+    }
+}
+
+/// Prepared once per connection: each operation then costs one
+/// bind-and-execute round trip, no parsing or planning.
+struct Statements {
+    peek: Statement,
+    replay: Statement,
+    get: Statement,
+    admit: Statement,
+    settle: Statement,
+    record: Statement,
+    purge: Statement,
+    stats: Statement,
+}
+
+const DECISION_COLUMNS: &str =
+    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable, statement";
+
+impl Statements {
+    fn prepare(client: &mut Client) -> Result<Statements, postgres::Error> {
+        let live = "server_id = $1 AND identity = $2 AND digest = $3 \
+                    AND (expires_at IS NULL OR expires_at > $4::bigint)";
+        Ok(Statements {
+            peek: client.prepare(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions WHERE {live}"
+            ))?,
+            replay: client.prepare(&format!(
+                "UPDATE decisions SET represented = sat(represented::numeric + 1) WHERE {live} \
+                 RETURNING {DECISION_COLUMNS}"
+            ))?,
+            get: client.prepare(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions WHERE server_id = $1 AND identity = $2"
+            ))?,
+            admit: client.prepare(
+                "SELECT o_refused, o_available_at, o_reservation FROM admit($1::text, \
+                 $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
+                 $7::bigint[], $8::bigint[], $9::bigint)",
+            )?,
+            settle: client
+                .prepare("SELECT settle($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint)")?,
+            record: client.prepare(
+                "SELECT record($1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint, \
+                 $7::text, $8::bigint, $9::boolean, $10::text, $11::bigint)",
+            )?,
+            purge: client.prepare("SELECT purge_stale($1::text, $2::text, $3::bigint)")?,
+            stats: client.prepare(
+                "SELECT stored, evicted, evicted_represented FROM servers WHERE server_id = $1",
+            )?,
+        })
+    }
+}
+
+/// Why a call failed, before it becomes a [`StoreError`].
+enum Fail {
+    Pg(postgres::Error),
+    Store(StoreError),
+}
+
+impl From<postgres::Error> for Fail {
+    fn from(error: postgres::Error) -> Self {
+        Fail::Pg(error)
+    }
+}
+
+/// SQLSTATEs after which the same operation is simply run again: the
+/// transaction was rolled back whole (a deadlock between two admissions
+/// that named counters in a different order, a serialization failure).
+fn retryable(error: &postgres::Error) -> bool {
+    error
+        .code()
+        .is_some_and(|code| matches!(code.code(), "40P01" | "40001"))
+}
+
+/// Whether the connection is gone (or the server is going): it is dropped,
+/// with every idle one, and the operation fails as unavailable.
+fn connection_lost(error: &postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        // Class 08: connection exceptions; 57P01-57P03: the server is shutting
+        // down or starting; 53300: too many connections.
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+        }
+        // No SQLSTATE: an I/O error, a timeout, a protocol error.
+        None => error.as_db_error().is_none(),
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `spec` (a `postgres://` URL or a libpq `key=value`
+    /// string, see [`StoreSpec`]) and opens the store with default options.
+    pub fn open(spec: &str) -> Result<PostgresStore, StoreError> {
+        Self::open_with(spec, &PostgresOptions::default())
+    }
+
+    /// Connects to `spec` and opens the store in `options.schema`, creating
+    /// or migrating its tables (under an advisory lock, so processes opening
+    /// one store at once do it once). A schema written by a newer version is
+    /// refused ([`StoreError::SchemaTooNew`]); a schema holding tables that
+    /// are not a store's is refused ([`StoreError::ForeignSchema`]).
+    pub fn open_with(spec: &str, options: &PostgresOptions) -> Result<PostgresStore, StoreError> {
+        let parsed = StoreSpec::parse(spec).map_err(|error| StoreError::Unavailable {
+            store: "postgres".to_owned(),
+            detail: error.to_string(),
+        })?;
+        let mut options = options.clone();
+        if let Some(schema) = &parsed.schema {
+            options.schema.clone_from(schema);
+        }
+        Self::open_config(parsed.config, &options)
+    }
+
+    /// [`PostgresStore::open_with`] from a parsed configuration.
+    pub fn open_config(
+        mut config: postgres::Config,
+        options: &PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let target = config::describe(&config, &options.schema);
+        if !config::valid_schema(&options.schema) {
+            return Err(StoreError::Backend {
+                store: target,
+                detail: format!(
+                    "`{}` is not a valid schema name (lowercase letters, digits and `_`, not \
+                     starting with a digit, at most 63 bytes)",
+                    options.schema
+                ),
+            });
+        }
+        config.connect_timeout(options.connect_timeout);
+        config.application_name("mcpolicy");
+        let ms = options.statement_timeout.as_millis().max(1);
+        config.options(&format!(
+            "-c search_path={schema} -c statement_timeout={ms} -c lock_timeout={ms} \
+             -c idle_in_transaction_session_timeout={idle} -c synchronous_commit={sync}",
+            schema = options.schema,
+            idle = ms.saturating_mul(2),
+            sync = if options.synchronous_commit {
+                "on"
+            } else {
+                "off"
+            },
+        ));
+        let store = PostgresStore {
+            config,
+            target,
+            max_per_server: int(options.max_decisions_per_server.max(1)),
+            wait: options.connect_timeout,
+            pool: Pool {
+                state: Mutex::new(PoolState::default()),
+                freed: Condvar::new(),
+                size: options.pool_size.max(1),
+            },
+        };
+        store.migrate(&options.schema, options.create)?;
+        Ok(store)
+    }
+
+    /// Where the store is (hosts, database, schema), for messages.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Creates or migrates the schema in one transaction.
+    fn migrate(&self, schema: &str, create: bool) -> Result<(), StoreError> {
+        let mut client = self
+            .config
+            .connect(postgres::NoTls)
+            .map_err(|e| self.map_pg(&e))?;
+        let result = (|| -> Result<(), Fail> {
+            let mut tx = client.transaction()?;
+            // One opener at a time per schema, across every process.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('mcpolicy-store:' || $1::text))",
+                &[&schema],
+            )?;
+            let exists = tx
+                .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])?
+                .is_some();
+            if !exists && !create {
+                return Err(Fail::Store(StoreError::Backend {
+                    store: self.target.clone(),
+                    detail: format!("no decision store: schema `{schema}` does not exist"),
+                }));
+            }
+            if !exists {
+                tx.batch_execute(&format!("CREATE SCHEMA {schema}"))?;
+            }
+            let versioned = tx
+                .query_opt(
+                    "SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = 'schema_version'",
+                    &[&schema],
+                )?
+                .is_some();
+            let version: i32 = if versioned {
+                tx.query_one("SELECT version FROM schema_version", &[])?
+                    .try_get(0)?
+            } else {
+                let tables: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+                        &[&schema],
+                    )?
+                    .try_get(0)?;
+                if tables > 0 {
+                    return Err(Fail::Store(StoreError::ForeignSchema {
+                        path: self.target.clone().into(),
+                        detail: format!(
+                            "schema `{schema}` has {tables} tables but no `schema_version`"
+                        ),
+                    }));
+                }
+                if !create {
+                    return Err(Fail::Store(StoreError::Backend {
+                        store: self.target.clone(),
+                        detail: format!("no decision store in schema `{schema}`"),
+                    }));
+                }
+                0
+            };
+            if version > SCHEMA_VERSION {
+                return Err(Fail::Store(StoreError::SchemaTooNew {
+                    path: self.target.clone().into(),
+                    found: i64::from(version),
+                    supported: i64::from(SCHEMA_VERSION),
+                }));
+            }
+            for (index, step) in schema::MIGRATIONS.iter().enumerate() {
+                let to = i32::try_from(index + 1).unwrap_or(i32::MAX);
+                if to > version {
+                    tx.batch_execute(step)?;
+                    tx.execute("UPDATE schema_version SET version = $1", &[&to])?;
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        result.map_err(|fail| self.finish(fail))
+    }
+
+    /// Runs `body` on a pooled connection. A lost connection is dropped with
+    /// every idle one (they were most likely connected to the same, now
+    /// gone, server) and the operation fails as unavailable; the next one
+    /// connects afresh. A rolled-back deadlock is run again.
+    fn run<T>(&self, mut body: impl FnMut(&mut Conn) -> Result<T, Fail>) -> Result<T, StoreError> {
+        let mut conn = self.checkout()?;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match body(&mut conn) {
+                Ok(value) => {
+                    self.checkin(conn);
+                    return Ok(value);
+                }
+                Err(Fail::Pg(error)) if connection_lost(&error) => {
+                    self.discard(true);
+                    return Err(self.map_pg(&error));
+                }
+                Err(Fail::Pg(error)) if retryable(&error) && attempts < 4 => continue,
+                Err(fail) => {
+                    // A statement error leaves the connection usable (the
+                    // transaction, if any, was rolled back when it dropped).
+                    self.checkin(conn);
+                    return Err(self.finish(fail));
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, PoolState>, StoreError> {
+        self.pool.state.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// An idle connection, or a new one if fewer than the pool's size are
+    /// open, or the next one freed within the connect timeout.
+    fn checkout(&self) -> Result<Conn, StoreError> {
+        let deadline = std::time::Instant::now() + self.wait;
+        let mut state = self.lock()?;
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(conn);
+            }
+            if state.open < self.pool.size {
+                state.open += 1;
+                drop(state);
+                return self.connect().inspect_err(|_| self.discard(false));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(StoreError::Unavailable {
+                    store: self.target.clone(),
+                    detail: format!(
+                        "all {} connections stayed busy for {:?}",
+                        self.pool.size, self.wait
+                    ),
+                });
+            }
+            state = self
+                .pool
+                .freed
+                .wait_timeout(state, left)
+                .map_err(|_| StoreError::Poisoned)?
+                .0;
+        }
+    }
+
+    fn connect(&self) -> Result<Conn, StoreError> {
+        let mut client = self
+            .config
+            .connect(postgres::NoTls)
+            .map_err(|e| self.map_pg(&e))?;
+        let st = Statements::prepare(&mut client).map_err(|e| self.map_pg(&e))?;
+        Ok(Conn { client, st })
+    }
+
+    fn checkin(&self, conn: Conn) {
+        if let Ok(mut state) = self.pool.state.lock() {
+            state.idle.push(conn);
+        }
+        self.pool.freed.notify_one();
+    }
+
+    /// Forgets one open connection (already dropped by the caller), and with
+    /// `all_idle` every idle one too.
+    fn discard(&self, all_idle: bool) {
+        if let Ok(mut state) = self.pool.state.lock() {
+            state.open = state.open.saturating_sub(1);
+            if all_idle {
+                let idle = state.idle.len();
+                state.idle.clear();
+                state.open = state.open.saturating_sub(idle);
+            }
+        }
+        self.pool.freed.notify_all();
+    }
+
+    fn map_pg(&self, error: &postgres::Error) -> StoreError {
+        let detail = match error.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => {
+                // The client's own text plus its cause (the I/O error): "error connecting
+                // to server: No such file or directory".
+                match std::error::Error::source(error) {
+                    Some(source) => format!("{error}: {source}"),
+                    None => error.to_string(),
+                }
+            }
+        };
+        if connection_lost(error) {
+            StoreError::Unavailable {
+                store: self.target.clone(),
+                detail,
+            }
+        } else {
+            StoreError::Backend {
+                store: self.target.clone(),
+                detail,
+            }
+        }
+    }
+
+    fn finish(&self, fail: Fail) -> StoreError {
+        match fail {
+            Fail::Pg(error) => self.map_pg(&error),
+            Fail::Store(error) => error,
+        }
+    }
+
+    /// The store file's stand-in in row errors.
+    fn bad_row(&self, detail: String) -> Fail {
+        Fail::Store(StoreError::BadRow {
+            path: self.target.clone().into(),
+            detail,
+        })
+    }
+
+    fn decision(&self, row: &Row) -> Result<StoredDecision, Fail> {
+        let verdict: &str = row.try_get(0)?;
+        let verdict = Verdict::parse(verdict)
+            .ok_or_else(|| self.bad_row(format!("unknown verdict `{verdict}`")))?;
+        Ok(StoredDecision {
+            verdict,
+            reason: Arc::from(row.try_get::<_, &str>(1)?),
+            digest: Arc::from(row.try_get::<_, &str>(2)?),
+            expires_at: row.try_get(3)?,
+            data: row.try_get::<_, Option<&str>>(4)?.map(Arc::from),
+            represented: uint(row.try_get(5)?),
+            decided_at: row.try_get(6)?,
+            recomputable: row.try_get(7)?,
+            statement: row.try_get::<_, Option<&str>>(8)?.map(Arc::from),
+        })
+    }
+}
+
+/// The arguments of the `admit` function for `checks` at `now`.
+struct AdmitArgs<'a> {
+    counters: Vec<&'a str>,
+    amounts: Vec<i64>,
+    limits: Vec<i64>,
+    ms: Vec<Option<i64>>,
+    floors: Vec<i64>,
+    cuts: Vec<i64>,
+    ends: Vec<i64>,
+}
+
+impl<'a> AdmitArgs<'a> {
+    fn new(checks: &'a [LimitCheck], now: Millis) -> AdmitArgs<'a> {
+        let mut args = AdmitArgs {
+            counters: Vec::with_capacity(checks.len()),
+            amounts: Vec::with_capacity(checks.len()),
+            limits: Vec::with_capacity(checks.len()),
+            ms: Vec::with_capacity(checks.len()),
+            floors: Vec::with_capacity(checks.len()),
+            cuts: Vec::with_capacity(checks.len()),
+            ends: Vec::with_capacity(checks.len()),
+        };
+        for check in checks {
+            let floor = window_floor(check.window, now);
+            args.counters.push(&check.counter);
+            args.amounts.push(int(check.amount));
+            args.limits.push(int(check.limit));
+            args.floors.push(floor);
+            args.cuts
+                .push(floor.saturating_sub(retention(check.window)));
+            match check.window {
+                LimitWindow::Rolling { ms } => {
+                    args.ms.push(Some(int(ms)));
+                    args.ends.push(Millis::MAX);
+                }
+                LimitWindow::Fixed { end, .. } => {
+                    args.ms.push(None);
+                    args.ends.push(end);
+                }
+            }
+        }
+        args
+    }
+}
+
+/// The floor of `window` at `now` (the runtime's `store::window_floor`):
+/// spend at or after it may count.
+fn window_floor(window: LimitWindow, now: Millis) -> Millis {
+    match window {
+        LimitWindow::Rolling { ms } => now.saturating_sub(int(ms)).saturating_add(1),
+        LimitWindow::Fixed { start, .. } => start,
+    }
+}
+
+/// How long spend is kept below a window's floor (the runtime's
+/// `store::retention`): one window length and an eighth, at least a minute,
+/// so a clock step back within it counts exactly what an unpruned store would.
+fn retention(window: LimitWindow) -> Millis {
+    let length = match window {
+        LimitWindow::Rolling { ms } => int(ms),
+        LimitWindow::Fixed { start, end } => end.saturating_sub(start),
+    };
+    length.saturating_add(length / 8).max(60_000)
+}
+
+/// Runs `admit` for `checks` on `client` (a connection or a transaction).
+fn admit_on(
+    client: &mut impl postgres::GenericClient,
+    statement: &Statement,
+    server_id: &str,
+    checks: &[LimitCheck],
+    now: Millis,
+) -> Result<Admission, Fail> {
+    let args = AdmitArgs::new(checks, now);
+    let row = client.query_one(
+        statement,
+        &[
+            &server_id,
+            &args.counters,
+            &args.amounts,
+            &args.limits,
+            &args.ms,
+            &args.floors,
+            &args.cuts,
+            &args.ends,
+            &now,
+        ],
+    )?;
+    let refused: Option<i32> = row.try_get(0)?;
+    Ok(match refused {
+        None => Admission::Admitted {
+            reservation: Reservation {
+                id: uint(row.try_get::<_, Option<i64>>(2)?.unwrap_or(0)),
+                at: now,
+            },
+        },
+        Some(index) => {
+            let index = usize::try_from(index).unwrap_or(0);
+            Admission::Refused {
+                index,
+                counter: checks
+                    .get(index)
+                    .map(|check| check.counter.clone())
+                    .unwrap_or_default(),
+                available_at: row.try_get::<_, Option<i64>>(1)?.unwrap_or(Millis::MAX),
+            }
+        }
+    })
+}
+
+impl DecisionStore for PostgresStore {
+    fn replay(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+    ) -> Result<Option<StoredDecision>, StoreError> {
+        self.run(|conn| {
+            let row = conn.client.query_opt(
+                &conn.st.replay,
+                &[&key.server_id, &key.identity, &digest, &now],
+            )?;
+            row.map(|row| self.decision(&row)).transpose()
+        })
+    }
+
+    fn admit(
+        &self,
+        server_id: &str,
+        checks: &[LimitCheck],
+        now: Millis,
+    ) -> Result<Admission, StoreError> {
+        if checks.is_empty() {
+            return Ok(Admission::Admitted {
+                reservation: Reservation::NONE,
+            });
+        }
+        self.run(|conn| admit_on(&mut conn.client, &conn.st.admit, server_id, checks, now))
+    }
+
+    fn settle(
+        &self,
+        server_id: &str,
+        reservation: Reservation,
+        counter: &str,
+        actual: u64,
+    ) -> Result<(), StoreError> {
+        if reservation.is_none() {
+            return Ok(());
+        }
+        let id = int(reservation.id);
+        let status: i32 = self.run(|conn| {
+            Ok(conn
+                .client
+                .query_one(
+                    &conn.st.settle,
+                    &[&server_id, &id, &reservation.at, &counter, &int(actual)],
+                )?
+                .try_get(0)?)
+        })?;
+        if status == 1 {
+            return Err(StoreError::UnknownReservation {
+                reservation: reservation.id,
+                counter: counter.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
+        self.run(|conn| {
+            conn.client.execute(
+                &conn.st.record,
+                &[
+                    &key.server_id,
+                    &key.identity,
+                    &decision.verdict.as_str(),
+                    &&*decision.reason,
+                    &&*decision.digest,
+                    &decision.expires_at,
+                    &decision.data.as_deref(),
+                    &decision.decided_at,
+                    &decision.recomputable,
+                    &decision.statement.as_deref(),
+                    &self.max_per_server,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError> {
+        self.run(|conn| {
+            let row = conn
+                .client
+                .query_opt(&conn.st.get, &[&key.server_id, &key.identity])?;
+            row.map(|row| self.decision(&row)).transpose()
+        })
+    }
+
+    fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
+        self.run(|conn| {
+            let removed: i64 = conn
+                .client
+                .query_one(&conn.st.purge, &[&server_id, &digest, &now])?
+                .try_get(0)?;
+            Ok(uint(removed))
+        })
+    }
+
+    fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
+        self.run(|conn| {
+            let row = conn.client.query_opt(&conn.st.stats, &[&server_id])?;
+            Ok(match row {
+                Some(row) => ServerStats {
+                    stored: uint(row.try_get(0)?),
+                    evicted: uint(row.try_get(1)?),
+                    evicted_represented: uint(row.try_get(2)?),
+                },
+                None => ServerStats::default(),
+            })
+        })
+    }
+
+    /// A miss (nothing stored for the key under this digest) is read
+    /// without a lock and admitted by one more statement: with nothing to
+    /// hold there is nothing a transaction around the two could protect
+    /// (PostgreSQL takes no lock on an absent row), exactly as a miss in the
+    /// SQLite store is one read. A hit is counted in one transaction that
+    /// keeps the decision row locked (`UPDATE … RETURNING`) while `evaluate`
+    /// runs and the admission is made, until `COMMIT`.
+    fn replay_or_admit(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+        checks: &mut Vec<LimitCheck>,
+        evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
+    ) -> Result<ReplayOrAdmit, StoreError> {
+        // `evaluate` runs at most once, even if a deadlock makes `run` repeat
+        // the transaction: its answer is kept for the repeat.
+        let mut decided: Option<(Option<StoredDecision>, Evaluation)> = None;
+        self.run(|conn| {
+            let key_args: [&(dyn postgres::types::ToSql + Sync); 4] =
+                [&key.server_id, &key.identity, &digest, &now];
+            let hit = match &decided {
+                Some((replayed, _)) => replayed.is_some(),
+                None => conn.client.query_opt(&conn.st.peek, &key_args)?.is_some(),
+            };
+            if !hit {
+                let evaluation = match &decided {
+                    Some((_, evaluation)) => *evaluation,
+                    None => {
+                        checks.clear();
+                        let evaluation = evaluate(None, checks);
+                        decided = Some((None, evaluation));
+                        evaluation
+                    }
+                };
+                let admission = match evaluation {
+                    Evaluation::Answered => None,
+                    Evaluation::Admit if checks.is_empty() => Some(Admission::Admitted {
+                        reservation: Reservation::NONE,
+                    }),
+                    Evaluation::Admit => Some(admit_on(
+                        &mut conn.client,
+                        &conn.st.admit,
+                        &key.server_id,
+                        checks,
+                        now,
+                    )?),
+                };
+                return Ok(ReplayOrAdmit {
+                    replayed: None,
+                    admission,
+                });
+            }
+            let mut tx = conn.client.transaction()?;
+            let row = tx.query_opt(&conn.st.replay, &key_args)?;
+            let replayed = row.map(|row| self.decision(&row)).transpose()?;
+            let evaluation = match &decided {
+                Some((_, evaluation)) => *evaluation,
+                None => {
+                    checks.clear();
+                    let evaluation = evaluate(replayed.as_ref(), checks);
+                    decided = Some((replayed.clone(), evaluation));
+                    evaluation
+                }
+            };
+            let admission = match evaluation {
+                Evaluation::Answered => None,
+                Evaluation::Admit if checks.is_empty() => Some(Admission::Admitted {
+                    reservation: Reservation::NONE,
+                }),
+                Evaluation::Admit => Some(admit_on(
+                    &mut tx,
+                    &conn.st.admit,
+                    &key.server_id,
+                    checks,
+                    now,
+                )?),
+            };
+            tx.commit()?;
+            Ok(ReplayOrAdmit {
+                replayed,
+                admission,
+            })
+        })
+    }
+}
+
+/// The `WHERE` clause of a [`DecisionFilter`] over `$1..$4` (NULL: any).
+const FILTER: &str = "($1::text IS NULL OR server_id = $1) AND ($2::text IS NULL OR identity = $2) \
+     AND ($3::text IS NULL OR reason = $3) AND ($4::text IS NULL OR verdict = $4)";
+
+/// Locks the servers rows a filter's decisions belong to (in key order, as
+/// `record` takes one), so counts stay exact while the rows go.
+const LOCK_SERVERS: &str = "SELECT 1 FROM servers WHERE ($1::text IS NULL OR server_id = $1) \
+     ORDER BY server_id FOR UPDATE";
+
+impl PostgresStore {
+    fn entries(&self, rows: &[Row]) -> Result<Vec<StoredEntry>, Fail> {
+        rows.iter()
+            .map(|row| {
+                let key = DecisionKey::new(row.try_get::<_, &str>(9)?, row.try_get::<_, &str>(10)?);
+                Ok(StoredEntry {
+                    key,
+                    decision: self.decision(row)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the decisions matching `where_` (over `args`) in one
+    /// transaction, lowering each server's stored count, and returns them.
+    fn delete_decisions(
+        &self,
+        where_: &str,
+        args: &[&(dyn postgres::types::ToSql + Sync)],
+        server: Option<&str>,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let sql = format!(
+            "WITH gone AS (DELETE FROM decisions WHERE {where_} RETURNING *), \
+             counted AS (UPDATE servers AS s SET stored = GREATEST(s.stored - c.n, 0) \
+                 FROM (SELECT server_id, count(*) AS n FROM gone GROUP BY server_id) AS c \
+                 WHERE s.server_id = c.server_id) \
+             SELECT {DECISION_COLUMNS}, server_id, identity FROM gone \
+             ORDER BY server_id, identity"
+        );
+        self.run(|conn| {
+            let mut tx = conn.client.transaction()?;
+            tx.execute(LOCK_SERVERS, &[&server])?;
+            let rows = tx.query(&sql, args)?;
+            let entries = self.entries(&rows)?;
+            tx.commit()?;
+            Ok(entries)
+        })
+    }
+}
+
+impl StoreAdmin for PostgresStore {
+    fn decisions(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        let verdict = filter.verdict.as_ref().map(Verdict::as_str);
+        let sql = format!(
+            "SELECT {DECISION_COLUMNS}, server_id, identity FROM decisions WHERE {FILTER} \
+             ORDER BY server_id, identity"
+        );
+        self.run(|conn| {
+            let rows = conn.client.query(
+                &sql,
+                &[
+                    &filter.server_id,
+                    &filter.identity,
+                    &filter.reason,
+                    &verdict,
+                ],
+            )?;
+            self.entries(&rows)
+        })
+    }
+
+    fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        let verdict = filter.verdict.as_ref().map(Verdict::as_str);
+        self.delete_decisions(
+            FILTER,
+            &[
+                &filter.server_id,
+                &filter.identity,
+                &filter.reason,
+                &verdict,
+            ],
+            filter.server_id.as_deref(),
+        )
+    }
+
+    fn usage(
+        &self,
+        server_id: &str,
+        check: &LimitCheck,
+        now: Millis,
+    ) -> Result<CounterUsage, StoreError> {
+        let floor = window_floor(check.window, now);
+        let (ms, end) = match check.window {
+            LimitWindow::Rolling { ms } => (Some(int(ms)), Millis::MAX),
+            LimitWindow::Fixed { end, .. } => (None, end),
+        };
+        self.run(|conn| {
+            let row = conn.client.query_one(
+                "SELECT o_spent, o_available_at FROM usage($1::text, $2::text, $3::bigint, \
+                 $4::bigint, $5::bigint, $6::bigint, $7::bigint)",
+                &[
+                    &server_id,
+                    &check.counter,
+                    &int(check.amount),
+                    &int(check.limit),
+                    &ms,
+                    &floor,
+                    &end,
+                ],
+            )?;
+            Ok(CounterUsage {
+                spent: uint(row.try_get(0)?),
+                available_at: row.try_get(1)?,
+            })
+        })
+    }
+
+    fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
+        let decisions = self
+            .delete_decisions("expires_at IS NOT NULL AND expires_at <= $1", &[&now], None)?
+            .len() as u64;
+        let spend_rows = self.run(|conn| {
+            let mut tx = conn.client.transaction()?;
+            let rows = tx.query(
+                "SELECT server_id, counter, rolling_ms FROM counters \
+                 ORDER BY server_id, counter FOR UPDATE",
+                &[],
+            )?;
+            let (mut servers, mut counters, mut cuts) = (Vec::new(), Vec::new(), Vec::new());
+            for row in &rows {
+                servers.push(row.try_get::<_, &str>(0)?);
+                counters.push(row.try_get::<_, &str>(1)?);
+                let rolling: Option<i64> = row.try_get(2)?;
+                cuts.push(prune_cut(rolling.map(uint), now));
+            }
+            let removed: i64 = tx
+                .query_one(
+                    "SELECT prune_spend($1::text[], $2::text[], $3::bigint[])",
+                    &[&servers, &counters, &cuts],
+                )?
+                .try_get(0)?;
+            tx.commit()?;
+            Ok(uint(removed))
+        })?;
+        Ok(Pruned {
+            decisions,
+            spend_rows,
+        })
+    }
+
+    fn size(&self) -> Result<StoreSize, StoreError> {
+        self.run(|conn| {
+            let row = conn.client.query_one(
+                "SELECT (SELECT COALESCE(sum(stored), 0)::bigint FROM servers), \
+                        (SELECT count(*) FROM spend), \
+                        (SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                         FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace \
+                         WHERE n.nspname = current_schema() AND c.relkind = 'r')",
+                &[],
+            )?;
+            Ok(StoreSize {
+                decisions: uint(row.try_get(0)?),
+                spend_rows: uint(row.try_get(1)?),
+                bytes: Some(uint(row.try_get(2)?)),
+            })
+        })
+    }
+
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        self.run(|conn| {
+            // Counters stand for spend: a counter row is made by a server's
+            // first admission with checks, admitted or refused, and stays.
+            let rows = conn.client.query(
+                "SELECT server_id FROM servers UNION SELECT server_id FROM decisions \
+                 UNION SELECT server_id FROM counters ORDER BY 1",
+                &[],
+            )?;
+            rows.iter()
+                .map(|row| Ok(row.try_get::<_, String>(0)?))
+                .collect()
+        })
+    }
+}
+
+/// A u64 as PostgreSQL's bigint, saturating.
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A bigint back to u64 (negative never written; read as 0).
+fn uint(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}

@@ -1,0 +1,52 @@
+//! The PostgreSQL the tests run against: `MCPOLICY_TEST_POSTGRES` (a
+//! connection string, as `scripts/pg-test-cluster.sh start DIR` prints it).
+//! Without it the tests pass over themselves with a note, unless
+//! `MCPOLICY_REQUIRE_POSTGRES=1` (CI), where they fail.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mcpolicy_store_postgres::{PostgresOptions, PostgresStore};
+
+/// The test database's connection string, or None (the test returns early)
+/// when none is configured and CI does not require one.
+pub fn spec() -> Option<String> {
+    match std::env::var("MCPOLICY_TEST_POSTGRES") {
+        Ok(spec) if !spec.trim().is_empty() => Some(spec),
+        _ => {
+            assert!(
+                std::env::var("MCPOLICY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "MCPOLICY_REQUIRE_POSTGRES=1 but MCPOLICY_TEST_POSTGRES is not set: start a \
+                 cluster with runtime/postgres/scripts/pg-test-cluster.sh"
+            );
+            eprintln!("note: MCPOLICY_TEST_POSTGRES is not set; PostgreSQL test not run");
+            None
+        }
+    }
+}
+
+/// A schema name no other test (thread or process) uses.
+pub fn fresh_schema(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "t_{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A new, empty store in a schema of its own.
+pub fn fresh_store(spec: &str, prefix: &str, max_per_server: u64) -> PostgresStore {
+    let options = PostgresOptions {
+        schema: fresh_schema(prefix),
+        pool_size: 8,
+        max_decisions_per_server: max_per_server,
+        ..PostgresOptions::default()
+    };
+    PostgresStore::open_with(spec, &options).expect("open a PostgreSQL store")
+}
