@@ -24,7 +24,7 @@
 //! Connections are pooled; when the database cannot be reached every
 //! operation fails with [`StoreError::Unavailable`], which the engine turns
 //! into `runtime.store_unavailable`, and the store connects again on the
-//! next operation. See the crate's `README.md` and `FLEET.md`.
+//! next operation. See the crate's `README.md` and the repository README, "Run a fleet".
 
 mod config;
 mod import;
