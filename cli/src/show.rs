@@ -348,9 +348,9 @@ fn unset_text(row: &StatementRow) -> String {
     if keyword == "retry_alert" {
         let setting = mcpolicy_runtime::alert::DEFAULT_SETTING;
         let ms = setting.window_ms;
-        let window = if ms % 3_600_000 == 0 {
+        let window = if ms.is_multiple_of(3_600_000) {
             format!("{}h", ms / 3_600_000)
-        } else if ms % 60_000 == 0 {
+        } else if ms.is_multiple_of(60_000) {
             format!("{}m", ms / 60_000)
         } else {
             format!("{}s", ms / 1000)
