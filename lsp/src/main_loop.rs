@@ -193,8 +193,19 @@ pub fn run(connection: &Connection) -> Result<Exit, Error> {
     run_with(connection, Hooks::default())
 }
 
+/// [`run`] on a connection made by [`crate::transport::stdio`]: results
+/// and diagnostics go to its writer as JSON text
+/// ([`crate::transport::raw_json`]), never through a `serde_json::Value`.
+pub fn run_stdio(connection: &Connection) -> Result<Exit, Error> {
+    serve(connection, Hooks::default(), true)
+}
+
 /// [`run`] with [`Hooks`].
 pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
+    serve(connection, hooks, false)
+}
+
+fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, Error> {
     record_panic_locations();
     // Most often someone ran the binary by hand: say what it expects.
     let (id, params) = connection.initialize_start().map_err(|e| {
@@ -226,6 +237,7 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
         )?;
     }
     let mut world = World::new(encoding);
+    world.raw_json = raw_json;
     let mut checks = Checks::new(hooks);
     let outcome = main_loop(connection, &mut world, &mut checks);
     // Ends the worker once its queue is empty; cancels the checks still
@@ -317,6 +329,14 @@ impl Checks {
         }
     }
 
+    /// Publishes the results of the checks that have ended.
+    fn drain(&mut self, connection: &Connection, world: &mut World) -> Result<(), Error> {
+        while let Ok(checked) = self.receiver.try_recv() {
+            self.finish(connection, world, checked)?;
+        }
+        Ok(())
+    }
+
     /// Publishes a check's result if its document has not changed since.
     fn finish(
         &mut self,
@@ -348,6 +368,7 @@ impl Checks {
                     world.mark_published(&checked.key, checked.generation);
                     publish(
                         connection,
+                        world,
                         checked.uri.clone(),
                         Some(checked.version),
                         vec![crate::diagnostics::crashed(&why)],
@@ -362,6 +383,7 @@ impl Checks {
                 world.mark_published(&checked.key, checked.generation);
                 publish(
                     connection,
+                    world,
                     checked.uri.clone(),
                     Some(checked.version),
                     diagnostics,
@@ -442,9 +464,18 @@ fn main_loop(
         let batch: Vec<Message> = std::iter::once(first)
             .chain(connection.receiver.try_iter())
             .collect();
+        // Whether a notification since the last `start` may have changed a
+        // document: a request after it starts the check first, so that the
+        // worker checks while this thread answers (an editor asks for
+        // symbols, tokens, folding and hints right after each edit).
+        let mut edited = false;
         for message in batch {
             match message {
                 Message::Request(request) => {
+                    if edited {
+                        checks.start(world);
+                        edited = false;
+                    }
                     let response = if shutdown {
                         error(
                             request.id,
@@ -458,6 +489,9 @@ fn main_loop(
                         dispatch(connection, world, request)
                     };
                     connection.sender.send(Message::Response(response))?;
+                    // A check that ended while this request was answered is
+                    // published now, not after the rest of the batch.
+                    checks.drain(connection, world)?;
                 }
                 Message::Notification(notification) => {
                     if notification.method == "exit" {
@@ -465,6 +499,7 @@ fn main_loop(
                     }
                     if !shutdown {
                         notify(connection, world, notification)?;
+                        edited = true;
                     }
                 }
                 Message::Response(_) => {}
@@ -502,7 +537,7 @@ where
     };
     forget_panic_location();
     match catch_unwind(AssertUnwindSafe(|| handler(world, params))) {
-        Ok(Ok(result)) => match serde_json::to_value(result) {
+        Ok(Ok(result)) => match to_json(world, &result) {
             Ok(value) => Response::new_ok(request.id, value),
             Err(e) => error(request.id, ErrorCode::InternalError, e.to_string()),
         },
@@ -598,7 +633,7 @@ fn notify(
         _ => Ok(None),
     }));
     match outcome {
-        Ok(Ok(Some(closed))) => publish(connection, closed, None, Vec::new())?,
+        Ok(Ok(Some(closed))) => publish(connection, world, closed, None, Vec::new())?,
         Ok(Ok(None)) => {}
         Ok(Err(warning)) => log(connection, MessageType::WARNING, warning)?,
         Err(payload) => log(
@@ -674,8 +709,19 @@ fn panic_report(payload: &(dyn Any + Send)) -> String {
     }
 }
 
+/// A result or params as the connection carries them: JSON text for the
+/// stdio writer, a `Value` for any other connection.
+fn to_json<T: Serialize>(world: &World, value: &T) -> serde_json::Result<serde_json::Value> {
+    if world.raw_json {
+        crate::transport::raw_json(value)
+    } else {
+        serde_json::to_value(value)
+    }
+}
+
 fn publish(
     connection: &Connection,
+    world: &World,
     uri: Uri,
     version: Option<i32>,
     diagnostics: Vec<lsp_types::Diagnostic>,
@@ -685,11 +731,9 @@ fn publish(
         diagnostics,
         version,
     };
-    connection
-        .sender
-        .send(Message::Notification(Notification::new(
-            PublishDiagnostics::METHOD.to_owned(),
-            params,
-        )))?;
+    connection.sender.send(Message::Notification(Notification {
+        method: PublishDiagnostics::METHOD.to_owned(),
+        params: to_json(world, &params)?,
+    }))?;
     Ok(())
 }

@@ -30,6 +30,9 @@ pub struct Document {
     pub version: i32,
     /// Line starts of the current text (shared with checks in flight).
     pub index: Arc<LineIndex>,
+    /// Whether the current text is all ASCII: then a UTF-16 column is its
+    /// byte column, and positions need no counting (most policies are).
+    pub ascii: bool,
     /// Bumped by every open, change and save of this document.
     pub generation: u64,
     /// The generation whose diagnostics were last published.
@@ -47,6 +50,9 @@ pub struct World {
     pub encoding: Encoding,
     /// The last generation given to a document.
     generation: u64,
+    /// Whether results go out as JSON text (`transport::raw_json`): set
+    /// for the stdio transport, whose writer understands it.
+    pub raw_json: bool,
 }
 
 /// What a diagnostics check needs, owned, for a worker thread: a clone of
@@ -100,9 +106,19 @@ impl<'a> Snapshot<'a> {
         self.document.source.text(self.db)
     }
 
+    /// The encoding positions are counted in: UTF-8 for an ASCII text,
+    /// where both encodings give the same columns and UTF-8 counts nothing.
+    fn counting(&self) -> Encoding {
+        if self.document.ascii {
+            Encoding::Utf8
+        } else {
+            self.encoding
+        }
+    }
+
     /// A byte offset as a position (clamped to the text).
     pub fn position(&self, offset: usize) -> Position {
-        position(&self.document.index, self.text(), offset, self.encoding)
+        position(&self.document.index, self.text(), offset, self.counting())
     }
 
     /// A span as a range.
@@ -113,12 +129,12 @@ impl<'a> Snapshot<'a> {
     /// A position as a byte offset (clamped to the text, see
     /// [`LineIndex::offset`]).
     pub fn offset(&self, position: Position) -> usize {
-        offset(&self.document.index, self.text(), position, self.encoding)
+        offset(&self.document.index, self.text(), position, self.counting())
     }
 
     /// A range as a span (start and end ordered).
     pub fn span(&self, range: Range) -> Span {
-        span(&self.document.index, self.text(), range, self.encoding)
+        span(&self.document.index, self.text(), range, self.counting())
     }
 }
 
@@ -154,6 +170,7 @@ impl World {
             documents: HashMap::new(),
             encoding,
             generation: 0,
+            raw_json: false,
         }
     }
 
@@ -225,6 +242,7 @@ impl World {
     pub fn open(&mut self, uri: Uri, version: i32, text: String) {
         let key = uri::key(&uri);
         let index = Arc::new(LineIndex::new(&text));
+        let ascii = text.is_ascii();
         let generation = self.next_generation();
         match self.documents.get_mut(&key) {
             Some(document) => {
@@ -233,6 +251,7 @@ impl World {
                 document.source.set_text(&mut self.db).to(text);
                 document.version = version;
                 document.index = index;
+                document.ascii = ascii;
                 document.generation = generation;
             }
             None => {
@@ -244,6 +263,7 @@ impl World {
                         source,
                         version,
                         index,
+                        ascii,
                         generation,
                         published: None,
                     },
@@ -278,6 +298,7 @@ impl World {
             index = Arc::new(LineIndex::new(&text));
         }
         crate::fault::inject(&text, "an edit");
+        document.ascii = text.is_ascii();
         document.index = index;
         document.version = version;
         document.generation = generation;
