@@ -54,7 +54,8 @@ use lsp_types::notification::{
 use lsp_types::request::{
     CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
     GotoDefinition, HoverRequest, InlayHintRequest, PrepareRenameRequest, References, Rename,
-    Request as _, SemanticTokensFullRequest,
+    Request as _, SemanticTokensFullDeltaRequest, SemanticTokensFullRequest,
+    SemanticTokensRangeRequest,
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
@@ -139,8 +140,8 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
         semantic_tokens_provider: Some(SemanticTokensServerCapabilities::SemanticTokensOptions(
             SemanticTokensOptions {
                 legend: handlers::semantic_tokens::legend(),
-                full: Some(SemanticTokensFullOptions::Bool(true)),
-                range: None,
+                full: Some(SemanticTokensFullOptions::Delta { delta: Some(true) }),
+                range: Some(true),
                 ..SemanticTokensOptions::default()
             },
         )),
@@ -582,6 +583,12 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         CodeActionRequest::METHOD => respond(c, world, request, code_action::handle),
         InlayHintRequest::METHOD => respond(c, world, request, inlay_hint::handle),
         SemanticTokensFullRequest::METHOD => respond(c, world, request, semantic_tokens::handle),
+        SemanticTokensFullDeltaRequest::METHOD => {
+            respond(c, world, request, semantic_tokens::delta_handle)
+        }
+        SemanticTokensRangeRequest::METHOD => {
+            respond(c, world, request, semantic_tokens::range_handle)
+        }
         _ => error(
             request.id,
             ErrorCode::MethodNotFound,

@@ -7,11 +7,12 @@
 //! reuses one); diagnostics are published only for a document's current
 //! generation (`main_loop.rs`).
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use lsp_server::{ErrorCode, ResponseError};
-use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
+use lsp_types::{Position, Range, SemanticToken, TextDocumentContentChangeEvent, Uri};
 use mcpolicy_compiler::db::{Database, SourceText};
 use mcpolicy_compiler::line_index::{Encoding, LineColumn, LineIndex};
 use mcpolicy_compiler::syntax::Span;
@@ -53,6 +54,12 @@ pub struct World {
     /// Whether results go out as JSON text (`transport::raw_json`): set
     /// for the stdio transport, whose writer understands it.
     pub raw_json: bool,
+    /// The semantic tokens last sent for each document, by result id, for
+    /// `semanticTokens/full/delta`. Requests read the world through a
+    /// shared reference, on the main thread only.
+    semantic_tokens: RefCell<HashMap<String, (String, Vec<SemanticToken>)>>,
+    /// The last result id given (semantic tokens, pulled diagnostics).
+    result_id: Cell<u64>,
 }
 
 /// What a diagnostics check needs, owned, for a worker thread: a clone of
@@ -171,6 +178,8 @@ impl World {
             encoding,
             generation: 0,
             raw_json: false,
+            semantic_tokens: RefCell::default(),
+            result_id: Cell::new(0),
         }
     }
 
@@ -310,7 +319,37 @@ impl World {
 
     /// Forgets a document.
     pub fn close(&mut self, uri: &Uri) -> Option<Document> {
+        self.semantic_tokens.get_mut().remove(&uri::key(uri));
         self.documents.remove(&uri::key(uri))
+    }
+
+    /// A new result id, never given before in this session.
+    pub fn next_result_id(&self) -> String {
+        let id = self.result_id.get() + 1;
+        self.result_id.set(id);
+        id.to_string()
+    }
+
+    /// Keeps `tokens` as the document's last semantic tokens; their new
+    /// result id.
+    pub fn keep_semantic_tokens(&self, uri: &Uri, tokens: Vec<SemanticToken>) -> String {
+        let id = self.next_result_id();
+        self.semantic_tokens
+            .borrow_mut()
+            .insert(uri::key(uri), (id.clone(), tokens));
+        id
+    }
+
+    /// Takes the document's last semantic tokens if their result id is
+    /// `result_id`.
+    pub fn semantic_tokens(&self, uri: &Uri, result_id: &str) -> Option<Vec<SemanticToken>> {
+        let mut kept = self.semantic_tokens.borrow_mut();
+        let key = uri::key(uri);
+        if kept.get(&key).is_some_and(|(id, _)| id == result_id) {
+            kept.remove(&key).map(|(_, tokens)| tokens)
+        } else {
+            None
+        }
     }
 
     /// Marks a document for diagnostics (on save).
