@@ -52,13 +52,13 @@ use lsp_types::notification::{
     LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
+    CodeActionRequest, Completion, DocumentDiagnosticRequest, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
     GotoDefinition, HoverRequest, InlayHintRequest, PrepareRenameRequest, References, Rename,
     Request as _, SemanticTokensFullDeltaRequest, SemanticTokensFullRequest,
     SemanticTokensRangeRequest,
 };
 use lsp_types::{
-    CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
+    CodeActionKind, CodeActionOptions, DiagnosticOptions, DiagnosticServerCapabilities, CodeActionProviderCapability, CompletionOptions,
     FoldingRangeProviderCapability, InitializeParams, LogMessageParams, MessageType, OneOf,
     PositionEncodingKind, PublishDiagnosticsParams, RenameOptions, SaveOptions,
     SemanticTokensFullOptions, SemanticTokensOptions, SemanticTokensServerCapabilities,
@@ -137,6 +137,12 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
             ..CodeActionOptions::default()
         })),
         inlay_hint_provider: Some(OneOf::Left(true)),
+        diagnostic_provider: Some(DiagnosticServerCapabilities::Options(DiagnosticOptions {
+            identifier: Some("mcpolicy".to_owned()),
+            inter_file_dependencies: false,
+            workspace_diagnostics: false,
+            work_done_progress_options: Default::default(),
+        })),
         semantic_tokens_provider: Some(SemanticTokensServerCapabilities::SemanticTokensOptions(
             SemanticTokensOptions {
                 legend: handlers::semantic_tokens::legend(),
@@ -239,6 +245,12 @@ fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, 
     }
     let mut world = World::new(encoding);
     world.raw_json = raw_json;
+    // A client that pulls diagnostics is not pushed them too.
+    world.pull_diagnostics = params
+        .capabilities
+        .text_document
+        .as_ref()
+        .is_some_and(|t| t.diagnostic.is_some());
     let mut checks = Checks::new(hooks);
     let outcome = main_loop(connection, &mut world, &mut checks);
     // Ends the worker once its queue is empty; cancels the checks still
@@ -311,6 +323,9 @@ impl Checks {
     /// Starts a check for every document whose current generation has no
     /// diagnostics published and no check running.
     fn start(&mut self, world: &World) {
+        if world.pull_diagnostics {
+            return;
+        }
         for (key, generation) in world.unpublished() {
             if self.in_flight.get(&key) == Some(&generation) {
                 continue;
@@ -582,6 +597,7 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         Formatting::METHOD => respond(c, world, request, formatting::handle),
         CodeActionRequest::METHOD => respond(c, world, request, code_action::handle),
         InlayHintRequest::METHOD => respond(c, world, request, inlay_hint::handle),
+        DocumentDiagnosticRequest::METHOD => respond(c, world, request, diagnostic::handle),
         SemanticTokensFullRequest::METHOD => respond(c, world, request, semantic_tokens::handle),
         SemanticTokensFullDeltaRequest::METHOD => {
             respond(c, world, request, semantic_tokens::delta_handle)

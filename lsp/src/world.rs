@@ -54,6 +54,9 @@ pub struct World {
     /// Whether results go out as JSON text (`transport::raw_json`): set
     /// for the stdio transport, whose writer understands it.
     pub raw_json: bool,
+    /// Whether the client pulls diagnostics (`textDocument/diagnostic`):
+    /// then none are pushed.
+    pub pull_diagnostics: bool,
     /// The semantic tokens last sent for each document, by result id, for
     /// `semanticTokens/full/delta`. Requests read the world through a
     /// shared reference, on the main thread only.
@@ -178,6 +181,7 @@ impl World {
             encoding,
             generation: 0,
             raw_json: false,
+            pull_diagnostics: false,
             semantic_tokens: RefCell::default(),
             result_id: Cell::new(0),
         }
