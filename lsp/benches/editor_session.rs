@@ -522,7 +522,18 @@ fn main() {
             server.stop();
             continue;
         }
-        let open = server.open(&text);
+        let open = if pull {
+            let opened = Instant::now();
+            server.notify(
+                "textDocument/didOpen",
+                json!({"textDocument": {"uri": URI, "languageId": "mcpolicy", "version": 1, "text": text}}),
+            );
+            let id = server.request("textDocument/diagnostic", json!({"textDocument": {"uri": URI}}));
+            let (at, _, _) = server.wait(|m| m["id"] == id);
+            at - opened
+        } else {
+            server.open(&text)
+        };
         let mut s = session(&mut server, &text, edits, interval, false, pull);
         let rss = status_kib(server.pid(), "VmRSS:").unwrap_or(0);
         server.stop();
