@@ -15,12 +15,22 @@
 //! function with no query inside it, so an edit that arrives during it waits
 //! for it to end (a few milliseconds for 10,000 lines, ~30 ms for 100,000).
 //!
-//! Workers never write to the client: they send their result back here, and
-//! the loop publishes it only if the document still has the generation the
-//! check was made for (every open, change and save makes a new one). So a
+//! The worker publishes a check's diagnostics itself, so that typing
+//! latency does not include the requests this thread answers meanwhile (an
+//! editor asks for symbols, tokens, folding and hints after each edit), but
+//! only if the document still has the generation the check was made for
+//! (every open, change and save makes a new one): it publishes holding the
+//! document's gate (`World`), which this thread sets to the new generation
+//! before it changes the text and to 0 when it closes the document. So a
 //! diagnostics notification always carries the version it was computed
-//! for, and never one older than a version already published. A check
-//! cancelled by an edit to another document is started again.
+//! for, and never one older than a version already published, nor follows
+//! the empty list of a close. The outcome comes back here for the
+//! bookkeeping. A check cancelled by an edit to another document is
+//! started again. A client that pulls diagnostics
+//! (`textDocument/diagnostic`) is pushed none.
+//!
+//! A request after an edit starts the edit's check first, so the worker
+//! checks while this thread answers.
 //!
 //! A check that panics (a bug in the checker, never the user's text) is
 //! not published as an empty list, which would look like a clean file: the
@@ -251,7 +261,13 @@ fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, 
         .text_document
         .as_ref()
         .is_some_and(|t| t.diagnostic.is_some());
-    let mut checks = Checks::new(hooks);
+    let mut checks = Checks::new(
+        hooks,
+        Publisher {
+            sender: connection.sender.clone(),
+            raw_json,
+        },
+    );
     let outcome = main_loop(connection, &mut world, &mut checks);
     // Ends the worker once its queue is empty; cancels the checks still
     // running or queued and waits until they let go of the database.
@@ -267,12 +283,15 @@ struct Checked {
     version: i32,
     generation: u64,
     findings: Findings,
+    /// Whether the worker published them: the document still had the
+    /// generation the check was made for.
+    published: bool,
 }
 
 /// What a check found.
 enum Findings {
     /// The document's diagnostics.
-    Done(Vec<lsp_types::Diagnostic>),
+    Done,
     /// Salsa cancelled the check: a newer edit is waiting.
     Cancelled,
     /// The check panicked: the panic's message and location.
@@ -288,6 +307,40 @@ struct Checks {
     jobs: Option<Sender<CheckJob>>,
     sender: Sender<Checked>,
     receiver: Receiver<Checked>,
+    publisher: Publisher,
+}
+
+/// Sends `publishDiagnostics` to the client, from the main loop or from
+/// the check worker.
+#[derive(Clone)]
+struct Publisher {
+    sender: Sender<Message>,
+    raw_json: bool,
+}
+
+impl Publisher {
+    fn publish(
+        &self,
+        uri: Uri,
+        version: Option<i32>,
+        diagnostics: Vec<lsp_types::Diagnostic>,
+    ) -> Result<(), Error> {
+        let params = PublishDiagnosticsParams {
+            uri,
+            diagnostics,
+            version,
+        };
+        let params = if self.raw_json {
+            crate::transport::raw_json(&params)?
+        } else {
+            serde_json::to_value(&params)?
+        };
+        self.sender.send(Message::Notification(Notification {
+            method: PublishDiagnostics::METHOD.to_owned(),
+            params,
+        }))?;
+        Ok(())
+    }
 }
 
 impl Checks {
@@ -295,11 +348,12 @@ impl Checks {
     /// a sleeping thread woken by a channel is scheduled sooner than a new
     /// one, and the allocator keeps one arena for it instead of a fresh one
     /// per check.
-    fn new(hooks: Hooks) -> Self {
+    fn new(hooks: Hooks, publisher: Publisher) -> Self {
         let (sender, receiver) = unbounded();
         let (jobs, queue) = unbounded::<CheckJob>();
         let results = sender.clone();
         let hook = hooks.before_check.clone();
+        let worker_publisher = publisher.clone();
         let worker = std::thread::Builder::new()
             .name("mcpolicy-check".to_owned())
             .spawn(move || {
@@ -308,7 +362,7 @@ impl Checks {
                 // thread waiting to set an input is never kept waiting on
                 // a queue.
                 for job in queue {
-                    check(job, hook.as_deref(), &results);
+                    check(job, hook.as_deref(), &results, &worker_publisher);
                 }
             });
         Checks {
@@ -317,6 +371,7 @@ impl Checks {
             jobs: worker.is_ok().then_some(jobs),
             sender,
             receiver,
+            publisher,
         }
     }
 
@@ -340,85 +395,74 @@ impl Checks {
             };
             if let Some(job) = unsent {
                 // No worker: check on this thread, uncancellable.
-                check(job, self.hooks.before_check.as_deref(), &self.sender);
+                check(
+                    job,
+                    self.hooks.before_check.as_deref(),
+                    &self.sender,
+                    &self.publisher,
+                );
             }
         }
     }
 
-    /// Publishes the results of the checks that have ended.
-    fn drain(&mut self, connection: &Connection, world: &mut World) -> Result<(), Error> {
+    /// Takes note of the checks that have ended.
+    fn drain(&mut self, world: &mut World) {
         while let Ok(checked) = self.receiver.try_recv() {
-            self.finish(connection, world, checked)?;
+            self.finish(world, checked);
         }
-        Ok(())
     }
 
-    /// Publishes a check's result if its document has not changed since.
-    fn finish(
-        &mut self,
-        connection: &Connection,
-        world: &mut World,
-        checked: Checked,
-    ) -> Result<(), Error> {
+    /// Takes note of a check's outcome (the worker published its findings
+    /// if the document had not changed since); logs a crash.
+    fn finish(&mut self, world: &mut World, checked: Checked) {
         if self.in_flight.get(&checked.key) == Some(&checked.generation) {
             self.in_flight.remove(&checked.key);
         }
         let current = world.is_current(&checked.key, checked.generation);
         let outcome = match checked.findings {
             Findings::Cancelled => CheckOutcome::Cancelled,
-            Findings::Crashed(why) => {
-                // Logged even when superseded: a crash is a bug to report
-                // whichever version it hit.
-                log(
-                    connection,
-                    MessageType::ERROR,
-                    format!(
-                        "the checker crashed on {} (version {}): {why}",
-                        checked.uri.as_str(),
-                        checked.version
-                    ),
-                )?;
-                if current {
+            // Logged by the worker, before it published the crash.
+            Findings::Crashed(_) => {
+                if checked.published {
                     // Marked published, so that the same text is not
                     // checked (and crashed on) again until it changes.
-                    world.mark_published(&checked.key, checked.generation);
-                    publish(
-                        connection,
-                        world,
-                        checked.uri.clone(),
-                        Some(checked.version),
-                        vec![crate::diagnostics::crashed(&why)],
-                    )?;
+                    if current {
+                        world.mark_published(&checked.key, checked.generation);
+                    }
                     CheckOutcome::Crashed
                 } else {
                     CheckOutcome::Superseded
                 }
             }
-            Findings::Done(_) if !current => CheckOutcome::Superseded,
-            Findings::Done(diagnostics) => {
-                world.mark_published(&checked.key, checked.generation);
-                publish(
-                    connection,
-                    world,
-                    checked.uri.clone(),
-                    Some(checked.version),
-                    diagnostics,
-                )?;
+            Findings::Done if !checked.published => CheckOutcome::Superseded,
+            Findings::Done => {
+                if current {
+                    world.mark_published(&checked.key, checked.generation);
+                }
                 CheckOutcome::Published
             }
         };
         if let Some(hook) = &self.hooks.check_done {
             hook(&checked.uri, checked.version, outcome);
         }
-        Ok(())
     }
 }
 
-/// Computes a document's diagnostics over the job's clone of the database
-/// and sends them to the main loop: `Cancelled` when a newer edit set an
-/// input meanwhile; a panic in the checker is reported as `Crashed`, never
-/// as no findings, and does not end the server.
-fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>) {
+/// Computes a document's diagnostics over the job's clone of the database,
+/// publishes them if the document still has the generation checked (under
+/// its gate, see `World`), and tells the main loop: `Cancelled` when a
+/// newer edit set an input meanwhile; a panic in the checker is published
+/// as `Crashed`, never as no findings, and does not end the server.
+///
+/// Published here rather than by the main loop, so that typing latency
+/// does not include the requests the main loop answers meanwhile (an
+/// editor asks for symbols, tokens, folding and hints after each edit).
+fn check(
+    job: CheckJob,
+    before: Option<&BeforeCheck>,
+    results: &Sender<Checked>,
+    publisher: &Publisher,
+) {
     forget_panic_location();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         Cancelled::catch(AssertUnwindSafe(|| {
@@ -432,17 +476,53 @@ fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>)
             diagnostics
         }))
     }));
-    let findings = match outcome {
-        Ok(Ok(diagnostics)) => Findings::Done(diagnostics),
+    let (findings, diagnostics) = match outcome {
+        Ok(Ok(diagnostics)) => (Findings::Done, Some(diagnostics)),
         // Another thread panicked in a query this check waited on: the
         // checker crashed, only not here.
-        Ok(Err(cancelled @ Cancelled::PropagatedPanic)) => Findings::Crashed(cancelled.to_string()),
-        Ok(Err(_)) => Findings::Cancelled,
-        Err(payload) => Findings::Crashed(panic_report(payload.as_ref())),
+        Ok(Err(cancelled @ Cancelled::PropagatedPanic)) => {
+            let why = cancelled.to_string();
+            let crash = vec![crate::diagnostics::crashed(&why)];
+            (Findings::Crashed(why), Some(crash))
+        }
+        Ok(Err(_)) => (Findings::Cancelled, None),
+        Err(payload) => {
+            let why = panic_report(payload.as_ref());
+            let crash = vec![crate::diagnostics::crashed(&why)];
+            (Findings::Crashed(why), Some(crash))
+        }
     };
     let CheckJob {
         key, db, document, ..
     } = job;
+    if let Findings::Crashed(why) = &findings {
+        // Logged even when superseded: a crash is a bug to report whichever
+        // version it hit. Before the publication, so that a client reading
+        // the crash finds its log line already there. Fails only when the
+        // session has ended.
+        let _ = log_to(
+            &publisher.sender,
+            MessageType::ERROR,
+            format!(
+                "the checker crashed on {} (version {}): {why}",
+                document.uri.as_str(),
+                document.version
+            ),
+        );
+    }
+    let mut published = false;
+    if let Some(diagnostics) = diagnostics {
+        let gate = document
+            .gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *gate == document.generation {
+            // Fails only when the session has ended.
+            published = publisher
+                .publish(document.uri.clone(), Some(document.version), diagnostics)
+                .is_ok();
+        }
+    }
     // Sent while the clone is still held: a main thread waiting to set an
     // input resumes only after this result is queued, so results reach the
     // loop in the order the edits cancelled them. The receiver is gone only
@@ -453,6 +533,7 @@ fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>)
         version: document.version,
         generation: document.generation,
         findings,
+        published,
     });
     drop(db);
 }
@@ -471,7 +552,7 @@ fn main_loop(
             },
             recv(checks.receiver) -> checked => {
                 if let Ok(checked) = checked {
-                    checks.finish(connection, world, checked)?;
+                    checks.finish(world, checked);
                 }
                 checks.start(world);
                 continue;
@@ -505,9 +586,9 @@ fn main_loop(
                         dispatch(connection, world, request)
                     };
                     connection.sender.send(Message::Response(response))?;
-                    // A check that ended while this request was answered is
-                    // published now, not after the rest of the batch.
-                    checks.drain(connection, world)?;
+                    // The outcome of a check that ended while this request
+                    // was answered (its worker published it).
+                    checks.drain(world);
                 }
                 Message::Notification(notification) => {
                     if notification.method == "exit" {
@@ -671,9 +752,13 @@ fn notify(
 /// Writes a line to the client's log (`window/logMessage`) and to stderr,
 /// which editors also keep, for a session whose messages are lost.
 fn log(connection: &Connection, typ: MessageType, message: String) -> Result<(), Error> {
+    log_to(&connection.sender, typ, message)
+}
+
+/// [`log`] through a sender of the connection (the check worker has one).
+fn log_to(sender: &Sender<Message>, typ: MessageType, message: String) -> Result<(), Error> {
     eprintln!("mcpolicy-lsp: {message}");
-    connection
-        .sender
+    sender
         .send(Message::Notification(Notification::new(
             LogMessage::METHOD.to_owned(),
             LogMessageParams { typ, message },
@@ -749,14 +834,9 @@ fn publish(
     version: Option<i32>,
     diagnostics: Vec<lsp_types::Diagnostic>,
 ) -> Result<(), Error> {
-    let params = PublishDiagnosticsParams {
-        uri,
-        diagnostics,
-        version,
+    let publisher = Publisher {
+        sender: connection.sender.clone(),
+        raw_json: world.raw_json,
     };
-    connection.sender.send(Message::Notification(Notification {
-        method: PublishDiagnostics::METHOD.to_owned(),
-        params: to_json(world, &params)?,
-    }))?;
-    Ok(())
+    publisher.publish(uri, version, diagnostics)
 }

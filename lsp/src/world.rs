@@ -9,7 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use lsp_server::{ErrorCode, ResponseError};
 use lsp_types::{Position, Range, SemanticToken, TextDocumentContentChangeEvent, Uri};
@@ -36,6 +36,12 @@ pub struct Document {
     pub ascii: bool,
     /// Bumped by every open, change and save of this document.
     pub generation: u64,
+    /// The generation whose diagnostics may be published, shared with the
+    /// check worker, which publishes while holding it (0 once the document
+    /// is closed). Set before the text changes, so a check of an older
+    /// text is never published after a newer one, nor after the empty list
+    /// a close publishes.
+    pub gate: Arc<Mutex<u64>>,
     /// The generation whose diagnostics were last published.
     published: Option<u64>,
 }
@@ -167,6 +173,13 @@ fn span(index: &LineIndex, text: &str, range: Range, encoding: Encoding) -> Span
     Span::new(a.min(b), a.max(b))
 }
 
+/// Lets a check of `generation` publish (0: none). Waits for a publication
+/// in progress.
+fn set_gate(gate: &Mutex<u64>, generation: u64) {
+    // A worker that panicked while holding the gate held only a number.
+    *gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = generation;
+}
+
 /// A count as an LSP `uinteger`, the largest one if it does not fit.
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -261,6 +274,7 @@ impl World {
             Some(document) => {
                 // Cancels checks in flight and waits until they let go of
                 // their clones of the database.
+                set_gate(&document.gate, generation);
                 document.source.set_text(&mut self.db).to(text);
                 document.version = version;
                 document.index = index;
@@ -278,6 +292,7 @@ impl World {
                         index,
                         ascii,
                         generation,
+                        gate: Arc::new(Mutex::new(generation)),
                         published: None,
                     },
                 );
@@ -315,16 +330,20 @@ impl World {
         document.index = index;
         document.version = version;
         document.generation = generation;
+        set_gate(&document.gate, generation);
         // Cancels checks in flight (salsa unwinds them with `Cancelled` at
         // their next query) and waits until they drop their clones.
         document.source.set_text(&mut self.db).to(text);
         true
     }
 
-    /// Forgets a document.
+    /// Forgets a document. Its gate is closed: no check publishes for it
+    /// any more.
     pub fn close(&mut self, uri: &Uri) -> Option<Document> {
         self.semantic_tokens.get_mut().remove(&uri::key(uri));
-        self.documents.remove(&uri::key(uri))
+        let document = self.documents.remove(&uri::key(uri))?;
+        set_gate(&document.gate, 0);
+        Some(document)
     }
 
     /// A new result id, never given before in this session.
@@ -361,6 +380,7 @@ impl World {
         let generation = self.next_generation();
         if let Some(document) = self.documents.get_mut(&uri::key(uri)) {
             document.generation = generation;
+            set_gate(&document.gate, generation);
         }
     }
 }
