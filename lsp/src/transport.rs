@@ -85,9 +85,13 @@ pub fn stdio() -> (Connection, Writer) {
 fn write_loop(receiver: &Receiver<Message>) -> io::Result<()> {
     for message in receiver {
         match raw_frame(&message) {
-            Some(body) => {
+            Some((head, raw)) => {
+                // Written in parts: the raw text is not copied again.
                 let mut out = io::stdout().lock();
-                write!(out, "Content-Length: {}\r\n\r\n{body}", body.len())?;
+                let length = head.len() + raw.len() + 1;
+                write!(out, "Content-Length: {length}\r\n\r\n{head}")?;
+                out.write_all(raw.as_bytes())?;
+                out.write_all(b"}")?;
                 out.flush()?;
             }
             None => message.write(&mut io::stdout().lock())?,
@@ -117,24 +121,29 @@ pub fn raw_json<T: serde::Serialize>(value: &T) -> serde_json::Result<Value> {
         .map_err(|e| serde::ser::Error::custom(e.to_string()))
 }
 
-/// The body of a message whose result or params [`raw_json`] wrapped, with
-/// the members in lsp-server's order; `None` for any other message.
-fn raw_frame(message: &Message) -> Option<String> {
-    let raw = |value: &Value| match value {
-        Value::String(s) => s.strip_prefix(RAW_JSON).map(str::to_owned),
-        _ => None,
-    };
+/// The body of a message whose result or params [`raw_json`] wrapped, in
+/// two parts: what comes before the raw JSON, with the members in
+/// lsp-server's order, and the raw JSON (a `}` closes it). `None` for any
+/// other message.
+fn raw_frame(message: &Message) -> Option<(String, &str)> {
+    fn raw(value: &Value) -> Option<&str> {
+        match value {
+            Value::String(s) => s.strip_prefix(RAW_JSON),
+            _ => None,
+        }
+    }
     match message {
         Message::Response(response) => {
             let result = raw(response.response_result.as_ref().ok()?)?;
             let id = serde_json::to_string(&response.id).ok()?;
-            Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#))
+            Some((format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#), result))
         }
         Message::Notification(notification) => {
             let params = raw(&notification.params)?;
             let method = serde_json::to_string(&notification.method).ok()?;
-            Some(format!(
-                r#"{{"jsonrpc":"2.0","method":{method},"params":{params}}}"#
+            Some((
+                format!(r#"{{"jsonrpc":"2.0","method":{method},"params":"#),
+                params,
             ))
         }
         _ => None,

@@ -20,6 +20,15 @@ use salsa::Setter;
 
 use crate::uri;
 
+/// One piece's part of the outline, as sent.
+#[derive(Debug, Clone)]
+pub struct Fragment {
+    /// The piece's text (compared on a hit: the key is only a hash).
+    pub text: String,
+    /// Its symbols' JSON, comma-separated, without brackets.
+    pub json: String,
+}
+
 /// An open document.
 #[derive(Debug, Clone)]
 pub struct Document {
@@ -67,6 +76,10 @@ pub struct World {
     /// `semanticTokens/full/delta`. Requests read the world through a
     /// shared reference, on the main thread only.
     semantic_tokens: RefCell<HashMap<String, (String, Vec<SemanticToken>)>>,
+    /// The outline of each document piece by piece, as last sent
+    /// (`handlers::document_symbol`): by a hash of the piece's text and
+    /// the line it starts on.
+    symbol_fragments: RefCell<HashMap<String, HashMap<(u64, u32), Fragment>>>,
     /// The last result id given (semantic tokens, pulled diagnostics).
     result_id: Cell<u64>,
 }
@@ -196,6 +209,7 @@ impl World {
             raw_json: false,
             pull_diagnostics: false,
             semantic_tokens: RefCell::default(),
+            symbol_fragments: RefCell::default(),
             result_id: Cell::new(0),
         }
     }
@@ -341,6 +355,7 @@ impl World {
     /// any more.
     pub fn close(&mut self, uri: &Uri) -> Option<Document> {
         self.semantic_tokens.get_mut().remove(&uri::key(uri));
+        self.symbol_fragments.get_mut().remove(&uri::key(uri));
         let document = self.documents.remove(&uri::key(uri))?;
         set_gate(&document.gate, 0);
         Some(document)
@@ -361,6 +376,22 @@ impl World {
             .borrow_mut()
             .insert(uri::key(uri), (id.clone(), tokens));
         id
+    }
+
+    /// Takes the outline fragments last kept for the document.
+    pub fn symbol_fragments(&self, uri: &Uri) -> HashMap<(u64, u32), Fragment> {
+        self.symbol_fragments
+            .borrow_mut()
+            .remove(&uri::key(uri))
+            .unwrap_or_default()
+    }
+
+    /// Keeps the outline fragments of the document's latest outline (and
+    /// only those: a piece edited away is forgotten).
+    pub fn keep_symbol_fragments(&self, uri: &Uri, fragments: HashMap<(u64, u32), Fragment>) {
+        self.symbol_fragments
+            .borrow_mut()
+            .insert(uri::key(uri), fragments);
     }
 
     /// Takes the document's last semantic tokens if their result id is

@@ -23,7 +23,7 @@ pub use render::{duration, effective_lines, size};
 pub use semantic::{TokenKind, TokenModifier, semantic_tokens};
 pub use symbols::{
     ReasonDef, ReasonRef, Symbol, SymbolIndex, SymbolKind, document_symbols, folding_ranges,
-    symbol_index,
+    outline, symbol_index,
 };
 
 use mcpolicy_runtime::table::EffectiveBlock;

@@ -89,7 +89,22 @@ pub fn symbol_index(db: &dyn salsa::Database, source: SourceText) -> SymbolIndex
     let text = source.text(db);
     let file = &parse_file(db, source).file;
     let mut index = SymbolIndex::default();
-    for item in &file.items {
+    index_items(text, &file.items, &mut index);
+    index
+}
+
+/// The outline of `items` parsed from `text` (spans relative to `text`):
+/// a whole file, or one piece of it (`db::file_pieces`, `db::parse_item`),
+/// which an editor can keep and re-send while the piece is unchanged.
+pub fn outline(text: &str, items: &[Item]) -> Vec<Symbol> {
+    let mut index = SymbolIndex::default();
+    index_items(text, items, &mut index);
+    index.outline
+}
+
+/// Adds the declarations, uses and outline entries of `items` to `index`.
+fn index_items(text: &str, items: &[Item], index: &mut SymbolIndex) {
+    for item in items {
         let setting = |name: &str, detail: String| Symbol {
             name: name.to_owned(),
             detail: Some(detail),
@@ -152,13 +167,12 @@ pub fn symbol_index(db: &dyn salsa::Database, source: SourceText) -> SymbolIndex
             ItemKind::Bad(_) => {}
         }
     }
-    index
 }
 
 /// A statement's entry: its keyword, and as detail its value as written
 /// (`4096`, `30 per 1m as acme.slow`), spaces between words made single.
 fn statement(text: &str, keyword: &str, keyword_span: Span, span: Span) -> Symbol {
-    let value = text.get(keyword_span.end..span.end).unwrap_or_default();
+    let value = without_comment(text.get(keyword_span.end..span.end).unwrap_or_default());
     let detail = value.split_whitespace().collect::<Vec<_>>().join(" ");
     Symbol {
         name: keyword.to_owned(),
@@ -168,6 +182,21 @@ fn statement(text: &str, keyword: &str, keyword_span: Span, span: Span) -> Symbo
         selection: keyword_span,
         children: Vec::new(),
     }
+}
+
+/// `value` up to a `#` comment (a `#` inside a string is not one).
+fn without_comment(value: &str) -> &str {
+    let (mut in_string, mut escaped) = (false, false);
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '#' if !in_string => return &value[..i],
+            _ => {}
+        }
+    }
+    value
 }
 
 fn statements(text: &str, block: &Block<Stmt>) -> Vec<Symbol> {
