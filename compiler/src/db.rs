@@ -161,7 +161,9 @@ pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
     let interned: OnceCell<CheckContext<'_>> = OnceCell::new();
     let blocks = |block: &Block<Stmt>, is_server: bool, context: &BlockContext| {
         let at = block.open.start;
-        let piece = pieces.partition_point(|(start, _)| *start <= at).checked_sub(1);
+        let piece = pieces
+            .partition_point(|(start, _)| *start <= at)
+            .checked_sub(1);
         let context_id = *interned.get_or_init(|| CheckContext::new(db, context.clone()));
         piece
             .and_then(|i| pieces.get(i))

@@ -73,7 +73,8 @@ fn policy(lines: usize) -> String {
 /// blocks that say `sampling off` and three statements more, and in the
 /// middle one clean block where the edits are made.
 fn warnings_policy(warnings: usize) -> String {
-    let mut text = String::from("mcpolicy 1\nprotocol 2025-11-25\n\ndefaults {\n  max_tokens 4096\n}\n");
+    let mut text =
+        String::from("mcpolicy 1\nprotocol 2025-11-25\n\ndefaults {\n  max_tokens 4096\n}\n");
     let blocks = warnings.div_ceil(3);
     for i in 0..blocks {
         if i == blocks / 2 {
@@ -95,8 +96,10 @@ fn write(stdin: &mut ChildStdin, value: &Value) {
     stdin.flush().unwrap();
 }
 
-/// One message and its size in bytes.
-fn read(reader: &mut impl BufRead) -> Option<(Value, usize)> {
+/// One message, when its last byte was read (before it is parsed: a large
+/// answer takes the client a while to parse, which is not the server's
+/// time), and its size in bytes.
+fn read(reader: &mut impl BufRead) -> Option<(Instant, Value, usize)> {
     let mut length = 0;
     loop {
         let mut line = String::new();
@@ -113,7 +116,8 @@ fn read(reader: &mut impl BufRead) -> Option<(Value, usize)> {
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    Some((serde_json::from_slice(&body).ok()?, length))
+    let at = Instant::now();
+    Some((at, serde_json::from_slice(&body).ok()?, length))
 }
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
@@ -181,8 +185,8 @@ impl Server {
         let (sender, messages) = mpsc::channel();
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
-            while let Some((message, size)) = read(&mut reader) {
-                if sender.send((Instant::now(), message, size)).is_err() {
+            while let Some((at, message, size)) = read(&mut reader) {
+                if sender.send((at, message, size)).is_err() {
                     break;
                 }
             }
@@ -206,7 +210,10 @@ impl Server {
         if pull {
             text_document["diagnostic"] = json!({"dynamicRegistration": false});
         }
-        let id = server.request("initialize", json!({"capabilities": {"textDocument": text_document}}));
+        let id = server.request(
+            "initialize",
+            json!({"capabilities": {"textDocument": text_document}}),
+        );
         let (_, answer, _) = server.wait(|m| m["id"] == id);
         server.capabilities = answer["result"]["capabilities"].clone();
         server.notify("initialized", json!({}));
@@ -277,13 +284,17 @@ fn edit_point(text: &str) -> (u32, u32) {
             (l.starts_with("max_tokens") || l.starts_with("max_messages")) && !l.contains('#')
         })
         .unwrap();
-    let word = shown.trim_start().split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    let word = shown
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
     let column = shown.find(&word).unwrap() + word.len();
     (line as u32, column as u32)
 }
 
 fn change(version: i64, i: usize, (line, column): (u32, u32)) -> Value {
-    let change = if i % 2 == 0 {
+    let change = if i.is_multiple_of(2) {
         json!({"range": {"start": {"line": line, "character": column},
                          "end": {"line": line, "character": column}}, "text": "0"})
     } else {
@@ -398,7 +409,10 @@ fn session(
                     "textDocument/semanticTokens/full/delta",
                     json!({"textDocument": doc, "previousResultId": previous}),
                 ),
-                _ => server.request("textDocument/semanticTokens/full", json!({"textDocument": doc})),
+                _ => server.request(
+                    "textDocument/semanticTokens/full",
+                    json!({"textDocument": doc}),
+                ),
             };
             pending.insert(id, Pending::Tokens);
             let id = server.request("textDocument/foldingRange", json!({"textDocument": doc}));
@@ -496,7 +510,10 @@ fn main() {
         if s.delta { "full/delta" } else { "full" },
     );
     println!("  didOpen → publishDiagnostics: {open:.2?}");
-    println!("  typing, didChange → publishDiagnostics: {}", summary(&mut s.typing));
+    println!(
+        "  typing, didChange → publishDiagnostics: {}",
+        summary(&mut s.typing)
+    );
     println!("  documentSymbol: {}", summary(&mut s.symbols));
     println!(
         "  documentSymbol on an idle server, one at a time: {}",
@@ -528,7 +545,10 @@ fn main() {
                 "textDocument/didOpen",
                 json!({"textDocument": {"uri": URI, "languageId": "mcpolicy", "version": 1, "text": text}}),
             );
-            let id = server.request("textDocument/diagnostic", json!({"textDocument": {"uri": URI}}));
+            let id = server.request(
+                "textDocument/diagnostic",
+                json!({"textDocument": {"uri": URI}}),
+            );
             let (at, _, _) = server.wait(|m| m["id"] == id);
             at - opened
         } else {
@@ -555,7 +575,10 @@ fn main() {
                 s.pull_unchanged
             );
         } else {
-            println!("  didChange → publishDiagnostics: {}", summary(&mut s.typing));
+            println!(
+                "  didChange → publishDiagnostics: {}",
+                summary(&mut s.typing)
+            );
         }
         if let Some(cpu) = s.cpu_per_edit {
             println!("  server CPU per edit (user + system): {cpu:.2?}");

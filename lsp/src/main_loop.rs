@@ -62,17 +62,18 @@ use lsp_types::notification::{
     LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentDiagnosticRequest, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
-    GotoDefinition, HoverRequest, InlayHintRequest, PrepareRenameRequest, References, Rename,
-    Request as _, SemanticTokensFullDeltaRequest, SemanticTokensFullRequest,
-    SemanticTokensRangeRequest,
+    CodeActionRequest, Completion, DocumentDiagnosticRequest, DocumentSymbolRequest,
+    FoldingRangeRequest, Formatting, GotoDefinition, HoverRequest, InlayHintRequest,
+    PrepareRenameRequest, References, Rename, Request as _, SemanticTokensFullDeltaRequest,
+    SemanticTokensFullRequest, SemanticTokensRangeRequest,
 };
 use lsp_types::{
-    CodeActionKind, CodeActionOptions, DiagnosticOptions, DiagnosticServerCapabilities, CodeActionProviderCapability, CompletionOptions,
-    FoldingRangeProviderCapability, InitializeParams, LogMessageParams, MessageType, OneOf,
-    PositionEncodingKind, PublishDiagnosticsParams, RenameOptions, SaveOptions,
-    SemanticTokensFullOptions, SemanticTokensOptions, SemanticTokensServerCapabilities,
-    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
+    DiagnosticOptions, DiagnosticServerCapabilities, FoldingRangeProviderCapability,
+    InitializeParams, LogMessageParams, MessageType, OneOf, PositionEncodingKind,
+    PublishDiagnosticsParams, RenameOptions, SaveOptions, SemanticTokensFullOptions,
+    SemanticTokensOptions, SemanticTokensServerCapabilities, ServerCapabilities,
+    TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
     TextDocumentSyncSaveOptions, Uri,
 };
 use mcpolicy_compiler::db::Database;
@@ -758,11 +759,10 @@ fn log(connection: &Connection, typ: MessageType, message: String) -> Result<(),
 /// [`log`] through a sender of the connection (the check worker has one).
 fn log_to(sender: &Sender<Message>, typ: MessageType, message: String) -> Result<(), Error> {
     eprintln!("mcpolicy-lsp: {message}");
-    sender
-        .send(Message::Notification(Notification::new(
-            LogMessage::METHOD.to_owned(),
-            LogMessageParams { typ, message },
-        )))?;
+    sender.send(Message::Notification(Notification::new(
+        LogMessage::METHOD.to_owned(),
+        LogMessageParams { typ, message },
+    )))?;
     Ok(())
 }
 

@@ -20,6 +20,10 @@ use salsa::Setter;
 
 use crate::uri;
 
+/// A document's outline fragments, by a hash of the piece's text and the
+/// line it starts on.
+pub type Fragments = HashMap<(u64, u32), Fragment>;
+
 /// One piece's part of the outline, as sent.
 #[derive(Debug, Clone)]
 pub struct Fragment {
@@ -79,7 +83,7 @@ pub struct World {
     /// The outline of each document piece by piece, as last sent
     /// (`handlers::document_symbol`): by a hash of the piece's text and
     /// the line it starts on.
-    symbol_fragments: RefCell<HashMap<String, HashMap<(u64, u32), Fragment>>>,
+    symbol_fragments: RefCell<HashMap<String, Fragments>>,
     /// The last result id given (semantic tokens, pulled diagnostics).
     result_id: Cell<u64>,
 }
@@ -190,7 +194,9 @@ fn span(index: &LineIndex, text: &str, range: Range, encoding: Encoding) -> Span
 /// in progress.
 fn set_gate(gate: &Mutex<u64>, generation: u64) {
     // A worker that panicked while holding the gate held only a number.
-    *gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = generation;
+    *gate
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = generation;
 }
 
 /// A count as an LSP `uinteger`, the largest one if it does not fit.
@@ -379,7 +385,7 @@ impl World {
     }
 
     /// Takes the outline fragments last kept for the document.
-    pub fn symbol_fragments(&self, uri: &Uri) -> HashMap<(u64, u32), Fragment> {
+    pub fn symbol_fragments(&self, uri: &Uri) -> Fragments {
         self.symbol_fragments
             .borrow_mut()
             .remove(&uri::key(uri))
@@ -388,7 +394,7 @@ impl World {
 
     /// Keeps the outline fragments of the document's latest outline (and
     /// only those: a piece edited away is forgotten).
-    pub fn keep_symbol_fragments(&self, uri: &Uri, fragments: HashMap<(u64, u32), Fragment>) {
+    pub fn keep_symbol_fragments(&self, uri: &Uri, fragments: Fragments) {
         self.symbol_fragments
             .borrow_mut()
             .insert(uri::key(uri), fragments);

@@ -32,7 +32,10 @@ fn pulling_client() -> Client {
         "initialize",
         json!({ "capabilities": { "textDocument": { "diagnostic": { "dynamicRegistration": false } } } }),
     );
-    assert_eq!(result["capabilities"]["diagnosticProvider"]["interFileDependencies"], false);
+    assert_eq!(
+        result["capabilities"]["diagnosticProvider"]["interFileDependencies"],
+        false
+    );
     client.notify("initialized", json!({}));
     client
 }
@@ -133,7 +136,11 @@ fn result_ids_follow_the_findings_not_the_version() {
     assert_eq!(same, json!({ "kind": "unchanged", "resultId": id }));
 
     // Fixing the typo changes them.
-    client.change(URI, 3, json!([{ "text": text.replace("max_tokns", "max_tokens") }]));
+    client.change(
+        URI,
+        3,
+        json!([{ "text": text.replace("max_tokns", "max_tokens") }]),
+    );
     let fixed = pull(&mut client, Some(&id));
     assert_eq!(fixed["kind"], "full");
     assert_eq!(fixed["items"], json!([]));

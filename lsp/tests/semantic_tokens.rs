@@ -152,7 +152,10 @@ fn an_unknown_result_id_gets_full_tokens() {
     client.initialize(&["utf-16"]);
     client.open(URI, &text);
     let doc = json!({ "uri": URI });
-    let full = client.ok("textDocument/semanticTokens/full", json!({ "textDocument": doc }));
+    let full = client.ok(
+        "textDocument/semanticTokens/full",
+        json!({ "textDocument": doc }),
+    );
     let answer = client.ok(
         "textDocument/semanticTokens/full/delta",
         json!({ "textDocument": doc, "previousResultId": "no such id" }),

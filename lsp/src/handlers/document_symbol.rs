@@ -10,7 +10,6 @@
 //! and the answer is the kept pieces joined. Nothing is computed for the
 //! whole file but its cut.
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use lsp_types::{DocumentSymbol, DocumentSymbolParams, Position, Range, SymbolKind};
@@ -21,7 +20,7 @@ use mcpolicy_compiler::syntax::Span;
 use serde_json::value::RawValue;
 
 use super::Result;
-use crate::world::{Fragment, World};
+use crate::world::{Fragment, Fragments, World};
 
 /// The outline, as the JSON of a `DocumentSymbol[]`.
 pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<RawValue>>> {
@@ -29,7 +28,7 @@ pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<
     let snapshot = world.snapshot(uri)?;
     let pieces = db::file_pieces(snapshot.db, snapshot.document.source);
     let mut kept = world.symbol_fragments(uri);
-    let mut now: HashMap<(u64, u32), Fragment> = HashMap::with_capacity(pieces.len());
+    let mut now = Fragments::with_capacity(pieces.len());
     let mut json = String::from("[");
     for &(start, item) in pieces {
         let text = item.text(snapshot.db);
@@ -43,7 +42,12 @@ pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<
                 let parsed = &db::parse_item(snapshot.db, item).parsed.file;
                 Fragment {
                     text: text.clone(),
-                    json: encode(text, line, &ide::outline(text, &parsed.items), world.encoding),
+                    json: encode(
+                        text,
+                        line,
+                        &ide::outline(text, &parsed.items),
+                        world.encoding,
+                    ),
                 }
             }
         };
@@ -57,11 +61,13 @@ pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<
     }
     json.push(']');
     world.keep_symbol_fragments(uri, now);
-    RawValue::from_string(json).map(Some).map_err(|e| lsp_server::ResponseError {
-        code: lsp_server::ErrorCode::InternalError as i32,
-        message: format!("the outline is not JSON: {e}"),
-        data: None,
-    })
+    RawValue::from_string(json)
+        .map(Some)
+        .map_err(|e| lsp_server::ResponseError {
+            code: lsp_server::ErrorCode::InternalError as i32,
+            message: format!("the outline is not JSON: {e}"),
+            data: None,
+        })
 }
 
 /// The JSON of `symbols` (spans relative to `text`, a piece starting at
@@ -77,10 +83,7 @@ fn encode(text: &str, line: u32, symbols: &[Symbol], encoding: Encoding) -> Stri
     };
     let position = |offset: usize| {
         let at = index.line_column(text, offset, encoding);
-        Position::new(
-            line.saturating_add(saturate(at.line)),
-            saturate(at.column),
-        )
+        Position::new(line.saturating_add(saturate(at.line)), saturate(at.column))
     };
     let range = |span: Span| Range::new(position(span.start), position(span.end));
     let mut out = Vec::new();
