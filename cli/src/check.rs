@@ -1,13 +1,16 @@
-//! `mcpc check FILE... | -`
+//! `mcpc check FILE... | DIR... | -` and `mcpc check --fix FILE...`
 
 use std::process::ExitCode;
 
 use clap::ValueEnum;
+use mcpolicy_compiler::check::fix;
 use mcpolicy_compiler::codes::Severity;
 use mcpolicy_compiler::db::{self, Database, SourceText};
 use mcpolicy_compiler::input;
 use mcpolicy_compiler::render::{self, FileReport};
 
+use super::fmt::write_atomically;
+use super::inputs;
 use super::{ColorChoice, emit, emit_err, fail, human_style};
 
 /// Output formats.
@@ -25,7 +28,8 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Policy files; `-` reads standard input.
+    /// Policy files or directories (every `*.mcpolicy` under them, sorted;
+    /// hidden directories and `target/` skipped); `-` reads standard input.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<String>,
     /// Output format.
@@ -37,6 +41,11 @@ pub struct Args {
     /// Colour for human output.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
+    /// Apply the certain fixes the findings carry, check again, and report
+    /// what remains. Files are rewritten atomically, as `mcpc fmt` does;
+    /// two fixes that touch the same text are never applied together.
+    #[arg(long)]
+    fix: bool,
 }
 
 /// Checks one loaded file.
@@ -57,14 +66,60 @@ pub(crate) fn report(db: &Database, loaded: input::Loaded) -> FileReport {
     }
 }
 
+/// The compiler's findings for `text`, as `--fix` re-checks it.
+fn findings(text: &str) -> Vec<mcpolicy_compiler::diagnostic::Diagnostic> {
+    let db = Database::default();
+    let source = SourceText::new(&db, String::new(), text.to_owned());
+    db::diagnostics(&db, source).to_vec()
+}
+
+/// Applies the fixes of one loaded file and writes it; the file as it is
+/// afterwards. Says what it changed on stderr.
+fn fix_file(path: &str, loaded: input::Loaded) -> Result<input::Loaded, String> {
+    if loaded.problem.is_some() {
+        return Ok(loaded);
+    }
+    let fixed = fix::fix_all(&loaded.text, findings);
+    if fixed.text == loaded.text {
+        return Ok(loaded);
+    }
+    write_atomically(path, &fixed.text)?;
+    let count = fixed.applied.len();
+    let plural = if count == 1 { "" } else { "es" };
+    emit_err(&format!(
+        "fixed {path}: {count} fix{plural} applied ({})\n",
+        fixed.applied.join("; ")
+    ));
+    Ok(input::Loaded {
+        text: fixed.text,
+        ..loaded
+    })
+}
+
 pub fn run(args: Args) -> ExitCode {
     let db = Database::default();
     let mut reports = Vec::new();
-    for path in &args.files {
-        match input::load(path) {
-            Ok(loaded) => reports.push(report(&db, loaded)),
+    if args.fix && args.files.iter().any(|f| f == "-") {
+        return fail("--fix rewrites files in place; it cannot fix standard input");
+    }
+    let files = match inputs::expand(&args.files) {
+        Ok(files) => files,
+        Err(error) => return fail(error),
+    };
+    for path in &files {
+        let loaded = match input::load(path) {
+            Ok(loaded) => loaded,
             Err(error) => return fail(format!("cannot read {path}: {error}")),
-        }
+        };
+        let loaded = if args.fix {
+            match fix_file(path, loaded) {
+                Ok(loaded) => loaded,
+                Err(error) => return fail(error),
+            }
+        } else {
+            loaded
+        };
+        reports.push(report(&db, loaded));
     }
     match args.format {
         Format::Human => {

@@ -1,7 +1,8 @@
-//! `mcpc fmt [--check] FILE... | -`
+//! `mcpc fmt [--check | --diff] FILE... | DIR... | -`
 //!
 //! Rewrites files in the canonical layout (standard input to standard
-//! output). Refuses a file with syntax errors, and refuses to write any
+//! output); a directory stands for every `*.mcpolicy` under it. `--diff`
+//! prints a unified diff of what would change and writes nothing. Refuses a file with syntax errors, and refuses to write any
 //! output whose compiled table differs from the input's: formatting never
 //! changes meaning.
 //!
@@ -18,18 +19,23 @@ use mcpolicy_compiler::format;
 use mcpolicy_compiler::input;
 use mcpolicy_compiler::render::{self, FileReport};
 
-use super::{ColorChoice, emit, fail, human_style};
+use super::{ColorChoice, emit, fail, human_style, inputs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Policy files; `-` formats standard input to standard output. A
-    /// symlink is followed (its target is formatted); a file with several
-    /// hard links is refused.
+    /// Policy files or directories (every `*.mcpolicy` under them, sorted;
+    /// hidden directories and `target/` skipped); `-` formats standard input
+    /// to standard output. A symlink is followed (its target is formatted);
+    /// a file with several hard links is refused.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<String>,
     /// Change nothing; exit 1 if any file is not formatted.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "diff")]
     check: bool,
+    /// Change nothing; print a unified diff of what formatting would change
+    /// (to standard output) and exit 1 if there is any.
+    #[arg(long)]
+    diff: bool,
     /// Colour for diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
@@ -53,7 +59,7 @@ fn table_of(text: &str) -> Option<String> {
 /// name the new text and leave the other names with the old one, and
 /// writing in place is not atomic (a crash half way would leave a truncated
 /// and possibly weaker policy).
-fn write_atomically(path: &str, text: &str) -> Result<(), String> {
+pub(crate) fn write_atomically(path: &str, text: &str) -> Result<(), String> {
     use std::io::Write;
 
     let target = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve {path}: {e}"))?;
@@ -102,9 +108,23 @@ fn first_difference(a: &str, b: &str) -> usize {
         + 1
 }
 
+/// A unified diff from `old` to `new`, with the file named on both sides
+/// as `a/PATH` and `b/PATH`, three lines of context.
+pub(crate) fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path}"), &format!("b/{path}"))
+        .to_string()
+}
+
 pub fn run(args: Args) -> ExitCode {
     let mut failed = false;
-    for path in &args.files {
+    let files = match inputs::expand(&args.files) {
+        Ok(files) => files,
+        Err(error) => return fail(error),
+    };
+    for path in &files {
         let loaded = match input::load(path) {
             Ok(loaded) => loaded,
             Err(error) => return fail(format!("cannot read {path}: {error}")),
@@ -138,6 +158,13 @@ pub fn run(args: Args) -> ExitCode {
                 "{}: formatting would change the compiled table; nothing was written (this is a bug in mcpc fmt, please report it)",
                 loaded.path
             ));
+        }
+        if args.diff {
+            if formatted != loaded.text {
+                emit(&unified_diff(&loaded.path, &loaded.text, &formatted));
+                failed = true;
+            }
+            continue;
         }
         if path == "-" {
             if args.check && formatted != loaded.text {

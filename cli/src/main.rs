@@ -20,12 +20,18 @@ macro_rules! sayln {
 
 mod check;
 mod compile;
+mod completions;
+mod diff;
 mod eval;
 mod explain;
 mod fmt;
 mod identity;
+mod inputs;
 mod policy;
 mod proxy;
+mod show;
+mod store;
+mod store_open;
 mod test;
 
 use std::io::{IsTerminal, Write};
@@ -39,6 +45,7 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "mcpc",
     version,
     about = "Check, format and compile .mcpolicy files",
+    after_help = "Exit codes: 0 success; 1 findings, failed cases or a denial; 2 usage or I/O error. Each command's --help gives its own.",
     propagate_version = true
 )]
 struct Cli {
@@ -49,12 +56,21 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Check policies and report every finding.
+    #[command(
+        after_help = "Exit codes: 0 no errors (and no warnings with --deny-warnings); 1 findings that fail the check; 2 usage or I/O error."
+    )]
     Check(check::Args),
     /// Rewrite policies in the canonical layout (`--check` only reports).
+    #[command(
+        after_help = "Exit codes: 0 formatted (or nothing to change); 1 a file has syntax errors, or with --check/--diff is not formatted; 2 usage or I/O error."
+    )]
     Fmt(fmt::Args),
     /// Compile a policy into its decision table (mcpolicy-table/1 JSON).
     Compile(compile::Args),
     /// Decide one sampling request against a policy and print the frame or the forwarded request.
+    #[command(
+        after_help = "Exit codes: 0 allow or trim (the forwarded request is printed), or consent pending (a {\"consent\":\"required\",…} line is printed); 1 deny, an invalid request (its error frame is printed), or a policy with errors; 2 usage, I/O or store failure."
+    )]
     Eval(eval::Args),
     /// Print the canonical identity of a sampling request.
     Identity(identity::Args),
@@ -63,7 +79,20 @@ enum Command {
     /// Run an MCP server behind a policy: a stdio proxy the client launches in its place.
     Proxy(proxy::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
+    #[command(
+        after_help = "Exit codes: 0 every case passed (and coverage met --threshold); 1 a case failed, coverage fell short, or a policy has errors; 2 usage, I/O or a malformed test file."
+    )]
     Test(test::Args),
+    /// See and undo what the decision store remembers: ls, show, forget, budgets, stats, prune.
+    Store(store::Args),
+    /// Show which block governs a server id, and each statement's value and origin.
+    Show(show::Args),
+    /// Compare two policies: which blocks' stored decisions an edit invalidates, and why.
+    Diff(diff::Args),
+    /// Print a shell completion script: `mcpc completions bash|zsh|fish|elvish|powershell`.
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page (`mcpc man | man -l -`), or write every page with `--dir`.
+    Man(completions::ManArgs),
 }
 
 /// How to colour output.
@@ -144,5 +173,10 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Test(args) => test::run(args),
+        Command::Store(args) => store::run(args),
+        Command::Show(args) => show::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
     }
 }

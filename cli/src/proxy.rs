@@ -1,4 +1,4 @@
-//! `mcpc proxy --policy FILE [--store PATH] [--server-id ID] [--audit FILE]
+//! `mcpc proxy --policy FILE [--store SPEC] [--server-id ID] [--audit FILE]
 //! [--log FILE] -- SERVER_CMD ARGS…`
 //!
 //! A stdio MCP proxy for clients that cannot embed the runtime: the client
@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use mcpolicy_proxy::log::{Audit, Log};
 use mcpolicy_proxy::session::Session;
-use mcpolicy_proxy::{self as proxy, default_store_path, server_id};
+use mcpolicy_proxy::{self as proxy, server_id};
 use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::SystemClock;
-use mcpolicy_runtime::store::SqliteStore;
 
 use super::policy::{LoadFailure, load_policy};
+use super::store_open::{self, Create};
 use super::{ColorChoice, fail};
 
 #[derive(Debug, clap::Args)]
@@ -25,11 +25,11 @@ pub struct Args {
     /// The policy (`.mcpolicy`) or a compiled table (`.json`).
     #[arg(long, value_name = "FILE")]
     policy: String,
-    /// The SQLite decision store [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
+    /// The decision store: a SQLite file path [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
     /// ~/.local/state/mcpolicy/… on Linux, ~/Library/Application Support/mcpolicy/… on macOS,
     /// %LOCALAPPDATA%\mcpolicy\… on Windows].
-    #[arg(long, value_name = "PATH")]
-    store: Option<PathBuf>,
+    #[arg(long, value_name = "SPEC")]
+    store: Option<String>,
     /// The id the policy knows this server by [default: derived from a registry
     /// name in the command, e.g. `npx -y @acme/notes` → `npm:@acme/notes`,
     /// `uvx mcp-server-fetch` → `pypi:mcp-server-fetch`; a script or program
@@ -68,17 +68,11 @@ pub fn run(args: Args) -> ExitCode {
             Err(underivable) => return fail(underivable),
         },
     };
-    let Some(store_path) = args.store.clone().or_else(default_store_path) else {
+    let Some(store_spec) = args.store.clone().or_else(store_open::default_spec) else {
         return fail("no home directory to put the decision store in; pass --store PATH");
     };
-    if let Some(dir) = store_path.parent()
-        && !dir.as_os_str().is_empty()
-        && let Err(error) = std::fs::create_dir_all(dir)
-    {
-        return fail(format!("cannot create {}: {error}", dir.display()));
-    }
-    let store = match SqliteStore::open(&store_path) {
-        Ok(store) => Arc::new(store),
+    let store = match store_open::open(&store_spec, Create::WithDirectory) {
+        Ok(store) => store,
         // The store's error names its path.
         Err(error) => return fail(error),
     };
@@ -98,11 +92,7 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
-    log.line(format_args!(
-        "policy {}, store {}",
-        args.policy,
-        store_path.display()
-    ));
+    log.line(format_args!("policy {}, store {}", args.policy, store_spec));
     let engine = Engine::new(policy, store, Arc::new(SystemClock));
     let stdout: proxy::session::Sink = Box::new(std::io::stdout());
     let outcome = proxy::run(&args.command, move |to_server| {

@@ -191,6 +191,17 @@ it) and `caf\u{e9}` are the same server. The pattern is written in another form;
 it is read as its NFC spelling, which the help line shows. Write that spelling,
 so that what you read is what is matched.",
 
+    W0305 Warning "server globs overlap" =>
+"Two server globs both match some ids, and neither covers the other: `a*` then
+`*b` both match `ab`, and the first matching block wins, so `ab` gets the `a*`
+block. The warning names such an id. If that is meant, say so with a block for
+the overlap above both (or suppress the warning); otherwise make the globs
+disjoint. A glob that covers a later one entirely is E0302 instead, and a
+narrower glob before a wider one is the usual order and not reported.
+
+    server \"a*\" { max_tokens 512 }
+    server \"*b\" { sampling off }     # warning: `ab` goes to `a*`",
+
     // ---- reasons: E04xx / W04xx
     E0401 Error "undeclared reason" =>
 "`as NAME` names a reason that is neither built in nor declared. Declare it with
@@ -275,6 +286,16 @@ user saying no.",
 "JSON-RPC error codes are integers; mcpolicy keeps them within a 32-bit signed
 integer so that every client and language can represent them exactly.",
 
+    W0507 Warning "`user.denied` answers with a code other than -1" =>
+"MCP asks clients to answer a user's refusal of sampling with -1, in every
+revision mcpolicy knows, and the runtime treats a client's -1 as the user's
+refusal (docs/spec/frames.md, \"Codes\"). A redeclared `user.denied` with another
+code makes a stored refusal replay as something a server cannot tell from a
+policy denial. Write `code -1`, or leave `code` out (the built-in is -1).
+
+    reason user.denied { code -32010 }   # warning
+    reason user.denied { ttl 1h }        # ok: the code stays -1",
+
     // ---- statement semantics: E06xx / W06xx
     W0601 Warning "context scope deprecated in this revision" =>
 "MCP 2026-07-28 deprecates `includeContext` `thisServer` and `allServers`: they need
@@ -288,6 +309,25 @@ did not declare it is treated as `max_context none`.",
     W0604 Warning "statement has no effect" =>
 "The block says `sampling off`, so every request is denied before this statement
 is reached. Remove it, or turn sampling on.",
+
+    // ---- suppressions: W07xx (these two cannot themselves be suppressed)
+    W0701 Warning "suppression suppresses nothing" =>
+"`# mcpolicy: allow CODE` names a warning that is not reported where the
+comment applies: on its line (the whole block when the line ends a block with
+`}`), or, for a comment on a line of its own, in the item or statement that
+follows (the whole block when a block follows). A stale suppression would
+silently hide the warning if it came back, so remove it; `mcpc check --fix`
+does.
+
+    server \"a*\" { max_tokens 512 }   # mcpolicy: allow W0305   <- nothing to allow",
+    W0702 Warning "suppression names no warning code" =>
+"A suppression reads `# mcpolicy: allow CODE[, CODE…] [-- why]`. Each CODE
+must be a warning code (`mcpc explain CODE` lists what it means). Errors cannot
+be suppressed: a policy with an error is not compiled. W0701 and W0702 cannot
+be suppressed either.
+
+    # mcpolicy: allow W0305 -- a-prod is meant to get the a* block
+    server \"*-prod\" { sampling off }",
 }
 
 #[cfg(test)]

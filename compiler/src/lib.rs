@@ -7,6 +7,7 @@ pub mod check;
 pub mod codes;
 pub mod db;
 pub mod diagnostic;
+pub mod explain;
 pub mod format;
 pub mod ide;
 pub mod input;

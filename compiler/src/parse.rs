@@ -317,10 +317,7 @@ impl Builder {
     fn collect_comments(&mut self, pair: &Pair<'_, Rule>) {
         for inner in pair.clone().into_inner().flatten() {
             if inner.as_rule() == Rule::COMMENT {
-                self.comments.push(Comment {
-                    text: inner.as_str().trim_end().to_owned(),
-                    span: inner.as_span().into(),
-                });
+                self.comments.push(comment(&inner));
             }
         }
     }
@@ -329,10 +326,7 @@ impl Builder {
         let span: Span = pair.as_span().into();
         match pair.as_rule() {
             Rule::COMMENT => {
-                self.comments.push(Comment {
-                    text: pair.as_str().trim_end().to_owned(),
-                    span,
-                });
+                self.comments.push(comment(&pair));
                 return;
             }
             Rule::EOI => return,
@@ -744,6 +738,36 @@ pub fn unescape(body: &str, offset: usize) -> (String, Vec<(Span, String)>) {
         }
     }
     (value, errors)
+}
+
+/// A comment as read, with the start of its line (inline suppressions,
+/// `docs/spec/language.md`, "Suppressing a warning").
+fn comment(pair: &Pair<'_, Rule>) -> Comment {
+    let span = pair.as_span();
+    let input = span.get_input();
+    let before = input.get(..span.start()).unwrap_or_default();
+    let line_start = before.rfind(['\n', '\r']).map_or(0, |at| at + 1);
+    let own_line = before[line_start..].trim().is_empty();
+    let text = pair.as_str().trim_end();
+    let end = span.start() + text.len();
+    let removal = if own_line {
+        let after = input.get(end..).unwrap_or_default();
+        let break_len = if after.starts_with("\r\n") {
+            2
+        } else {
+            usize::from(after.starts_with(['\n', '\r']))
+        };
+        Span::new(line_start, end + break_len)
+    } else {
+        Span::new(before.trim_end().len(), end)
+    };
+    Comment {
+        text: text.to_owned(),
+        span: Span::new(span.start(), end),
+        line_start,
+        own_line,
+        removal,
+    }
 }
 
 #[cfg(test)]

@@ -179,6 +179,19 @@ pub enum Value {
     Strings(Vec<String>),
 }
 
+/// Where one item of a merged field was taken from: what [`merge_traced`]
+/// records as it merges, so that provenance (`mcpc show`, `mcpc eval
+/// --explain`, `mcpc diff`) is the merge's own account, not a comparison of
+/// values after the fact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Taken {
+    /// The `i`-th item of the inherited field (a single-valued field has
+    /// one item, set or not).
+    Base(usize),
+    /// The `j`-th item the block states itself, in the order it states them.
+    Over(usize),
+}
+
 /// How a statement's field of the runtime's `EffectiveBlock` is stated by a
 /// block, merged over an inherited one, and written back. Implemented per
 /// field type, not per statement: statements with fields of one type share it.
@@ -205,6 +218,17 @@ pub trait Slot: Sized {
     }
     /// `over` applied on top of `base`.
     fn merge(base: &Self, over: &Self::Partial) -> Self;
+    /// [`Slot::merge`], also saying where each item of the result was taken
+    /// from. The default is a single-valued field's: the block's own value
+    /// when it states one, else the inherited one.
+    fn merge_traced(base: &Self, over: &Self::Partial) -> (Self, Vec<Taken>) {
+        let taken = if Self::is_stated(over) {
+            Taken::Over(0)
+        } else {
+            Taken::Base(0)
+        };
+        (Self::merge(base, over), vec![taken])
+    }
     /// The effective value as statements; empty when it imposes nothing.
     fn lines(&self, decl: &StatementDecl) -> Vec<String>;
 }
@@ -232,7 +256,13 @@ impl<T: Stated + Debug + PartialEq + Eq> Slot for Option<T> {
         partial.is_some()
     }
     fn merge(base: &Self, over: &Option<T>) -> Self {
-        over.clone().or_else(|| base.clone())
+        Self::merge_traced(base, over).0
+    }
+    fn merge_traced(base: &Self, over: &Option<T>) -> (Self, Vec<Taken>) {
+        match over {
+            Some(item) => (Some(item.clone()), vec![Taken::Over(0)]),
+            None => (base.clone(), vec![Taken::Base(0)]),
+        }
     }
     fn lines(&self, decl: &StatementDecl) -> Vec<String> {
         self.iter().map(|item| item.line(decl)).collect()
@@ -257,7 +287,13 @@ macro_rules! required_slot {
                 partial.is_some()
             }
             fn merge(base: &Self, over: &Option<$ty>) -> Self {
-                over.clone().unwrap_or_else(|| base.clone())
+                Self::merge_traced(base, over).0
+            }
+            fn merge_traced(base: &Self, over: &Option<$ty>) -> (Self, Vec<Taken>) {
+                match over {
+                    Some(item) => (item.clone(), vec![Taken::Over(0)]),
+                    None => (base.clone(), vec![Taken::Base(0)]),
+                }
             }
             fn lines(&self, decl: &StatementDecl) -> Vec<String> {
                 vec![self.line(decl)]
@@ -470,13 +506,24 @@ impl Slot for Vec<Budget> {
         partial.iter().any(|b| budget_line(b, decl) == line)
     }
     fn merge(base: &Self, over: &Vec<Budget>) -> Self {
-        let mut budgets: Vec<Budget> = base
-            .iter()
-            .filter(|b| !over.iter().any(|o| budget_key(o) == budget_key(b)))
-            .cloned()
-            .collect();
-        budgets.extend(over.iter().cloned());
-        budgets
+        Self::merge_traced(base, over).0
+    }
+    /// The inherited budgets the block does not override (by key), in their
+    /// order, then the block's own.
+    fn merge_traced(base: &Self, over: &Vec<Budget>) -> (Self, Vec<Taken>) {
+        let mut budgets = Vec::with_capacity(base.len() + over.len());
+        let mut taken = Vec::with_capacity(base.len() + over.len());
+        for (i, b) in base.iter().enumerate() {
+            if !over.iter().any(|o| budget_key(o) == budget_key(b)) {
+                budgets.push(b.clone());
+                taken.push(Taken::Base(i));
+            }
+        }
+        for (j, o) in over.iter().enumerate() {
+            budgets.push(o.clone());
+            taken.push(Taken::Over(j));
+        }
+        (budgets, taken)
     }
     fn lines(&self, decl: &StatementDecl) -> Vec<String> {
         self.iter().map(|b| budget_line(b, decl)).collect()
@@ -627,7 +674,26 @@ macro_rules! statements {
 
         /// `over` applied on top of `base`, statement by statement.
         pub fn merge(base: &EffectiveBlock, over: &PartialBlock) -> EffectiveBlock {
-            EffectiveBlock { $($field: <$ty as Slot>::merge(&base.$field, &over.$field),)* }
+            merge_traced(base, over).0
+        }
+
+        /// [`merge`], with where each statement's items were taken from
+        /// (one [`Taken`] per item, in the order of [`effective_lines`];
+        /// a single-valued statement has one, set or not), in declaration
+        /// order.
+        pub fn merge_traced(
+            base: &EffectiveBlock,
+            over: &PartialBlock,
+        ) -> (EffectiveBlock, Vec<(Statement, Vec<Taken>)>) {
+            let mut trace = Vec::with_capacity(Statement::ALL.len());
+            let block = EffectiveBlock {$(
+                $field: {
+                    let (value, taken) = <$ty as Slot>::merge_traced(&base.$field, &over.$field);
+                    trace.push((Statement::$variant, taken));
+                    value
+                },
+            )*};
+            (block, trace)
         }
 
         /// Every statement of an effective block, as `(statement, line)`, in

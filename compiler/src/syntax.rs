@@ -96,6 +96,14 @@ pub struct Comment {
     pub text: String,
     /// Where it was written.
     pub span: Span,
+    /// Where its line starts: the code before it on the line, if any, lies
+    /// in `line_start..span.start` (inline suppressions cover that code).
+    pub line_start: usize,
+    /// Nothing but blanks before it on its line.
+    pub own_line: bool,
+    /// What removing the comment takes out: with the blanks before it, and
+    /// for a comment on a line of its own, the whole line and its break.
+    pub removal: Span,
 }
 
 /// A top-level item.
@@ -413,8 +421,16 @@ impl Shift for IntLit {
 
 impl Shift for Comment {
     fn shift(&mut self, by: usize) {
-        let Comment { text: _, span } = self;
+        let Comment {
+            text: _,
+            span,
+            line_start,
+            own_line: _,
+            removal,
+        } = self;
         span.shift(by);
+        *line_start += by;
+        removal.shift(by);
     }
 }
 

@@ -150,6 +150,9 @@ fn editor(text: &str, clean: bool) {
     let whole = Span::new(0, text.len());
     let _ = ide::inlay_hints(&incremental, source, whole);
     let _ = ide::code_actions(&incremental, source, whole);
+    let _ = ide::fix_all(&incremental, source);
+    let _ = ide::comment_blocks(&incremental, source);
+    let _ = ide::item_symbols(&incremental, source, "a");
     // A few offsets spread over the text, snapped to a character's start
     // as the language server's position conversion does.
     for offset in [0, text.len() / 3, text.len() / 2 + 1, text.len()] {
@@ -161,6 +164,9 @@ fn editor(text: &str, clean: bool) {
         let _ = ide::completions(&incremental, source, offset);
         let _ = ide::definition(&incremental, source, offset);
         let _ = ide::prepare_rename(&incremental, source, offset);
+        let _ = ide::rename(&incremental, source, offset, "acme.renamed");
+        let _ = ide::highlights(&incremental, source, offset);
+        let _ = ide::selection_ranges(&incremental, source, offset);
     }
 }
 

@@ -7,6 +7,7 @@ use lsp_types::{
 };
 use mcpolicy_compiler::codes::Severity;
 use mcpolicy_compiler::diagnostic::Diagnostic;
+use mcpolicy_compiler::ide::settings::{self, deny_warnings};
 use salsa::Database as _;
 
 use crate::world::Snapshot;
@@ -61,9 +62,12 @@ pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
         range: snapshot.range(d.span),
         severity: Some(match d.severity() {
             Severity::Error => DiagnosticSeverity::ERROR,
+            Severity::Warning if deny_warnings(snapshot.db) => DiagnosticSeverity::ERROR,
             Severity::Warning => DiagnosticSeverity::WARNING,
         }),
         code: Some(NumberOrString::String(d.code.as_str().to_owned())),
+        code_description: crate::code_docs::description(d.code),
+        tags: crate::code_docs::tags(d.code),
         source: Some("mcpolicy".to_owned()),
         message,
         related_information: (!related.is_empty()).then_some(related),
@@ -76,7 +80,7 @@ pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
 /// between conversions (a 10 MB file can have many findings).
 pub fn all(snapshot: &Snapshot<'_>) -> Vec<LspDiagnostic> {
     crate::fault::inject(snapshot.text(), "the check");
-    mcpolicy_compiler::db::diagnostics(snapshot.db, snapshot.document.source)
+    settings::diagnostics(snapshot.db, snapshot.document.source)
         .iter()
         .enumerate()
         .map(|(i, d)| {

@@ -7,10 +7,12 @@
 //! function in `mcpolicy_compiler::ide`, and this crate only converts byte
 //! spans into LSP positions (with the compiler's `line_index`).
 
+pub mod code_docs;
 pub mod diagnostics;
 pub mod fault;
 pub mod handlers;
 pub mod main_loop;
+pub mod settings;
 pub mod transport;
 pub mod uri;
 pub mod world;

@@ -58,14 +58,15 @@ use crossbeam_channel::{Receiver, Sender, select, unbounded};
 
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
 use lsp_types::notification::{
-    DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, DidSaveTextDocument,
-    LogMessage, Notification as _, PublishDiagnostics,
+    DidChangeConfiguration, DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument,
+    DidSaveTextDocument, LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentDiagnosticRequest, DocumentSymbolRequest,
-    FoldingRangeRequest, Formatting, GotoDefinition, HoverRequest, InlayHintRequest,
-    PrepareRenameRequest, References, Rename, Request as _, SemanticTokensFullDeltaRequest,
-    SemanticTokensFullRequest, SemanticTokensRangeRequest,
+    CodeActionRequest, Completion, DocumentDiagnosticRequest, DocumentHighlightRequest,
+    DocumentSymbolRequest, FoldingRangeRequest, Formatting, GotoDefinition, HoverRequest,
+    InlayHintRequest, PrepareRenameRequest, RangeFormatting, References, Rename, Request as _,
+    SelectionRangeRequest, SemanticTokensFullDeltaRequest, SemanticTokensFullRequest,
+    SemanticTokensRangeRequest, WorkspaceSymbolRequest,
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
@@ -143,8 +144,15 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
         document_symbol_provider: Some(OneOf::Left(true)),
         folding_range_provider: Some(FoldingRangeProviderCapability::Simple(true)),
         document_formatting_provider: Some(OneOf::Left(true)),
+        document_range_formatting_provider: Some(OneOf::Left(true)),
+        workspace_symbol_provider: Some(OneOf::Left(true)),
+        document_highlight_provider: Some(OneOf::Left(true)),
+        selection_range_provider: Some(lsp_types::SelectionRangeProviderCapability::Simple(true)),
         code_action_provider: Some(CodeActionProviderCapability::Options(CodeActionOptions {
-            code_action_kinds: Some(vec![CodeActionKind::QUICKFIX]),
+            code_action_kinds: Some(vec![
+                CodeActionKind::QUICKFIX,
+                CodeActionKind::SOURCE_FIX_ALL,
+            ]),
             ..CodeActionOptions::default()
         })),
         inlay_hint_provider: Some(OneOf::Left(true)),
@@ -254,7 +262,14 @@ fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, 
             ),
         )?;
     }
-    let mut world = World::new(encoding);
+    let (mut world, settings) = crate::settings::initial_world(encoding, &params);
+    if let Err(why) = settings {
+        log(
+            connection,
+            MessageType::WARNING,
+            format!("initializationOptions: {why}"),
+        )?;
+    }
     world.raw_json = raw_json;
     // A client that pulls diagnostics is not pushed them too.
     world.pull_diagnostics = params
@@ -677,6 +692,10 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         DocumentSymbolRequest::METHOD => respond(c, world, request, document_symbol::handle),
         FoldingRangeRequest::METHOD => respond(c, world, request, folding_range::handle),
         Formatting::METHOD => respond(c, world, request, formatting::handle),
+        RangeFormatting::METHOD => respond(c, world, request, formatting::range),
+        WorkspaceSymbolRequest::METHOD => respond(c, world, request, workspace_symbol::handle),
+        DocumentHighlightRequest::METHOD => respond(c, world, request, document_highlight::handle),
+        SelectionRangeRequest::METHOD => respond(c, world, request, selection_range::handle),
         CodeActionRequest::METHOD => respond(c, world, request, code_action::handle),
         InlayHintRequest::METHOD => respond(c, world, request, inlay_hint::handle),
         DocumentDiagnosticRequest::METHOD => respond(c, world, request, diagnostic::handle),
@@ -734,6 +753,10 @@ fn notify(
         }
         DidCloseTextDocument::METHOD => {
             Ok(handlers::did_close::handle(world, params(notification)?))
+        }
+        DidChangeConfiguration::METHOD => {
+            handlers::did_change_configuration::handle(world, params(notification)?)?;
+            Ok(None)
         }
         _ => Ok(None),
     }));

@@ -68,6 +68,8 @@ pub struct World {
     pub documents: HashMap<String, Document>,
     /// The negotiated position encoding.
     pub encoding: Encoding,
+    /// What the client said it supports, where an answer depends on it.
+    pub client: crate::settings::ClientSupport,
     /// The last generation given to a document.
     generation: u64,
     /// Whether results go out as JSON text (`transport::raw_json`): set
@@ -211,6 +213,7 @@ impl World {
             db: Database::incremental(),
             documents: HashMap::new(),
             encoding,
+            client: crate::settings::ClientSupport::default(),
             generation: 0,
             raw_json: false,
             pull_diagnostics: false,

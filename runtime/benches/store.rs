@@ -76,6 +76,7 @@ fn decision(now: Millis) -> StoredDecision {
         represented: 0,
         decided_at: now,
         recomputable: false,
+        statement: None,
     }
 }
 

@@ -193,6 +193,7 @@ fn first_decision(store: &SqliteStore, n: u64) {
                 represented: 0,
                 decided_at: NOW,
                 recomputable: true,
+                statement: None,
             },
         )
         .expect("record");

@@ -19,6 +19,7 @@
 //! denial has a reply, or an [`Error`] that has one too (fail closed). Every
 //! decision carries its [`Cause`]: the block, the statement and the step.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
@@ -142,6 +143,23 @@ impl Statement {
         out
     }
 
+    /// The evaluation step at which the statement decides
+    /// (`docs/spec/evaluation.md`, "Order"): a cause's step is its
+    /// statement's, except for an answer from the store ([`Step::Replay`]).
+    /// `deadline` is step 10's: the allow carries it, and a reported miss
+    /// is attributed there.
+    pub fn step(self) -> Step {
+        match self {
+            Statement::Sampling | Statement::Tools => Step::Switches,
+            Statement::MaxMessages | Statement::MaxInput => Step::InputLimits,
+            Statement::MaxContext | Statement::MaxTokens | Statement::Models => Step::Trims,
+            Statement::Rate => Step::Rate,
+            Statement::Budget(_) => Step::Budgets,
+            Statement::Consent => Step::Consent,
+            Statement::Deadline => Step::Allow,
+        }
+    }
+
     /// The policy keyword: `sampling`, `tools`, `max_messages`, `max_input`,
     /// `max_context`, `max_tokens`, `models`, `rate`, `budget`, `deadline`,
     /// `consent`.
@@ -159,6 +177,42 @@ impl Statement {
             Statement::Deadline => "deadline",
             Statement::Consent => "consent",
         }
+    }
+
+    /// The statement's stable name in the decision store (schema 4,
+    /// `docs/spec/store.md`): [`Statement::name`], and for a budget its index
+    /// in the block, `budget:0`, `budget:1`, … (a stored decision is only
+    /// replayed under the digest of the block that made it, so the index
+    /// names the same budget).
+    pub fn stored_name(self) -> Cow<'static, str> {
+        match self {
+            Statement::Budget(i) => Cow::Owned(format!("budget:{i}")),
+            other => Cow::Borrowed(other.name()),
+        }
+    }
+
+    /// Parses [`Statement::stored_name`]'s output; `None` for anything else.
+    pub fn from_stored_name(text: &str) -> Option<Statement> {
+        Some(match text {
+            "sampling" => Statement::Sampling,
+            "tools" => Statement::Tools,
+            "max_messages" => Statement::MaxMessages,
+            "max_input" => Statement::MaxInput,
+            "max_context" => Statement::MaxContext,
+            "max_tokens" => Statement::MaxTokens,
+            "models" => Statement::Models,
+            "rate" => Statement::Rate,
+            "deadline" => Statement::Deadline,
+            "consent" => Statement::Consent,
+            other => {
+                let index = other.strip_prefix("budget:")?;
+                // Digits only: `+1` or ` 1` is not a name this runtime wrote.
+                if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                Statement::Budget(index.parse().ok()?)
+            }
+        })
     }
 }
 
@@ -519,9 +573,10 @@ enum Origin {
         cause: Cause,
     },
     /// Answered from the store. The cause, `{limit}` and `{window}` are
-    /// derived when asked, from the stored reason and `data` and the block
-    /// (unchanged: a replay matches only its own block's digest), so that a
-    /// replay costs no parsing.
+    /// built when asked, from the stored statement (or, for a row without
+    /// one, the stored reason and `data`) and the block (unchanged: a replay
+    /// matches only its own block's digest), so that a replay costs no
+    /// parsing.
     Replayed {
         engine: Engine,
         entry: usize,
@@ -529,6 +584,10 @@ enum Origin {
         /// The request's number of messages (which of two input limits
         /// sharing a reason it exceeds).
         messages: u64,
+        /// The statement's stored name (schema 4), read when asked;
+        /// `None` (or a name this runtime does not know) for a row that has
+        /// none, whose statement is derived.
+        statement: Option<Arc<str>>,
     },
 }
 
@@ -592,9 +651,10 @@ impl Denial {
         self.expiry
     }
 
-    /// Which block, statement and step denied. For a replay it is derived
-    /// from the stored reason and `data` against the block (see
-    /// `docs/spec/evaluation.md`, "Replay").
+    /// Which block, statement and step denied. For a replay the statement
+    /// is the one stored with the decision, or, for a row without one,
+    /// derived from the stored reason and `data` against the block (see
+    /// `docs/spec/evaluation.md`, "The cause of a decision").
     pub fn cause(&self) -> Cause {
         match &self.origin {
             Origin::Fresh { cause, .. } => cause.clone(),
@@ -603,10 +663,14 @@ impl Denial {
                 entry,
                 decided_at,
                 messages,
+                statement,
             } => {
                 let block = engine.block(*entry);
-                let statement =
-                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at);
+                // The stored statement when the row has one (schema 4): a
+                // reason shared by two statements cannot tell them apart.
+                let statement = stored_statement(statement).or_else(|| {
+                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at)
+                });
                 Cause {
                     block: engine.block_ref(*entry),
                     statement,
@@ -632,23 +696,31 @@ impl Denial {
                 entry,
                 decided_at,
                 messages,
+                statement,
             } => {
                 let rt = engine.reason(&self.reason);
                 let block = engine.block(*entry);
+                let statement = stored_statement(statement);
                 let (limit, window) = if rt.needs_limit || rt.needs_window {
-                    replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
+                    match statement {
+                        Some(statement) => statement_limit_window(block, statement),
+                        None => {
+                            replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
+                        }
+                    }
                 } else {
                     (None, None)
                 };
-                let deadline = rt
-                    .needs_deadline
-                    .then(|| {
-                        block
-                            .deadline
-                            .as_ref()
-                            .map(|d| frame::format_duration(d.ms))
-                    })
-                    .flatten();
+                // A fresh denial fills `{deadline}` only for the deadline.
+                let deadline = (rt.needs_deadline
+                    && statement.is_none_or(|s| s == Statement::Deadline))
+                .then(|| {
+                    block
+                        .deadline
+                        .as_ref()
+                        .map(|d| frame::format_duration(d.ms))
+                })
+                .flatten();
                 (limit, window, deadline)
             }
         };
@@ -712,6 +784,20 @@ pub enum InputOutcome {
     },
     /// The store failed; the entry is refused with [`Error::reply`].
     Failed(Error),
+}
+
+/// One rate or budget statement of a server's block, as the engine admits
+/// it ([`Engine::limits`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitStatement {
+    /// [`Statement::Rate`] or [`Statement::Budget`].
+    pub statement: Statement,
+    /// The check an admission makes for it (one request or one token).
+    pub check: LimitCheck,
+    /// `{limit}` as a denial writes it, e.g. `50 requests`, `200000 tokens`.
+    pub limit: String,
+    /// `{window}` as a denial writes it, e.g. `1m`, `daily`, `24h`.
+    pub window: String,
 }
 
 /// What an admission check stands for.
@@ -1267,9 +1353,22 @@ impl Engine {
         reserve_tokens: u64,
         now: Millis,
     ) -> Vec<LimitCheck> {
-        plan.checks
-            .iter()
-            .filter_map(|(counter, kind)| match *kind {
+        Self::checks_of(block, plan, reserve_tokens, now)
+            .map(|(_, check)| check)
+            .collect()
+    }
+
+    /// Steps 7–8's checks with what each stands for, in admission order:
+    /// the one construction of a [`LimitCheck`], for admissions and for
+    /// [`Engine::limits`].
+    fn checks_of<'a>(
+        block: &'a EffectiveBlock,
+        plan: &'a Plan,
+        reserve_tokens: u64,
+        now: Millis,
+    ) -> impl Iterator<Item = (CheckKind, LimitCheck)> + 'a {
+        plan.checks.iter().filter_map(move |(counter, kind)| {
+            let check = match *kind {
                 CheckKind::Rate => block.rate.as_ref().map(|rate| LimitCheck {
                     counter: counter.clone(),
                     amount: 1,
@@ -1285,6 +1384,45 @@ impl Engine {
                     limit: budget.limit,
                     window: limit_window(budget.window, now),
                 }),
+            };
+            check.map(|check| (*kind, check))
+        })
+    }
+
+    /// The digest of the effective block governing `server_id` (NFC first,
+    /// as [`Engine::decide`] does): the digest its decisions are stored and
+    /// replayed under. A stored decision with another digest is stale.
+    pub fn digest_for(&self, server_id: &str) -> &str {
+        &self.inner.plans[self.entry_index(&glob::nfc(server_id))].digest
+    }
+
+    /// The rate and budget statements of the block governing `server_id`,
+    /// in admission order, each with the [`LimitCheck`] an admission at
+    /// `now` makes for it (built by the admission's own code; the amount is
+    /// one request, or one token for a token budget) and its `{limit}` and
+    /// `{window}` as a denial writes them: what `mcpc store budgets` asks
+    /// the store's [`crate::store::StoreAdmin::usage`] about.
+    pub fn limits(&self, server_id: &str, now: Millis) -> Vec<LimitStatement> {
+        let entry = self.entry_index(&glob::nfc(server_id));
+        let block = self.block(entry);
+        Self::checks_of(block, &self.inner.plans[entry], 1, now)
+            .map(|(kind, check)| {
+                let (statement, (limit, window)) = match kind {
+                    CheckKind::Rate => (
+                        Statement::Rate,
+                        block.rate.as_ref().map(rate_labels).unwrap_or_default(),
+                    ),
+                    CheckKind::Budget(i) => (
+                        Statement::Budget(i),
+                        block.budgets.get(i).map(budget_labels).unwrap_or_default(),
+                    ),
+                };
+                LimitStatement {
+                    statement,
+                    check,
+                    limit,
+                    window,
+                }
             })
             .collect()
     }
@@ -1427,6 +1565,7 @@ impl Engine {
                         represented: 0,
                         decided_at: now,
                         recomputable: produced.recomputable,
+                        statement: Some(Arc::from(produced.statement.stored_name())),
                     },
                 )
                 .map_err(|e| Error::store(&key.server_id, e))?;
@@ -1485,6 +1624,7 @@ impl Engine {
                 engine: self.clone(),
                 entry,
                 decided_at: stored.decided_at,
+                statement: stored.statement,
                 // Read only where it tells two input limits apart: a map
                 // look-up saved on every other replay.
                 messages: match (&block.max_messages, &block.max_input) {
@@ -1521,6 +1661,7 @@ impl Engine {
                         represented: 0,
                         decided_at: now,
                         recomputable: false,
+                        statement: Some(Arc::from(Statement::Consent.stored_name())),
                     },
                 )
                 .map_err(|e| Error::store(&ticket.server_id, e))?;
@@ -1914,6 +2055,36 @@ fn rate_labels(rate: &Rate) -> (String, String) {
     )
 }
 
+/// The statement a replayed row recorded, if it has one this runtime knows.
+fn stored_statement(name: &Option<Arc<str>>) -> Option<Statement> {
+    name.as_deref().and_then(Statement::from_stored_name)
+}
+
+/// `{limit}` and `{window}` of a replayed denial whose statement the store
+/// recorded (schema 4): that statement's, as the fresh denial wrote them
+/// (none for a statement without a limit).
+fn statement_limit_window(
+    block: &EffectiveBlock,
+    statement: Statement,
+) -> (Option<String>, Option<String>) {
+    match statement {
+        Statement::Rate => block.rate.as_ref().map(rate_labels).unzip(),
+        Statement::Budget(i) => block.budgets.get(i).map(budget_labels).unzip(),
+        Statement::MaxMessages => (
+            block
+                .max_messages
+                .as_ref()
+                .map(|l| format!("{} messages", l.max)),
+            None,
+        ),
+        Statement::MaxInput => (
+            block.max_input.as_ref().map(|l| frame::format_size(l.max)),
+            None,
+        ),
+        _ => (None, None),
+    }
+}
+
 /// `{limit}` and `{window}` for a replayed denial, derived again from the
 /// (unchanged) block. The stored `data` says which kind of statement
 /// denied: `resetsAt` a budget, `retryAfter` the rate, neither an input
@@ -1965,10 +2136,10 @@ fn replay_input_limit(
 /// kind of its stored timing and the (unchanged) block, in the order the
 /// steps run: `resetsAt` is a budget's, `retryAfter` the rate's or a
 /// missed deadline's; without timing a switch, an input limit, the user's
-/// refusal or a missed deadline. The cause is derived rather than stored
-/// because the store's rows (`runtime/schema/`) are frozen and a replay
-/// matches only the digest of the block that decided, so the derivation
-/// sees that same block.
+/// refusal or a missed deadline. Only for a row that does not record its
+/// statement (stored before schema 4): a replay matches only the digest of
+/// the block that decided, so the derivation sees that same block, but two
+/// statements sharing a reason cannot be told apart by it.
 fn replay_statement(
     block: &EffectiveBlock,
     reason: &str,

@@ -3,7 +3,11 @@
 //! policy and a random run of requests, consent answers, completions and
 //! missed deadlines are checked against what the policy says: the statement
 //! named denies with the reason sent, at its step; a replayed denial names
-//! the statement whose fresh denial was stored. Fast by default;
+//! the statement whose fresh denial was stored, with its message. The
+//! policies include reasons shared by two statements (`as NAME`): the two
+//! input limits, two rolling budgets, the rate and a retryable deadline,
+//! under an identity of the system prompt alone, where only the statement
+//! the store recorded (schema 4) tells them apart. Fast by default;
 //! `PROPTEST_CASES` sets a long run.
 
 mod engine_support;
@@ -15,7 +19,8 @@ use mcpolicy_runtime::engine::{
     BlockRef, Cause, ClientContext, Decision, Denial, Expiry, Grant, Statement, Step,
 };
 use mcpolicy_runtime::table::{
-    BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, Table, Window, builtin,
+    BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, ReasonSpec, Table, Ttl,
+    Window, builtin,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -78,14 +83,29 @@ fn block_ref(table: &Table, server: &str) -> BlockRef {
     }
 }
 
+/// Statements that share one reason in a generated policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Share {
+    Nothing,
+    /// `max_messages` and `max_input`.
+    InputLimits,
+    /// The token budget and a second rolling budget over requests.
+    RollingBudgets,
+    /// The rate and the deadline, with a retryable reason stored for a while.
+    RateAndDeadline,
+}
+
 #[derive(Debug, Clone)]
 struct Policy {
     sampling_off: bool,
     tools_off: bool,
     max_messages: Option<u64>,
     max_input: Option<u64>,
-    /// `max_messages` and `max_input` deny as one reason (`as NAME`).
-    shared_input_reason: bool,
+    /// Which statements deny as one reason (`as NAME`).
+    share: Share,
+    /// The identity is the system prompt alone, so requests with other
+    /// messages replay one another's decisions.
+    system_prompt_identity: bool,
     max_context: ContextScope,
     max_tokens: Option<u64>,
     models: bool,
@@ -103,6 +123,12 @@ fn policy() -> impl Strategy<Value = Policy> {
             any::<bool>(),
             prop::option::of(1u64..4),
             prop::option::of(60u64..400),
+            prop::sample::select(vec![
+                Share::Nothing,
+                Share::InputLimits,
+                Share::RollingBudgets,
+                Share::RateAndDeadline,
+            ]),
             any::<bool>(),
         ),
         (
@@ -118,7 +144,7 @@ fn policy() -> impl Strategy<Value = Policy> {
     )
         .prop_map(
             |(
-                (sampling_off, tools_off, max_messages, max_input, shared_input_reason),
+                (sampling_off, tools_off, max_messages, max_input, share, system_prompt_identity),
                 (
                     max_context,
                     max_tokens,
@@ -134,7 +160,8 @@ fn policy() -> impl Strategy<Value = Policy> {
                 tools_off,
                 max_messages,
                 max_input,
-                shared_input_reason,
+                share,
+                system_prompt_identity,
                 max_context,
                 max_tokens,
                 models,
@@ -154,7 +181,7 @@ fn table_of(p: &Policy) -> Table {
     block.tools.enabled = !p.tools_off;
     block.max_messages = p.max_messages.and_then(limit);
     block.max_input = p.max_input.and_then(limit);
-    if p.shared_input_reason {
+    if p.share == Share::InputLimits {
         let mut spec = builtin::spec(
             builtin::get(builtin::INPUT_TOO_LARGE).expect("built-in"),
             CODE,
@@ -187,13 +214,55 @@ fn table_of(p: &Policy) -> Table {
     .flatten()
     .collect();
     block.deadline = if p.deadline { deadline(1_000) } else { None };
+    if p.share == Share::RollingBudgets {
+        let mut spec = builtin::spec(
+            builtin::get(builtin::BUDGET_EXHAUSTED).expect("built-in"),
+            CODE,
+        );
+        spec.message = "{reason}: {limit} per {window}".into();
+        reasons.insert("acme.spent".into(), spec);
+        block.budgets.push(budget(
+            BudgetMetric::Requests,
+            p.request_budget.unwrap_or(2),
+            Window::RollingMs(7_200_000),
+        ));
+        for b in block
+            .budgets
+            .iter_mut()
+            .filter(|b| matches!(b.window, Window::RollingMs(_)))
+        {
+            b.reason = "acme.spent".into();
+        }
+    }
+    if p.share == Share::RateAndDeadline {
+        reasons.insert(
+            "acme.slow".into(),
+            ReasonSpec {
+                retryable: true,
+                ttl: Ttl::AfterMs(30_000),
+                code: CODE,
+                message: "{reason}: {limit} per {window}, deadline {deadline}".into(),
+            },
+        );
+        if let Some(rate) = &mut block.rate {
+            rate.reason = "acme.slow".into();
+        }
+        if let Some(deadline) = &mut block.deadline {
+            deadline.reason = "acme.slow".into();
+        }
+    }
     block.consent = p.consent;
-    table_with(
+    let mut table = table_with(
         Default::default(),
         reasons,
         vec![("other", open_block()), ("s", block)],
         open_block(),
-    )
+    );
+    if p.system_prompt_identity {
+        table.identity = vec!["systemPrompt".to_owned()];
+        table.verify().expect("test table verifies");
+    }
+    table
 }
 
 /// One step of a run.
@@ -265,6 +334,7 @@ fn params_of(r: &Request) -> serde_json::Map<String, Value> {
     let long = "long ".repeat(20);
     let text = ["short", "a somewhat longer prompt", long.as_str()][r.prompt];
     let mut p = json!({
+        "systemPrompt": (["be brief", "be kind"][r.prompt % 2]),
         "messages": (0..r.messages)
             .map(|_| json!({"role": "user", "content": {"type": "text", "text": text}}))
             .collect::<Vec<_>>(),
@@ -285,8 +355,9 @@ fn params_of(r: &Request) -> serde_json::Map<String, Value> {
     }
 }
 
-/// What the run remembers: the statement of the last stored denial per identity.
-type Stored = HashMap<String, Statement>;
+/// What the run remembers: the statement and message of the last stored
+/// denial per identity.
+type Stored = HashMap<String, (Statement, String)>;
 
 /// Checks a fresh denial's cause and remembers it if it was stored.
 fn fresh_denial(
@@ -308,7 +379,7 @@ fn fresh_denial(
         cause
     );
     if denial.expiry() != Expiry::NotStored {
-        stored.insert(identity.to_owned(), statement);
+        stored.insert(identity.to_owned(), (statement, denial.message()));
     }
     Ok(())
 }
@@ -391,8 +462,10 @@ proptest! {
                     prop_assert_eq!(&cause.block, &expected_block);
                     prop_assert!(cause.replayed);
                     prop_assert_eq!(cause.step, Step::Replay);
-                    // The statement whose fresh denial was stored, derived again.
-                    prop_assert_eq!(cause.statement, stored.get(&identity).copied(), "{:?}", denial);
+                    // The statement whose fresh denial was stored, and its message.
+                    let first = stored.get(&identity);
+                    prop_assert_eq!(cause.statement, first.map(|f| f.0), "{:?}", denial);
+                    prop_assert_eq!(Some(denial.message()), first.map(|f| f.1.clone()));
                     continue;
                 }
                 Decision::Deny(denial) => {
@@ -477,4 +550,73 @@ fn statement_names_are_the_policy_keywords() {
             "consent"
         ]
     );
+}
+
+/// `Statement::step` (what `mcpc eval --explain` reads to place a
+/// statement among the steps) is the step this test's model, and so every
+/// fresh cause above, gives each statement.
+#[test]
+fn statement_steps_are_the_steps_causes_name() {
+    for statement in [
+        Statement::Sampling,
+        Statement::Tools,
+        Statement::MaxMessages,
+        Statement::MaxInput,
+        Statement::MaxContext,
+        Statement::MaxTokens,
+        Statement::Models,
+        Statement::Rate,
+        Statement::Budget(0),
+        Statement::Budget(3),
+        Statement::Deadline,
+        Statement::Consent,
+    ] {
+        assert_eq!(statement.step(), step_of(statement), "{statement:?}");
+    }
+}
+
+/// The name a stored decision records (schema 4) reads back as the same
+/// statement; anything else reads as unknown, never as another statement.
+#[test]
+fn stored_statement_names_round_trip() {
+    let all = [
+        Statement::Sampling,
+        Statement::Tools,
+        Statement::MaxMessages,
+        Statement::MaxInput,
+        Statement::MaxContext,
+        Statement::MaxTokens,
+        Statement::Models,
+        Statement::Rate,
+        Statement::Budget(0),
+        Statement::Budget(7),
+        Statement::Budget(usize::MAX),
+        Statement::Deadline,
+        Statement::Consent,
+    ];
+    for statement in all {
+        let name = statement.stored_name();
+        assert_eq!(
+            Statement::from_stored_name(&name),
+            Some(statement),
+            "{name}"
+        );
+    }
+    assert_eq!(Statement::Budget(2).stored_name(), "budget:2");
+    assert_eq!(Statement::MaxInput.stored_name(), "max_input");
+    for garbage in [
+        "",
+        "budget",
+        "budget:",
+        "budget:-1",
+        "budget:+1",
+        "budget: 1",
+        "budget:1x",
+        "budget:99999999999999999999999",
+        "Rate",
+        "consent ",
+        "retry",
+    ] {
+        assert_eq!(Statement::from_stored_name(garbage), None, "{garbage:?}");
+    }
 }

@@ -108,6 +108,7 @@ fn deny(digest: &str, expires_at: Option<Millis>, data: &str) -> StoredDecision 
         represented: 0,
         decided_at: 1_000,
         recomputable: false,
+        statement: None,
     }
 }
 
@@ -121,6 +122,7 @@ fn allow(digest: &str) -> StoredDecision {
         represented: 0,
         decided_at: 1_000,
         recomputable: false,
+        statement: None,
     }
 }
 
@@ -654,6 +656,7 @@ fn static_denial(n: u64) -> StoredDecision {
         represented: 0,
         decided_at: 1_000 + n as Millis,
         recomputable: true,
+        statement: None,
     }
 }
 

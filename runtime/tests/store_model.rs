@@ -13,15 +13,16 @@
 use std::collections::HashMap;
 
 use mcpolicy_runtime::store::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, MemoryStore,
-    Millis, Reservation, ServerStats, StoredDecision, Verdict,
+    Admission, CounterUsage, DecisionFilter, DecisionKey, Evaluation, LimitCheck, LimitWindow,
+    MemoryStore, Millis, Reservation, ServerStats, StoreAdmin, StoredDecision, StoredEntry,
+    Verdict,
 };
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
     /// Advance the clock.
-    Wait(u16),
+    Wait(u32),
     /// Admit for server `server` with the checks selected by `mask` (bit per counter kind).
     Admit {
         server: u8,
@@ -67,11 +68,68 @@ enum Op {
         mask: u8,
         tokens: u16,
     },
+    /// `StoreAdmin::decisions` with a filter.
+    Decisions(Filter),
+    /// `StoreAdmin::forget` with a filter.
+    Forget(Filter),
+    /// `StoreAdmin::usage` of each check `mask` selects.
+    Usage {
+        server: u8,
+        mask: u8,
+        tokens: u16,
+    },
+    /// `StoreAdmin::prune_expired`.
+    PruneExpired,
+    /// `StoreAdmin::size`.
+    Size,
+    /// `StoreAdmin::servers`.
+    Servers,
+}
+
+/// A [`DecisionFilter`] over the test's servers, identities, reasons and verdicts.
+#[derive(Debug, Clone)]
+struct Filter {
+    server: Option<u8>,
+    id: Option<u8>,
+    denial_reason: Option<bool>,
+    deny: Option<bool>,
+}
+
+impl Filter {
+    fn to_filter(&self) -> DecisionFilter {
+        DecisionFilter {
+            server_id: self.server.map(|s| SERVERS[usize::from(s)].to_owned()),
+            identity: self.id.map(|id| format!("i{id}")),
+            reason: self
+                .denial_reason
+                .map(|deny| if deny { "user.denied" } else { "user.approved" }.to_owned()),
+            verdict: self
+                .deny
+                .map(|deny| if deny { Verdict::Deny } else { Verdict::Allow }),
+        }
+    }
+}
+
+fn filter() -> impl Strategy<Value = Filter> {
+    (
+        proptest::option::of(0u8..2),
+        proptest::option::of(0u8..6),
+        proptest::option::of(any::<bool>()),
+        proptest::option::of(any::<bool>()),
+    )
+        .prop_map(|(server, id, denial_reason, deny)| Filter {
+            server,
+            id,
+            denial_reason,
+            deny,
+        })
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0u16..700).prop_map(Op::Wait),
+        3 => (0u32..700).prop_map(Op::Wait),
+        // Past the retention (a minute at least): pruning has work to do.
+        1 => (50_000u32..150_000).prop_map(Op::Wait),
         6 => (0u8..2, 1u8..8, 0u16..60).prop_map(|(server, mask, tokens)| Op::Admit { server, mask, tokens }),
         2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| Op::Settle { nth, actual }),
         3 => (0u8..2, 0u8..6, 0u8..2, proptest::option::of(0u16..2_000), any::<bool>(), any::<bool>())
@@ -83,6 +141,12 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u8..2, 0u8..6, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
             Op::ReplayOrAdmit { server, id, digest, mask, tokens }
         }),
+        1 => filter().prop_map(Op::Decisions),
+        1 => filter().prop_map(Op::Forget),
+        2 => (0u8..2, 1u8..8, 0u16..120).prop_map(|(server, mask, tokens)| Op::Usage { server, mask, tokens }),
+        1 => Just(Op::PruneExpired),
+        1 => Just(Op::Size),
+        1 => Just(Op::Servers),
     ]
 }
 
@@ -133,6 +197,9 @@ struct Model {
     rows: Vec<(String, String, Millis, u64, usize)>, // server, counter, at, amount, admission
     decisions: HashMap<DecisionKey, StoredDecision>,
     stats: HashMap<String, ServerStats>,
+    /// Servers an admission with checks was asked for, admitted or not:
+    /// their counters exist from then on.
+    counted: std::collections::BTreeSet<String>,
 }
 
 impl Model {
@@ -182,6 +249,74 @@ impl Model {
             .sum()
     }
 
+    /// What `usage` must answer: the window's spend, and when `amount`
+    /// more fits (computed from every row ever recorded).
+    fn usage(&self, server: &str, check: &LimitCheck, now: Millis) -> CounterUsage {
+        let spent = self.spent(server, check, now);
+        CounterUsage {
+            spent,
+            available_at: (spent + check.amount > check.limit)
+                .then(|| self.available_at(server, check, now)),
+        }
+    }
+
+    /// The decisions `filter` selects, ordered by key.
+    fn select(&self, filter: &DecisionFilter) -> Vec<StoredEntry> {
+        let mut found: Vec<StoredEntry> = self
+            .decisions
+            .iter()
+            .filter(|(k, d)| filter.matches(k, d))
+            .map(|(k, d)| StoredEntry {
+                key: k.clone(),
+                decision: d.clone(),
+            })
+            .collect();
+        found.sort_by(|a, b| {
+            (&a.key.server_id, &a.key.identity).cmp(&(&b.key.server_id, &b.key.identity))
+        });
+        found
+    }
+
+    /// Removes the decisions `filter` selects, as `forget` must.
+    fn remove(&mut self, filter: &DecisionFilter) -> Vec<StoredEntry> {
+        let gone = self.select(filter);
+        for entry in &gone {
+            self.decisions.remove(&entry.key);
+            if let Some(stats) = self.stats.get_mut(&entry.key.server_id) {
+                stats.stored -= 1;
+            }
+        }
+        gone
+    }
+
+    /// When a refused `check` would fit.
+    fn available_at(&self, server: &str, check: &LimitCheck, now: Millis) -> Millis {
+        match check.window {
+            LimitWindow::Fixed { end, .. } => end,
+            LimitWindow::Rolling { ms } => {
+                if check.amount > check.limit {
+                    Millis::MAX
+                } else {
+                    // The earliest t > now at which the window (t - ms, t] leaves room.
+                    let mut ats: Vec<Millis> = self
+                        .rows
+                        .iter()
+                        .filter(|r| {
+                            r.0 == server && r.1 == check.counter && r.2 > now - ms as Millis
+                        })
+                        .map(|r| r.2)
+                        .collect();
+                    ats.sort();
+                    ats.dedup();
+                    ats.into_iter()
+                        .map(|at| at + ms as Millis)
+                        .find(|&t| self.spent(server, check, t) + check.amount <= check.limit)
+                        .unwrap_or(now)
+                }
+            }
+        }
+    }
+
     fn admit(
         &mut self,
         server: &str,
@@ -189,35 +324,15 @@ impl Model {
         now: Millis,
         admission: usize,
     ) -> Admission {
+        if !checks.is_empty() {
+            self.counted.insert(server.to_owned());
+        }
         for (index, check) in checks.iter().enumerate() {
             let spent = self.spent(server, check, now);
             if spent + check.amount <= check.limit {
                 continue;
             }
-            let available_at = match check.window {
-                LimitWindow::Fixed { end, .. } => end,
-                LimitWindow::Rolling { ms } => {
-                    if check.amount > check.limit {
-                        Millis::MAX
-                    } else {
-                        // The earliest t > now at which the window (t - ms, t] leaves room.
-                        let mut ats: Vec<Millis> = self
-                            .rows
-                            .iter()
-                            .filter(|r| {
-                                r.0 == server && r.1 == check.counter && r.2 > now - ms as Millis
-                            })
-                            .map(|r| r.2)
-                            .collect();
-                        ats.sort();
-                        ats.dedup();
-                        ats.into_iter()
-                            .map(|at| at + ms as Millis)
-                            .find(|&t| self.spent(server, check, t) + check.amount <= check.limit)
-                            .unwrap_or(now)
-                    }
-                }
-            };
+            let available_at = self.available_at(server, check, now);
             return Admission::Refused {
                 index,
                 counter: check.counter.clone(),
@@ -243,7 +358,7 @@ impl Model {
 }
 
 /// Both stores, with the model's bound.
-fn stores(dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn DecisionStore>)> {
+fn stores(dir: &tempfile::TempDir) -> Vec<(&'static str, Box<dyn StoreAdmin>)> {
     #[cfg(not(feature = "sqlite"))]
     let _ = dir;
     vec![
@@ -335,6 +450,7 @@ fn run(ops: Vec<Op>) {
                     represented: 0,
                     decided_at: now,
                     recomputable: deny && recomputable,
+                    statement: (id % 2 == 0).then(|| "budget:1".into()),
                 };
                 model.record(key.clone(), decision.clone());
                 for (_, store) in &stores {
@@ -432,6 +548,99 @@ fn run(ops: Vec<Op>) {
                     );
                 }
             }
+            Op::Decisions(filter) => {
+                let filter = filter.to_filter();
+                let expected = model.select(&filter);
+                for (name, store) in &stores {
+                    let got = store.decisions(&filter).expect("decisions");
+                    assert_eq!(got, expected, "{name} decisions at step {step}");
+                }
+            }
+            Op::Forget(filter) => {
+                let filter = filter.to_filter();
+                let expected = model.remove(&filter);
+                for (name, store) in &stores {
+                    let got = store.forget(&filter).expect("forget");
+                    assert_eq!(got, expected, "{name} forget at step {step}");
+                    assert!(store.decisions(&filter).expect("decisions").is_empty());
+                }
+            }
+            Op::Usage {
+                server,
+                mask,
+                tokens,
+            } => {
+                let server = SERVERS[usize::from(server)];
+                for check in checks(mask, tokens, now) {
+                    let expected = model.usage(server, &check, now);
+                    for (name, store) in &stores {
+                        let got = store.usage(server, &check, now).expect("usage");
+                        assert_eq!(
+                            got, expected,
+                            "{name} usage of {} at step {step}",
+                            check.counter
+                        );
+                    }
+                }
+            }
+            Op::PruneExpired => {
+                let expired = model.remove(&DecisionFilter::default());
+                // `remove` took everything: put back what has not expired.
+                let mut gone = 0u64;
+                for entry in expired {
+                    if entry.decision.is_expired(now) {
+                        gone += 1;
+                    } else {
+                        model.decisions.insert(entry.key.clone(), entry.decision);
+                        if let Some(stats) = model.stats.get_mut(&entry.key.server_id) {
+                            stats.stored += 1;
+                        }
+                    }
+                }
+                let mut spend = Vec::new();
+                for (name, store) in &stores {
+                    let got = store.prune_expired(now).expect("prune");
+                    assert_eq!(got.decisions, gone, "{name} prune at step {step}");
+                    spend.push(got.spend_rows);
+                }
+                assert!(
+                    spend.windows(2).all(|w| w[0] == w[1]),
+                    "stores pruned different spend at step {step}: {spend:?}"
+                );
+            }
+            Op::Size => {
+                let mut rows = Vec::new();
+                for (name, store) in &stores {
+                    let got = store.size().expect("size");
+                    assert_eq!(
+                        got.decisions,
+                        model.decisions.len() as u64,
+                        "{name} size at step {step}"
+                    );
+                    assert!(got.spend_rows <= model.rows.len() as u64);
+                    rows.push(got.spend_rows);
+                }
+                assert!(
+                    rows.windows(2).all(|w| w[0] == w[1]),
+                    "stores hold different spend at step {step}: {rows:?}"
+                );
+            }
+            Op::Servers => {
+                // A server with a decision, a tally or spend, each once, sorted.
+                let mut expected: Vec<String> = model
+                    .decisions
+                    .keys()
+                    .map(|k| k.server_id.clone())
+                    .chain(model.stats.keys().cloned())
+                    .chain(model.counted.iter().cloned())
+                    .collect();
+                expected.sort();
+                expected.dedup();
+                for (name, store) in &stores {
+                    let got = store.servers().expect("servers");
+                    assert_eq!(got, expected, "{name} servers at step {step}");
+                }
+            }
             Op::Purge { server, digest } => {
                 let server = SERVERS[usize::from(server)];
                 let digest = format!("d{digest}");
@@ -515,6 +724,7 @@ fn run_flood(flood: Flood) {
                 represented: 0,
                 decided_at: now,
                 recomputable,
+                statement: None,
             };
             let before = store.server_stats("alpha").expect("stats");
             store.record(&key(id), &decision).expect("record");
@@ -566,6 +776,14 @@ enum StepOp {
         nth: u8,
         actual: u16,
     },
+    /// `StoreAdmin::prune_expired` at the current time.
+    Prune,
+    /// `StoreAdmin::usage` of each check `mask` selects.
+    Usage {
+        server: u8,
+        mask: u8,
+        tokens: u16,
+    },
 }
 
 fn step_op() -> impl Strategy<Value = StepOp> {
@@ -576,6 +794,8 @@ fn step_op() -> impl Strategy<Value = StepOp> {
         1 => (-3 * DAY..3 * DAY).prop_map(StepOp::Step),
         8 => (0u8..2, 1u8..16, 0u16..60).prop_map(|(server, mask, tokens)| StepOp::Admit { server, mask, tokens }),
         2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| StepOp::Settle { nth, actual }),
+        1 => Just(StepOp::Prune),
+        2 => (0u8..2, 1u8..16, 0u16..60).prop_map(|(server, mask, tokens)| StepOp::Usage { server, mask, tokens }),
     ]
 }
 
@@ -665,6 +885,45 @@ fn run_steps(ops: Vec<StepOp>) {
                     store
                         .settle(server, *handle, counter, u64::from(actual))
                         .unwrap_or_else(|e| panic!("{name} settle at step {step}: {e}"));
+                }
+            }
+            // Pruning, then any step back: later admissions are still held
+            // to the unpruned model above.
+            StepOp::Prune => {
+                let pruned: Vec<_> = stores
+                    .iter()
+                    .map(|(_, store)| store.prune_expired(now).expect("prune"))
+                    .collect();
+                assert!(
+                    pruned.windows(2).all(|w| w[0] == w[1]),
+                    "stores pruned differently at step {step}: {pruned:?}"
+                );
+            }
+            StepOp::Usage {
+                server,
+                mask,
+                tokens,
+            } => {
+                let server = SERVERS[usize::from(server)];
+                for check in step_checks(mask, tokens, now) {
+                    let usage: Vec<_> = stores
+                        .iter()
+                        .map(|(_, store)| store.usage(server, &check, now).expect("usage"))
+                        .collect();
+                    assert!(
+                        usage.windows(2).all(|w| w[0] == w[1]),
+                        "stores disagree on {} at step {step}: {usage:?}",
+                        check.counter
+                    );
+                    // Never "fits" where an unpruned store would refuse.
+                    if usage[0].available_at.is_none() {
+                        let would = model.usage(server, &check, now);
+                        assert!(
+                            would.available_at.is_none(),
+                            "{} fits at step {step} ({now}) in the stores, not in the model: {would:?}",
+                            check.counter
+                        );
+                    }
                 }
             }
         }

@@ -214,13 +214,6 @@ impl<'a> StatementMap<'a> {
             .or_else(|| find(&self.defaults))
     }
 
-    /// The source statement table entry `entry` took `statement` from (its
-    /// block, line and text), `None` for a built-in (no statement written).
-    pub fn statement(&self, entry: usize, statement: Statement) -> Option<&StatementCoverage> {
-        self.source_of(entry, statement)
-            .map(|i| &self.statements[i])
-    }
-
     /// Tallies the hits and reasons of every case.
     pub fn coverage(
         &self,

@@ -96,6 +96,14 @@ pub fn human(files: &[FileResults], coverage: Option<&Coverage>) -> String {
 
 /// The JSON report.
 pub fn json(policy: &str, files: &[FileResults], coverage: Option<&Coverage>) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(&json_value(policy, files, coverage)).unwrap_or_default()
+    )
+}
+
+/// The JSON report as a value (`mcpc test DIR` lists one per policy).
+pub fn json_value(policy: &str, files: &[FileResults], coverage: Option<&Coverage>) -> Value {
     let (passed, failed) = counts(files);
     let files: Vec<Value> = files
         .iter()
@@ -129,10 +137,7 @@ pub fn json(policy: &str, files: &[FileResults], coverage: Option<&Coverage>) ->
     if let (Some(coverage), Some(object)) = (coverage, report.as_object_mut()) {
         object.insert("coverage".to_owned(), coverage.json());
     }
-    format!(
-        "{}\n",
-        serde_json::to_string_pretty(&report).unwrap_or_default()
-    )
+    report
 }
 
 fn xml_escape(text: &str) -> String {
@@ -157,13 +162,20 @@ fn xml_escape(text: &str) -> String {
 /// The JUnit XML report (one `testsuite` per test file). Times are not
 /// measured, so the report is the same on every run.
 pub fn junit(files: &[FileResults]) -> String {
-    let (passed, failed) = counts(files);
+    junit_of(&files.iter().collect::<Vec<_>>())
+}
+
+/// [`junit`] over the test files of several policies (`mcpc test DIR`).
+pub fn junit_of(files: &[&FileResults]) -> String {
+    let all = files.iter().flat_map(|f| &f.cases);
+    let failed = all.clone().filter(|c| !c.failures.is_empty()).count();
+    let passed = all.count() - failed;
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     out.push_str(&format!(
         "<testsuites name=\"mcpc test\" tests=\"{}\" failures=\"{failed}\" errors=\"0\">\n",
         passed + failed
     ));
-    for file in files {
+    for file in files.iter().copied() {
         let failures = file.cases.iter().filter(|c| !c.failures.is_empty()).count();
         out.push_str(&format!(
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\">\n",

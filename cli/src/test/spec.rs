@@ -270,7 +270,7 @@ pub fn parse(path: &str, text: &str) -> Result<TestFile, SpecError> {
             .unwrap_or_default(),
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| {
-        let message = e.message().trim_end().to_owned();
+        let message = with_did_you_mean(e.message().trim_end());
         match e.span() {
             Some(span) => ctx.error(span, message),
             None => SpecError {
@@ -792,6 +792,25 @@ impl Kind {
             Kind::Bool => "true or false".to_owned(),
             Kind::Table => "a table (its keys are matched as a subset)".to_owned(),
         }
+    }
+}
+
+/// serde's "unknown field `expct`, expected one of `name`, …" with the
+/// nearest field named first: "…; did you mean `expect`?".
+fn with_did_you_mean(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_owned();
+    };
+    let Some((field, expected)) = rest.split_once('`') else {
+        return message.to_owned();
+    };
+    let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    match mcpolicy_compiler::diagnostic::did_you_mean(field, candidates) {
+        Some(near) => format!(
+            "unknown field `{field}`: did you mean `{near}`? ({})",
+            expected.trim_start_matches(", ")
+        ),
+        None => message.to_owned(),
     }
 }
 

@@ -61,6 +61,19 @@ pub(super) fn check(
             alternative.to_string(),
         )
     };
+    if use_ == Use::UserDenied && code != -1 {
+        return Some(
+            Diagnostic::new(
+                Code::W0507,
+                span,
+                format!("`user.denied` answers {code}, but MCP {rev} asks for -1 on a user's refusal"),
+                "not the refusal code",
+            )
+            .help("write `code -1`, or remove `code` (the built-in `user.denied` answers -1)")
+            .note("cited: docs/spec/frames.md, \"Codes\": -1 is the code MCP asks clients to use for a refusal of sampling")
+            .fix("use `-1`", span, "-1"),
+        );
+    }
     if i32::try_from(code).is_err() {
         return Some(with_fix(Diagnostic::new(
             Code::E0506,

@@ -3,8 +3,10 @@
 //! going after each error, so one bad item never hides the next.
 
 mod codes_rule;
+pub mod fix;
 mod reread;
 mod servers;
+mod suppress;
 mod values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -144,6 +146,7 @@ pub fn check_with(
     checker.run(file, blocks);
     let mut diagnostics = checker.diagnostics;
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end, d.code));
+    suppress::apply(file, &mut diagnostics);
     Analysis {
         diagnostics,
         model: checker.model,

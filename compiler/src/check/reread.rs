@@ -439,6 +439,12 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
                 continue;
             }
         }
+        if let Some(d) = unquoted(*want, token, bad, word) {
+            return d;
+        }
+        if let Some(d) = unit_without_number(*want, token, bad, word) {
+            return d;
+        }
         if let Some(d) = mismatch(*want, token, word, example) {
             return d;
         }
@@ -606,6 +612,9 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
         ) => {
             let accepted = units(want);
             let unit_span = Span::new(token.span.start + digits.len(), token.span.end);
+            if digits.starts_with('-') {
+                return Some(negative(word, token.text, token.span));
+            }
             if suffix.is_empty() {
                 return match want {
                     Want::Count => None,
@@ -616,10 +625,7 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
                             format!("`{word}` needs a size with a unit"),
                             "no unit",
                         )
-                        .help(format!(
-                            "add a unit: `{digits} KiB` (units: {})",
-                            list(accepted)
-                        ))
+                        .help(size_help(digits, accepted))
                         .fix(
                             format!("use `{digits} B`"),
                             Span::new(token.span.end, token.span.end),
@@ -650,12 +656,22 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
                 format!("unknown unit `{suffix}`"),
                 format!("not a unit of {}", kind_of(want)),
             );
-            let spelled = if matches!(want, Want::Count | Want::Size) {
-                None
-            } else {
+            let is_duration = !matches!(want, Want::Count | Want::Size);
+            if is_duration
+                && let Some(found) = foreign_duration(want, digits, suffix, token.text, token.span)
+            {
+                return Some(found);
+            }
+            let spelled = if is_duration {
                 spelled_duration(suffix)
+            } else {
+                None
             };
-            d = match spelled.or_else(|| did_you_mean(suffix, accepted.iter().copied())) {
+            // One letter is one edit from every other letter: only a change
+            // of case (`1S`, `200K`) is a plausible misspelling there.
+            let near = did_you_mean(suffix, accepted.iter().copied())
+                .filter(|s| suffix.chars().count() > 1 || s.eq_ignore_ascii_case(suffix));
+            d = match spelled.or(near) {
                 Some(s) => d.help(format!("did you mean `{digits}{s}`?")).fix(
                     format!("use `{s}`"),
                     unit_span,
@@ -838,6 +854,231 @@ fn decimal(want: Want, digits: &str, unit: &str, span: Span, word: &str) -> Diag
     }
 }
 
+/// The help for a size written without a unit: the number read as bytes,
+/// in the largest unit that states it exactly (`65536` → `64 KiB` or
+/// `65536 B`), never the number with a bigger unit glued on.
+fn size_help(digits: &str, accepted: &[&str]) -> String {
+    let bytes = digits.replace('_', "").parse::<u64>().ok();
+    match bytes.map(|n| (n, largest_exact_size(n))) {
+        Some((n, (_, "B"))) if n < 1 << 10 => format!(
+            "add a unit: `{digits} B` for {n} bytes, or `{digits} KiB` for {} bytes (units: {})",
+            n << 10,
+            list(accepted)
+        ),
+        Some((_, (value, unit))) if unit != "B" => format!(
+            "add a unit: `{value} {unit}` or `{digits} B` for {digits} bytes (units: {})",
+            list(accepted)
+        ),
+        _ => format!(
+            "add a unit: `{digits} B` for {digits} bytes (units: {})",
+            list(accepted)
+        ),
+    }
+}
+
+/// `bytes` in the largest binary unit that states it exactly: `65536` →
+/// `(64, "KiB")`, `1000` → `(1000, "B")`. The value times the unit is
+/// `bytes`, always.
+pub(crate) fn largest_exact_size(bytes: u64) -> (u64, &'static str) {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(size, _)| bytes != 0 && bytes.is_multiple_of(*size))
+        .map_or((bytes, "B"), |(size, name)| (bytes / size, *name))
+}
+
+/// A duration of `ms` milliseconds in the largest unit that states it
+/// exactly: `604800000` → `7d`. The value times the unit is `ms`, always.
+pub(crate) fn largest_exact_duration(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+    ];
+    UNITS
+        .iter()
+        .find(|(size, _)| ms != 0 && ms.is_multiple_of(*size))
+        .map_or_else(
+            || format!("{ms}ms"),
+            |(size, name)| format!("{}{name}", ms / size),
+        )
+}
+
+/// Milliseconds in one of a unit mcpolicy does not take but whose length is
+/// fixed: weeks (`w`, `wk`, `week`, `weeks`). Months and years vary, so
+/// they are not here.
+fn foreign_duration_unit(unit: &str) -> Option<u64> {
+    match unit {
+        "w" | "wk" | "wks" | "week" | "weeks" | "W" => Some(7 * 86_400_000),
+        _ => None,
+    }
+}
+
+/// The finding for a duration in weeks or months (`1w`, `2 weeks`, `1mo`),
+/// which mcpolicy does not take: weeks as the same length in days, months
+/// (which vary) as the calendar window where a window is wanted.
+fn foreign_duration(
+    want: Want,
+    digits: &str,
+    unit: &str,
+    written: &str,
+    span: Span,
+) -> Option<Diagnostic> {
+    let count = digits.replace('_', "").parse::<u64>().ok()?;
+    let is_window = matches!(want, Want::Window);
+    if let Some(ms) = foreign_duration_unit(unit) {
+        let instead = largest_exact_duration(count.checked_mul(ms)?);
+        let help = if is_window && count == 1 {
+            format!(
+                "write `{instead}` (a rolling week) or `per week` (the UTC calendar week, from Monday)"
+            )
+        } else {
+            format!("write `{instead}`: durations take `ms`, `s`, `m`, `h` or `d`")
+        };
+        return Some(
+            Diagnostic::new(
+                Code::E0104,
+                span,
+                format!("mcpolicy has no week unit: `{written}` is `{instead}`"),
+                "weeks are not a unit",
+            )
+            .help(help)
+            .fix(format!("write `{instead}`"), span, instead),
+        );
+    }
+    if matches!(unit, "mo" | "mon" | "month" | "months") {
+        let help = if is_window && count == 1 {
+            "write `per month` (the calendar month); a rolling window is written in days, like `30d`"
+                .to_owned()
+        } else {
+            "months differ in length; write days, like `30d`".to_owned()
+        };
+        return Some(
+            Diagnostic::new(
+                Code::E0104,
+                span,
+                format!("mcpolicy has no month unit in durations: `{written}`"),
+                "months are not a duration unit",
+            )
+            .help(help),
+        );
+    }
+    None
+}
+
+/// A unit word where a duration belongs (`rate 20 per minute`): the
+/// finding shows the user's own statement with `1m` in its place.
+fn unit_without_number(
+    want: Want,
+    token: &Token<'_>,
+    bad: &BadStmt,
+    word: &str,
+) -> Option<Diagnostic> {
+    let Tok::Word(w) = token.tok else {
+        return None;
+    };
+    if !matches!(want, Want::Duration | Want::Window | Want::Ttl) || words(want).contains(&w) {
+        return None;
+    }
+    let instead = match foreign_duration_unit(w) {
+        Some(ms) => largest_exact_duration(ms),
+        None => format!("1{}", spelled_duration(w)?),
+    };
+    let start = token.span.start.checked_sub(bad.span.start)?;
+    let end = token.span.end.checked_sub(bad.span.start)?;
+    let rewritten = format!(
+        "{}{instead}{}",
+        bad.text.get(..start)?,
+        bad.text.get(end..)?
+    );
+    let rewritten = rewritten.split('#').next().unwrap_or_default().trim();
+    Some(
+        Diagnostic::new(
+            Code::E0103,
+            token.span,
+            format!("`{word}` needs a duration, found the unit `{w}` without a number"),
+            "a duration is a number and a unit",
+        )
+        .help(format!("write `{rewritten}`"))
+        .fix(format!("write `{instead}`"), token.span, instead),
+    )
+}
+
+/// Strings written without quotes (`models claude-*, gpt-4o`): the finding
+/// quotes each entry whole, globs and all, so the fix keeps the `*`.
+fn unquoted(want: Want, token: &Token<'_>, bad: &BadStmt, word: &str) -> Option<Diagnostic> {
+    if !matches!(want, Want::Str | Want::StrList)
+        || matches!(token.tok, Tok::Str | Tok::Unterminated)
+    {
+        return None;
+    }
+    let start = token.span.start.checked_sub(bad.span.start)?;
+    let rest = bad.text.get(start..)?.trim_end();
+    // A comment ends the statement, unless the `#` is inside a quoted entry.
+    let rest = match rest.find('#') {
+        Some(at) if !rest[..at].contains('"') => rest[..at].trim_end(),
+        _ => rest,
+    };
+    let pieces: Vec<&str> = if matches!(want, Want::StrList) {
+        rest.split(',').map(str::trim).collect()
+    } else {
+        vec![rest]
+    };
+    if pieces.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    let quoted: Vec<String> = pieces.iter().map(|p| quote(p)).collect();
+    let quoted = quoted.join(", ");
+    let span = Span::new(token.span.start, token.span.start + rest.len());
+    Some(
+        Diagnostic::new(
+            Code::E0103,
+            span,
+            format!("`{word}` takes quoted strings"),
+            "not quoted",
+        )
+        .help(format!("quote it: `{word} {quoted}`"))
+        .fix("quote the strings", span, quoted),
+    )
+}
+
+/// `text` as a string literal, unless it already is one.
+fn quote(text: &str) -> String {
+    if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// A negative number where a count, size or duration belongs.
+pub(super) fn negative(word: &str, written: &str, span: Span) -> Diagnostic {
+    let refuse = match Statement::from_keyword(word) {
+        Some(s) if matches!(s.decl().shape, Shape::Rate | Shape::Budget) => {
+            "; to refuse every request, write `sampling off`"
+        }
+        _ => "",
+    };
+    Diagnostic::new(
+        Code::E0105,
+        span,
+        format!("`{word}` cannot be negative, found `{written}`"),
+        "negative",
+    )
+    .help(format!(
+        "`{word}` counts up from zero: write a positive number{refuse}"
+    ))
+}
+
 /// The unit a spelled-out duration unit means: `seconds` → `s`.
 fn spelled_duration(unit: &str) -> Option<&'static str> {
     if !SPELLED_DURATIONS.contains(&unit) {
@@ -894,6 +1135,18 @@ fn apart_unit(
                 format!("{digits}{unit}"),
             ),
         ),
+        Want::Duration | Want::Window | Want::Ttl
+            if foreign_duration_unit(unit).is_some()
+                || matches!(unit, "mo" | "mon" | "month" | "months") =>
+        {
+            foreign_duration(
+                want,
+                digits,
+                unit,
+                &format!("{digits} {unit}"),
+                number_span.to(unit_span),
+            )
+        }
         Want::Duration | Want::Window | Want::Ttl if SPELLED_DURATIONS.contains(&unit) => {
             let suggestion = spelled_duration(unit).unwrap_or("s");
             Some(

@@ -26,6 +26,8 @@ pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl]) {
     let mut globs_by_first: HashMap<char, Vec<(&str, Span)>> = HashMap::new();
     let mut globs_wild: Vec<(&str, Span)> = Vec::new();
     let mut all_globs: HashMap<&str, Span> = HashMap::new();
+    // The globs that may apply (not duplicates, not unreachable), in order.
+    let mut overlaps: Vec<(&str, Span)> = Vec::new();
     for (server, pattern) in servers.iter().zip(&normalized) {
         let pattern: &str = pattern;
         let span = server.pattern.span;
@@ -87,6 +89,7 @@ pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl]) {
             continue;
         }
         if glob::is_glob(pattern) {
+            overlaps.push((pattern, span));
             all_globs.insert(pattern, span);
             match first_char {
                 Some(c) => globs_by_first.entry(c).or_default().push((pattern, span)),
@@ -96,6 +99,273 @@ pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl]) {
             exact.insert(pattern, span);
         }
     }
+    overlapping_globs(checker, &overlaps);
+}
+
+/// The most pairs of globs compared for W0305; a policy with more globs that
+/// could overlap is generated, and its author is not reading warnings one by
+/// one.
+const MAX_GLOB_PAIRS: usize = 200_000;
+
+/// W0305: two globs that both match some id, neither covering the other. The
+/// first one wins that id, which the author of the second may not expect.
+/// A later glob covered by an earlier one is E0302 (already reported); an
+/// earlier glob covered by a later one is the usual order (specific first).
+///
+/// Only globs whose literal starts agree (one a prefix of the other) can
+/// share an id, so each glob is paired with those alone: the globs whose
+/// start is a prefix of its own (looked up by each prefix) and those whose
+/// start extends its own (a range of the sorted starts). A policy of many
+/// globs with distinct starts stays near-linear.
+fn overlapping_globs(checker: &mut Checker, globs: &[(&str, Span)]) {
+    let patterns: Vec<&str> = globs.iter().map(|(g, _)| *g).collect();
+    let Some(pairs) = candidate_pairs(&patterns) else {
+        return;
+    };
+    for (i, j) in pairs {
+        let ((first, first_span), (second, span)) = (globs[i], globs[j]);
+        let (sa, sb) = (literal_suffix(first), literal_suffix(second));
+        if !(sa.ends_with(sb) || sb.ends_with(sa)) {
+            continue;
+        }
+        if glob::covers(second, first) || glob::covers(first, second) {
+            continue;
+        }
+        let Some(witness) = overlap_witness(first, second) else {
+            continue;
+        };
+        // `covers` is sound, not complete (`?*` covers `*a`): warn only
+        // when each glob surely matches an id the other does not.
+        if only_in(first, second) != Some(true) || only_in(second, first) != Some(true) {
+            continue;
+        }
+        checker.push(
+            Diagnostic::new(
+                Code::W0305,
+                span,
+                format!("`{second}` overlaps `{first}` above: an id such as `{witness}` matches both and goes to `{first}`"),
+                format!("`{witness}` never gets this block"),
+            )
+            .related(first_span, format!("`{first}` matches `{witness}` first"))
+            .help(format!(
+                "if `{witness}` belongs here, add a block for it (or a narrower glob) above `{first}`; otherwise make the globs disjoint"
+            )),
+        );
+    }
+}
+
+/// The pairs `(i, j)`, `i < j`, of globs whose literal starts agree, the
+/// only ones that can share an id; `None` when there are more than
+/// [`MAX_GLOB_PAIRS`].
+fn candidate_pairs(globs: &[&str]) -> Option<Vec<(usize, usize)>> {
+    let starts: Vec<&str> = globs.iter().map(|g| literal_prefix(g)).collect();
+    let mut by_start: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, start) in starts.iter().enumerate() {
+        by_start.entry(start).or_default().push(i);
+    }
+    let mut sorted: Vec<(&str, usize)> = starts.iter().copied().zip(0..).collect();
+    sorted.sort_unstable();
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for (i, start) in starts.iter().enumerate() {
+        // Globs whose start is a prefix of this one's (including equal).
+        for cut in (0..=start.len()).filter(|c| start.is_char_boundary(*c)) {
+            if let Some(found) = by_start.get(&start[..cut]) {
+                pairs.extend(
+                    found
+                        .iter()
+                        .filter(|j| **j != i)
+                        .map(|j| (i.min(*j), i.max(*j))),
+                );
+            }
+        }
+        // Globs whose start strictly extends this one's.
+        let from = sorted.partition_point(|(s, _)| *s <= *start);
+        for (other, j) in sorted[from..]
+            .iter()
+            .take_while(|(s, _)| s.starts_with(start))
+        {
+            if other.len() > start.len() {
+                pairs.push((i.min(*j), i.max(*j)));
+            }
+        }
+        if pairs.len() > 2 * MAX_GLOB_PAIRS {
+            return None;
+        }
+    }
+    pairs.sort_unstable();
+    pairs.dedup();
+    Some(pairs)
+}
+
+/// One glob item: `*`, `?` or a literal character.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Atom {
+    Run,
+    One,
+    Char(char),
+}
+
+fn atoms(pattern: &str) -> Vec<Atom> {
+    pattern
+        .chars()
+        .map(|c| match c {
+            '*' => Atom::Run,
+            '?' => Atom::One,
+            c => Atom::Char(c),
+        })
+        .collect()
+}
+
+/// The most states the witness search visits; patterns are short, and a
+/// pair of 1,000-character globs is not worth a warning's cost.
+const MAX_STATES: usize = 1 << 20;
+
+/// A shortest id both globs match, if there is one: a search over pairs of
+/// positions in the two patterns, where a `*` may be skipped (it matched
+/// nothing more) and each step reads one character that both positions
+/// accept. A literal must be matched as written; where both sides are
+/// wildcards the id reads `x`.
+pub(crate) fn overlap_witness(a: &str, b: &str) -> Option<String> {
+    let (a, b) = (atoms(a), atoms(b));
+    let width = b.len() + 1;
+    let states = (a.len() + 1).checked_mul(width)?;
+    if states > MAX_STATES {
+        return None;
+    }
+    // Breadth-first by characters read, with skips of `*` free (0-1 BFS):
+    // the first time the end of both patterns is reached, the id is shortest.
+    let mut parent: Vec<Option<(usize, Option<char>)>> = vec![None; states];
+    let mut seen = vec![false; states];
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(0usize);
+    seen[0] = true;
+    let goal = a.len() * width + b.len();
+    while let Some(state) = queue.pop_front() {
+        if state == goal {
+            let mut id = Vec::new();
+            let mut at = state;
+            while let Some((from, c)) = parent[at] {
+                id.extend(c);
+                at = from;
+            }
+            id.reverse();
+            return Some(id.into_iter().collect());
+        }
+        let (i, j) = (state / width, state % width);
+        let (x, y) = (a.get(i).copied(), b.get(j).copied());
+        let mut visit =
+            |next: usize, c: Option<char>, queue: &mut std::collections::VecDeque<usize>| {
+                if !seen[next] {
+                    seen[next] = true;
+                    parent[next] = Some((state, c));
+                    if c.is_none() {
+                        queue.push_front(next);
+                    } else {
+                        queue.push_back(next);
+                    }
+                }
+            };
+        if x == Some(Atom::Run) {
+            visit((i + 1) * width + j, None, &mut queue);
+        }
+        if y == Some(Atom::Run) {
+            visit(i * width + j + 1, None, &mut queue);
+        }
+        let (Some(x), Some(y)) = (x, y) else {
+            continue;
+        };
+        let c = match (x, y) {
+            (Atom::Char(p), Atom::Char(q)) if p != q => continue,
+            (Atom::Char(p), _) | (_, Atom::Char(p)) => p,
+            _ => 'x',
+        };
+        let ni = if x == Atom::Run { i } else { i + 1 };
+        let nj = if y == Atom::Run { j } else { j + 1 };
+        visit(ni * width + nj, Some(c), &mut queue);
+    }
+    None
+}
+
+/// The most subset states [`only_in`] explores before giving up.
+const MAX_SUBSETS: usize = 4096;
+
+/// Whether some id matches `p` and not `q`; `None` when the search is too
+/// large to finish (patterns over 127 characters, or too many states).
+///
+/// Both globs run as sets of positions (a `*` may be skipped) over an
+/// alphabet of their literal characters plus one character neither names,
+/// which stands for every other: ids differing only in such characters are
+/// matched alike. A breadth-first search over pairs of position sets finds
+/// a state where `p` has matched and `q` has not, if one is reachable.
+pub(crate) fn only_in(p: &str, q: &str) -> Option<bool> {
+    let (p, q) = (atoms(p), atoms(q));
+    if p.len() >= 128 || q.len() >= 128 {
+        return None;
+    }
+    let mut alphabet: Vec<char> = p
+        .iter()
+        .chain(&q)
+        .filter_map(|a| match a {
+            Atom::Char(c) => Some(*c),
+            _ => None,
+        })
+        .collect();
+    alphabet.sort_unstable();
+    alphabet.dedup();
+    let other = ('a'..='z')
+        .chain('0'..='9')
+        .find(|c| !alphabet.contains(c))
+        .unwrap_or('\u{e000}');
+    alphabet.push(other);
+    let start = (closure(&p, 1), closure(&q, 1));
+    let mut seen = std::collections::HashSet::from([start]);
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some((sp, sq)) = queue.pop_front() {
+        if accepts(&p, sp) && !accepts(&q, sq) {
+            return Some(true);
+        }
+        for &c in &alphabet {
+            let next = (step(&p, sp, c), step(&q, sq, c));
+            if next.0 != 0 && seen.insert(next) {
+                if seen.len() > MAX_SUBSETS {
+                    return None;
+                }
+                queue.push_back(next);
+            }
+        }
+    }
+    Some(false)
+}
+
+fn accepts(atoms: &[Atom], set: u128) -> bool {
+    set & (1 << atoms.len()) != 0
+}
+
+/// `set` with every position reachable by skipping `*`s.
+fn closure(atoms: &[Atom], mut set: u128) -> u128 {
+    for (i, atom) in atoms.iter().enumerate() {
+        if *atom == Atom::Run && set & (1 << i) != 0 {
+            set |= 1 << (i + 1);
+        }
+    }
+    set
+}
+
+/// The positions after reading `c` from the positions in `set`.
+fn step(atoms: &[Atom], set: u128, c: char) -> u128 {
+    let mut next = 0u128;
+    for (i, atom) in atoms.iter().enumerate() {
+        if set & (1 << i) == 0 {
+            continue;
+        }
+        match atom {
+            Atom::Run => next |= 1 << i,
+            Atom::One => next |= 1 << (i + 1),
+            Atom::Char(d) if *d == c => next |= 1 << (i + 1),
+            Atom::Char(_) => {}
+        }
+    }
+    closure(atoms, next)
 }
 
 /// W0304: the pattern is not in NFC; the help and the fix give its NFC
@@ -130,4 +400,116 @@ fn not_nfc(span: Span, nfc: &str) -> Diagnostic {
 /// `covers` (which allocates) on most pairs without changing its answer.
 fn literal_prefix(glob: &str) -> &str {
     glob.find(['*', '?']).map_or(glob, |at| &glob[..at])
+}
+
+/// The text after a glob's last wildcard.
+fn literal_suffix(glob: &str) -> &str {
+    glob.rfind(['*', '?']).map_or(glob, |at| &glob[at + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(256)
+    }
+
+    /// Every id over `ab` of at most `len` characters.
+    fn ids(len: usize) -> Vec<String> {
+        let mut all = vec![String::new()];
+        let mut layer = vec![String::new()];
+        for _ in 0..len {
+            layer = layer
+                .iter()
+                .flat_map(|s| ["a", "b", "x"].map(|c| format!("{s}{c}")))
+                .collect();
+            all.extend(layer.iter().cloned());
+        }
+        all
+    }
+
+    #[test]
+    fn the_issue_example() {
+        assert_eq!(overlap_witness("a*", "*b").as_deref(), Some("ab"));
+        assert_eq!(overlap_witness("a*", "b*"), None);
+        assert_eq!(
+            overlap_witness("github-*", "*-prod").as_deref(),
+            Some("github-prod")
+        );
+        assert_eq!(only_in("*a", "?*"), Some(false));
+        assert_eq!(only_in("?*", "*a"), Some(true));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        /// A witness matches both globs, and none is found only when no id
+        /// (up to a length that bounds the shortest one) matches both.
+        #[test]
+        fn witness_matches_both_or_none_exists(a in "[ab*?]{1,5}", b in "[ab*?]{1,5}") {
+            match overlap_witness(&a, &b) {
+                Some(id) => {
+                    prop_assert!(glob::matches(&a, &id), "{a} !~ {id}");
+                    prop_assert!(glob::matches(&b, &id), "{b} !~ {id}");
+                }
+                None => {
+                    // A shortest common id is no longer than both patterns' lengths together.
+                    for id in ids(a.len() + b.len()) {
+                        prop_assert!(!(glob::matches(&a, &id) && glob::matches(&b, &id)), "{a} and {b} both match {id}");
+                    }
+                }
+            }
+        }
+
+        /// Pairing by literal starts drops no pair that shares an id.
+        #[test]
+        fn candidate_pairs_keep_every_overlap(globs in prop::collection::vec("[ab]{0,3}[*?][ab*?]{0,2}", 1..8)) {
+            let refs: Vec<&str> = globs.iter().map(String::as_str).collect();
+            let pairs = candidate_pairs(&refs).unwrap_or_default();
+            for i in 0..refs.len() {
+                for j in i + 1..refs.len() {
+                    if overlap_witness(refs[i], refs[j]).is_some() {
+                        prop_assert!(pairs.contains(&(i, j)), "{} / {}", refs[i], refs[j]);
+                    }
+                }
+            }
+        }
+
+        /// `only_in` agrees with matching every short id.
+        #[test]
+        fn only_in_is_exact(a in "[ab*?]{1,4}", b in "[ab*?]{1,4}") {
+            let brute = ids(a.len() + b.len() + 1).iter().any(|id| glob::matches(&a, id) && !glob::matches(&b, id));
+            prop_assert_eq!(only_in(&a, &b), Some(brute));
+        }
+
+        /// The checker warns W0305 exactly when the globs overlap and neither
+        /// covers the other; never for disjoint globs, nor when one shadows
+        /// the other (E0302, or the usual specific-first order).
+        #[test]
+        fn lint_only_for_partial_overlaps(a in "[ab]{0,2}[*?][ab*]{0,2}", b in "[ab]{0,2}[*?][ab*]{0,2}") {
+            prop_assume!(a != b);
+            let text = format!("mcpolicy 1\nserver \"{a}\" {{ sampling on }}\nserver \"{b}\" {{ sampling on }}\n");
+            let analysis = crate::db::analyze_parsed(&crate::parse::parse(&text));
+            let warned: Vec<_> = analysis.diagnostics.iter().filter(|d| d.code == Code::W0305).collect();
+            let shadow = only_in(&a, &b) == Some(false) || only_in(&b, &a) == Some(false);
+            let overlap = overlap_witness(&a, &b);
+            if shadow || overlap.is_none() {
+                prop_assert!(warned.is_empty(), "{a} / {b}: {warned:?}");
+            } else {
+                prop_assert_eq!(warned.len(), 1, "{} / {}", a, b);
+                let witness = overlap.unwrap_or_default();
+                let quoted = format!("`{witness}`");
+                prop_assert!(warned[0].message.contains(&quoted));
+                // Neither really includes the other: each matches an id the other does not.
+                let all = ids(a.len() + b.len() + 1);
+                prop_assert!(all.iter().any(|id| glob::matches(&a, id) && !glob::matches(&b, id)), "{a} ⊆ {b}");
+                prop_assert!(all.iter().any(|id| glob::matches(&b, id) && !glob::matches(&a, id)), "{b} ⊆ {a}");
+            }
+        }
+    }
 }

@@ -35,7 +35,11 @@ pub(super) enum Zero {
 
 fn scaled(checker: &mut Checker, q: &Quantity, factor: u64, what: &str, zero: Zero) -> Option<u64> {
     let value = int_value(checker, &q.number)?;
-    if value <= 0 {
+    if value < 0 {
+        checker.push(super::reread::negative(what, &q.number.text, q.number.span));
+        return None;
+    }
+    if value == 0 {
         let help = match zero {
             Zero::Limit => {
                 "a limit of zero refuses everything; write `sampling off` for that".to_owned()

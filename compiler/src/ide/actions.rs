@@ -36,14 +36,12 @@ pub fn code_actions(db: &dyn salsa::Database, source: SourceText, range: Span) -
         if !overlaps(d.span, range) {
             continue;
         }
-        if let Some(fix) = &d.fix {
+        if d.fix.is_some() {
+            let (title, edits) = fix_edits(db, source, d);
             actions.push(CodeAction {
-                title: fix.title.clone(),
+                title,
                 diagnostic: d.clone(),
-                edits: vec![TextEdit {
-                    span: fix.span,
-                    text: fix.replacement.clone(),
-                }],
+                edits,
                 preferred: true,
             });
         }
@@ -54,6 +52,77 @@ pub fn code_actions(db: &dyn salsa::Database, source: SourceText, range: Span) -
         }
     }
     actions
+}
+
+/// The edits of a finding's certain fix, and its title. An invalid reason
+/// name (E0412) is renamed everywhere it is written the same way: each
+/// occurrence has its own finding with the same fix, and renaming one
+/// alone would leave the others undeclared (E0401) or unused (W0410).
+fn fix_edits(
+    db: &dyn salsa::Database,
+    source: SourceText,
+    d: &Diagnostic,
+) -> (String, Vec<TextEdit>) {
+    let Some(fix) = &d.fix else {
+        return (String::new(), Vec::new());
+    };
+    let text = source.text(db);
+    let one = TextEdit {
+        span: fix.span,
+        text: fix.replacement.clone(),
+    };
+    if d.code != Code::E0412 {
+        return (fix.title.clone(), vec![one]);
+    }
+    let written = text.get(fix.span.start..fix.span.end);
+    let mut edits: Vec<TextEdit> = analyze(db, source)
+        .diagnostics
+        .iter()
+        .filter(|other| other.code == Code::E0412)
+        .filter_map(|other| other.fix.as_ref())
+        .filter(|f| {
+            f.replacement == fix.replacement && text.get(f.span.start..f.span.end) == written
+        })
+        .map(|f| TextEdit {
+            span: f.span,
+            text: f.replacement.clone(),
+        })
+        .collect();
+    edits.sort_by_key(|e| (e.span.start, e.span.end));
+    edits.dedup();
+    let title = match edits.len() {
+        0 | 1 => fix.title.clone(),
+        n => format!("{} ({n} occurrences)", fix.title),
+    };
+    if edits.is_empty() {
+        edits.push(one);
+    }
+    (title, edits)
+}
+
+/// Every certain fix of the file at once (`source.fixAll`): the edits of
+/// each finding's fix, E0412 renames covering every occurrence, in source
+/// order, an edit overlapping one already taken left out (the next run
+/// offers it again on the fixed text).
+pub fn fix_all(db: &dyn salsa::Database, source: SourceText) -> Vec<TextEdit> {
+    let mut all: Vec<TextEdit> = analyze(db, source)
+        .diagnostics
+        .iter()
+        .filter(|d| d.fix.is_some())
+        .flat_map(|d| fix_edits(db, source, d).1)
+        .collect();
+    all.sort_by_key(|e| (e.span.start, e.span.end));
+    all.dedup();
+    let mut taken: Vec<TextEdit> = Vec::new();
+    for edit in all {
+        let clashes = taken.last().is_some_and(|last| {
+            edit.span.start < last.span.end || (edit.span == last.span && edit.span.is_empty())
+        });
+        if !clashes {
+            taken.push(edit);
+        }
+    }
+    taken
 }
 
 /// `reason NAME { retryable false; ttl forever }` before the first block

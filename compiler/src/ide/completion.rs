@@ -38,6 +38,10 @@ pub struct CompletionItem {
     pub documentation: Option<String>,
     /// The bytes the insertion replaces (the word typed so far).
     pub replace: Span,
+    /// The whole word around the cursor (the word typed so far and the
+    /// rest of it after the cursor): what accepting the item replaces in
+    /// an editor that offers insert-or-replace (`this|Servr` → `thisServer`).
+    pub word: Span,
     /// The text inserted.
     pub insert: String,
     /// The text the editor matches the typed word against.
@@ -92,6 +96,23 @@ fn context(file: &SourceFile, offset: usize) -> (Context, Vec<String>) {
     (Context::TopLevel, Vec::new())
 }
 
+/// The keywords of the items the file already has that may appear only
+/// once (a second one is E0203), leaving out the item under the cursor.
+fn declared_once(file: &SourceFile, offset: usize) -> Vec<&'static str> {
+    file.items
+        .iter()
+        .filter(|item| !item.span.contains(offset))
+        .filter_map(|item| match item.kind {
+            ItemKind::Version(_) => Some("mcpolicy"),
+            ItemKind::Protocol(_) => Some("protocol"),
+            ItemKind::ErrorCode(_) => Some("error_code"),
+            ItemKind::Identity(_) => Some("identity"),
+            ItemKind::Defaults(_) => Some("defaults"),
+            _ => None,
+        })
+        .collect()
+}
+
 fn keywords(block: &Block<Stmt>) -> Vec<String> {
     block
         .stmts
@@ -137,16 +158,25 @@ pub fn completions(
         .filter(|w| !w.is_empty())
         .collect();
     let replace = Span::new(offset - partial_len, offset);
+    let rest_len = text[offset..]
+        .chars()
+        .take_while(|c| is_word(*c))
+        .map(char::len_utf8)
+        .sum::<usize>();
     let mut out = Completions {
         items: Vec::new(),
         replace,
+        word: Span::new(replace.start, offset + rest_len),
         partial,
     };
     let numeric = !partial.is_empty() && partial.chars().all(|c| c.is_ascii_digit() || c == '_');
 
     match (context, words.as_slice()) {
         (Context::TopLevel, []) => {
-            for keyword in statements::item_keywords() {
+            // An item that may appear once is not offered again, unless the
+            // one the file has is the one being rewritten at the cursor.
+            let declared = declared_once(file, offset);
+            for keyword in statements::item_keywords().filter(|k| !declared.contains(k)) {
                 out.keyword(keyword, CompletionKind::Keyword);
             }
         }
@@ -271,6 +301,7 @@ fn policy_values(out: &mut Completions<'_>, statement: Statement, rest: &[&str],
 struct Completions<'a> {
     items: Vec<CompletionItem>,
     replace: Span,
+    word: Span,
     partial: &'a str,
 }
 
@@ -289,6 +320,7 @@ impl Completions<'_> {
             detail: detail.map(str::to_owned),
             documentation,
             replace: self.replace,
+            word: self.word,
             filter: insert.clone(),
             insert,
         });

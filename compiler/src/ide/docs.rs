@@ -56,3 +56,43 @@ pub fn values(name: &str) -> &'static [(&'static str, &'static str)] {
         _ => &[],
     }
 }
+
+/// The anchor of a code's section in `docs/codes.md`: `e0101`. Each section
+/// declares it with an explicit `<a id>`, so it is the same whatever the
+/// Markdown renderer makes of the heading.
+pub fn code_anchor(code: crate::codes::Code) -> String {
+    code.as_str().to_ascii_lowercase()
+}
+
+/// `docs/codes.md`: one section per code, in table order, each with a
+/// stable anchor ([`code_anchor`]) and the text `mcpc explain CODE` prints.
+/// Generated from `codes.rs`; a test (`lsp/tests/code_docs.rs`) keeps the
+/// file equal to this (`UPDATE_EXPECT=1` rewrites it).
+pub fn codes_markdown() -> String {
+    use crate::codes::Code;
+    let mut md = String::from(
+        "<!-- Generated from compiler/src/codes.rs by `UPDATE_EXPECT=1 cargo test -p mcpolicy-lsp --test code_docs`; do not edit. -->\n\
+         # Diagnostic codes\n\n\
+         Every finding of `mcpc check` and of the language server carries one of these\n\
+         codes. Each section is the text `mcpc explain CODE` prints; the language\n\
+         server links each diagnostic here (`codeDescription`).\n\n",
+    );
+    for code in Code::ALL {
+        md.push_str(&format!(
+            "- [{code}](#{}) ({}): {}\n",
+            code_anchor(*code),
+            code.severity().as_str(),
+            code.summary()
+        ));
+    }
+    for code in Code::ALL {
+        md.push_str(&format!(
+            "\n<a id=\"{}\"></a>\n\n## {code}\n\n```text\n{code} ({}): {}\n\n{}\n```\n",
+            code_anchor(*code),
+            code.severity().as_str(),
+            code.summary(),
+            code.explanation()
+        ));
+    }
+    md
+}

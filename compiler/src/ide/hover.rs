@@ -139,7 +139,10 @@ fn keyword_markdown(doc: &docs::KeywordDoc) -> String {
 fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Option<Hover> {
     let text = source.text(db);
     let (item, server_index) = item_at(db, source, offset)?;
-    if item.keyword.contains(offset) && !matches!(item.kind, ItemKind::Bad(_)) {
+    if let ItemKind::Bad(bad) = &item.kind {
+        return unread_keyword_hover(db, source, bad, item.span.start, offset);
+    }
+    if item.keyword.contains(offset) {
         let word = &text[item.keyword.start..item.keyword.end];
         return docs::keyword(word).map(|doc| Hover {
             span: item.keyword,
@@ -162,8 +165,8 @@ fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Op
             {
                 return Some(h);
             }
-            if let ReasonStmtKind::Bad(_) = stmt.kind {
-                return None;
+            if let ReasonStmtKind::Bad(bad) = &stmt.kind {
+                return unread_keyword_hover(db, source, &bad.text, bad.span.start, offset);
             }
             docs::keyword(stmt.kind.keyword()).map(|doc| Hover {
                 span: stmt.keyword,
@@ -182,6 +185,40 @@ fn item_hover(db: &dyn salsa::Database, source: SourceText, offset: usize) -> Op
         }
         ItemKind::Bad(_) => None,
     }
+}
+
+/// Over the first word of text the grammar could not read (`max_tokens
+/// lots`, `error_code abc`), when that word is a keyword: its syntax and
+/// meaning, which is what the writer needs to correct the rest, and the
+/// findings on the rest of that text (those under the cursor [`hover`]
+/// adds itself). `text` starts at byte `start` of the file.
+fn unread_keyword_hover(
+    db: &dyn salsa::Database,
+    source: SourceText,
+    text: &str,
+    start: usize,
+    offset: usize,
+) -> Option<Hover> {
+    let leading = text.len() - text.trim_start().len();
+    let word_len = text[leading..]
+        .find(|c: char| c.is_whitespace() || matches!(c, ';' | '{' | '}' | '#'))
+        .unwrap_or(text.len() - leading);
+    let span = Span::new(start + leading, start + leading + word_len);
+    if !span.contains(offset) || word_len == 0 {
+        return None;
+    }
+    let doc = docs::keyword(&text[leading..leading + word_len])?;
+    let mut markdown = keyword_markdown(doc);
+    let whole = Span::new(start, start + text.len());
+    for d in analyze(db, source).diagnostics.iter().filter(|d| {
+        whole.start <= d.span.start && d.span.end <= whole.end && !d.span.contains(offset)
+    }) {
+        markdown.push_str(&format!("\n\n---\n\n**{}** {}", d.code, d.message));
+        if let Some(help) = &d.help {
+            markdown.push_str(&format!(" — {help}"));
+        }
+    }
+    Some(Hover { span, markdown })
 }
 
 fn unit_hover(q: &Quantity, offset: usize) -> Option<Hover> {
@@ -231,8 +268,11 @@ fn block_hover(
 ) -> Option<Hover> {
     let text = source.text(db);
     let stmt = block.stmts.iter().find(|s| s.span.contains(offset))?;
-    let StmtKind::Known(statement, args) = &stmt.kind else {
-        return None;
+    let (statement, args) = match &stmt.kind {
+        StmtKind::Known(statement, args) => (statement, args),
+        StmtKind::Bad(bad) => {
+            return unread_keyword_hover(db, source, &bad.text, bad.span.start, offset);
+        }
     };
     for q in args.quantities() {
         if let Some(h) = unit_hover(q, offset) {

@@ -12,15 +12,20 @@ mod inlay;
 mod navigation;
 mod render;
 mod semantic;
+pub mod settings;
+mod structure;
 mod symbols;
 
-pub use actions::{CodeAction, TextEdit, code_actions};
+pub use actions::{CodeAction, TextEdit, code_actions, fix_all};
 pub use completion::{CompletionItem, CompletionKind, completions};
 pub use hover::{Hover, hover};
 pub use inlay::{InlayHint, inlay_hints};
 pub use navigation::{definition, prepare_rename, references, rename};
 pub use render::{duration, effective_lines, size};
 pub use semantic::{TokenKind, TokenModifier, semantic_tokens};
+pub use structure::{
+    Highlight, ItemSymbol, comment_blocks, highlights, item_symbols, selection_ranges,
+};
 pub use symbols::{
     ReasonDef, ReasonRef, Symbol, SymbolIndex, SymbolKind, document_symbols, folding_ranges,
     outline, symbol_index,

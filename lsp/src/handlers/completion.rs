@@ -2,7 +2,7 @@
 
 use lsp_types::{
     CompletionItem, CompletionItemKind, CompletionParams, CompletionResponse, CompletionTextEdit,
-    Documentation, MarkupContent, MarkupKind, TextEdit,
+    Documentation, InsertReplaceEdit, MarkupContent, MarkupKind, TextEdit,
 };
 use mcpolicy_compiler::ide::{self, CompletionKind};
 
@@ -32,10 +32,20 @@ pub fn handle(world: &World, params: CompletionParams) -> Result<Option<Completi
                 })
             }),
             filter_text: Some(c.filter),
-            text_edit: Some(CompletionTextEdit::Edit(TextEdit {
-                range: snapshot.range(c.replace),
-                new_text: c.insert,
-            })),
+            // Insert over the word typed so far, or, where the client
+            // offers the choice, replace the whole word around the cursor.
+            text_edit: Some(if world.client.insert_replace && c.word != c.replace {
+                CompletionTextEdit::InsertAndReplace(InsertReplaceEdit {
+                    new_text: c.insert,
+                    insert: snapshot.range(c.replace),
+                    replace: snapshot.range(c.word),
+                })
+            } else {
+                CompletionTextEdit::Edit(TextEdit {
+                    range: snapshot.range(c.replace),
+                    new_text: c.insert,
+                })
+            }),
             label: c.label,
             ..CompletionItem::default()
         })

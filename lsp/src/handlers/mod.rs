@@ -5,9 +5,11 @@ pub mod code_action;
 pub mod completion;
 pub mod diagnostic;
 pub mod did_change;
+pub mod did_change_configuration;
 pub mod did_close;
 pub mod did_open;
 pub mod did_save;
+pub mod document_highlight;
 pub mod document_symbol;
 pub mod folding_range;
 pub mod formatting;
@@ -16,7 +18,9 @@ pub mod hover;
 pub mod inlay_hint;
 pub mod references;
 pub mod rename;
+pub mod selection_range;
 pub mod semantic_tokens;
+pub mod workspace_symbol;
 
 pub use lsp_server::ResponseError;
 

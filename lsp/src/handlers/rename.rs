@@ -19,10 +19,18 @@ pub fn prepare(
 ) -> Result<Option<PrepareRenameResponse>> {
     let snapshot = world.snapshot(&params.text_document.uri)?;
     let offset = snapshot.offset(params.position);
-    Ok(
-        ide::prepare_rename(snapshot.db, snapshot.document.source, offset)
-            .map(|span| PrepareRenameResponse::Range(snapshot.range(span))),
-    )
+    // A reason that cannot be renamed is an error the editor shows, with
+    // the same words `rename` would answer; elsewhere there is nothing to
+    // rename (null).
+    match ide::prepare_rename(snapshot.db, snapshot.document.source, offset) {
+        None => Ok(None),
+        Some(Ok(span)) => Ok(Some(PrepareRenameResponse::Range(snapshot.range(span)))),
+        Some(Err(message)) => Err(ResponseError {
+            code: ErrorCode::RequestFailed as i32,
+            message,
+            data: None,
+        }),
+    }
 }
 
 /// The declaration and every use, renamed.

@@ -258,6 +258,17 @@ impl Client {
         }
     }
 
+    /// Waits for the next `publishDiagnostics`, of any document.
+    pub fn diagnostics_for_any(&mut self) -> Value {
+        loop {
+            if let Message::Notification(n) = self.recv()
+                && n.method == "textDocument/publishDiagnostics"
+            {
+                return n.params;
+            }
+        }
+    }
+
     /// Waits for the `publishDiagnostics` of document version `version`.
     pub fn diagnostics_for(&mut self, uri: &str, version: i64) -> Value {
         loop {

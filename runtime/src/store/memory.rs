@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    Admission, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionKey, DecisionStore, Evaluation,
-    EvictionKey, LimitCheck, LimitWindow, Millis, PRUNE_BATCH, ReplayOrAdmit, Reservation,
-    ServerStats, StoreError, StoredDecision, eviction_key, must_free, retention,
-    rolling_available_at, unknown_available_at, window_changed, window_floor,
+    Admission, Assessed, CounterUsage, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionFilter,
+    DecisionKey, DecisionStore, Evaluation, EvictionKey, LimitCheck, LimitWindow, Millis,
+    PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
+    StoreSize, StoredDecision, StoredEntry, eviction_key, pending, prune_cut, retention,
+    window_changed, window_floor,
 };
 
 /// Number of shards; a power of two so a hash picks one with a mask.
@@ -36,7 +37,7 @@ struct Spend {
 /// between its old and new place, or the window is summed, whichever is
 /// shorter). Rows below the floor are kept for [`retention`] more, so that
 /// a clock step back counts them again; `pruned` is past every deleted row.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Counter {
     rows: VecDeque<Spend>,
     total: u64,
@@ -133,6 +134,23 @@ impl Counter {
                 _ => break,
             }
         }
+    }
+
+    /// Deletes every row before `cut` ([`StoreAdmin::prune_expired`]),
+    /// moving the floor up to it first so that the total never counts a
+    /// deleted row; answers how many went.
+    fn prune_before(&mut self, cut: Millis) -> u64 {
+        let doomed = self.index(cut);
+        if doomed == 0 {
+            return 0;
+        }
+        if cut > self.floor {
+            self.move_floor(cut);
+        }
+        for row in self.rows.drain(..doomed) {
+            self.pruned = self.pruned.max(row.at.saturating_add(1));
+        }
+        doomed as u64
     }
 
     fn push(&mut self, spend: Spend) {
@@ -342,6 +360,174 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Every server shard, locked in index order: what an operation over
+    /// all servers holds first, so that no `record` or `purge_stale` (which
+    /// take one server shard before a decision shard) falls inside it.
+    fn all_servers(&self) -> Result<Vec<MutexGuard<'_, ServerShard>>, StoreError> {
+        self.servers.iter().map(lock).collect()
+    }
+
+    /// Removes the decisions `doomed` selects, with every server shard held,
+    /// keeping each server's count and eviction order; answers them,
+    /// ordered by key.
+    fn remove_where(
+        &self,
+        servers: &mut [MutexGuard<'_, ServerShard>],
+        mut doomed: impl FnMut(&DecisionKey, &StoredDecision) -> bool,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let mut removed = Vec::new();
+        for shard in &self.decisions {
+            let mut map = lock(shard)?;
+            map.retain(|_, bucket| {
+                bucket.retain(|(key, decision)| {
+                    let keep = !doomed(key, decision);
+                    if !keep {
+                        removed.push(StoredEntry {
+                            key: key.clone(),
+                            decision: decision.clone(),
+                        });
+                    }
+                    keep
+                });
+                !bucket.is_empty()
+            });
+        }
+        for entry in &removed {
+            let hash = self.hasher.hash_one(entry.key.server_id.as_str());
+            let shard = &mut servers[((hash >> 32) as usize) & (SHARDS - 1)];
+            if let Some(server) = shard.get_mut(&entry.key.server_id) {
+                server
+                    .order
+                    .remove(&eviction_key(&entry.key.identity, &entry.decision));
+                server.stats.stored = server.stats.stored.saturating_sub(1);
+            }
+        }
+        sort_entries(&mut removed);
+        Ok(removed)
+    }
+}
+
+/// Orders entries by `(server_id, identity)`, as [`StoreAdmin`] answers them.
+fn sort_entries(entries: &mut [StoredEntry]) {
+    entries.sort_by(|a, b| {
+        (&a.key.server_id, &a.key.identity).cmp(&(&b.key.server_id, &b.key.identity))
+    });
+}
+
+impl StoreAdmin for MemoryStore {
+    fn decisions(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        // Held so that no record or purge lands half-way through the scan.
+        let _servers = self.all_servers()?;
+        let mut found = Vec::new();
+        for shard in &self.decisions {
+            let map = lock(shard)?;
+            found.extend(
+                map.values()
+                    .flatten()
+                    .filter(|(key, decision)| filter.matches(key, decision))
+                    .map(|(key, decision)| StoredEntry {
+                        key: key.clone(),
+                        decision: decision.clone(),
+                    }),
+            );
+        }
+        sort_entries(&mut found);
+        Ok(found)
+    }
+
+    fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        let mut servers = self.all_servers()?;
+        self.remove_where(&mut servers, |key, decision| filter.matches(key, decision))
+    }
+
+    fn usage(
+        &self,
+        server_id: &str,
+        check: &LimitCheck,
+        now: Millis,
+    ) -> Result<CounterUsage, StoreError> {
+        let (hash, shard) = self.spend_shard(server_id)?;
+        // A copy: the admission's steps move the floor and may forget a
+        // prune mark, and a look must change nothing.
+        let mut counter = shard
+            .get(&hash)
+            .and_then(|bucket| bucket.get(server_id))
+            .and_then(|counters| counters.get(check.counter.as_str()))
+            .cloned();
+        drop(shard);
+        Ok(assess(counter.as_mut(), check, 0, now, false).usage())
+    }
+
+    fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
+        let mut servers = self.all_servers()?;
+        let decisions = self
+            .remove_where(&mut servers, |_, decision| decision.is_expired(now))?
+            .len() as u64;
+        drop(servers);
+        let mut spend_rows = 0u64;
+        for shard in &self.spend {
+            let mut map = lock(shard)?;
+            for counter in map
+                .values_mut()
+                .flat_map(|servers| servers.0.iter_mut())
+                .flat_map(|(_, counters)| counters.0.iter_mut())
+                .map(|(_, counter)| counter)
+            {
+                spend_rows = spend_rows
+                    .saturating_add(counter.prune_before(prune_cut(counter.rolling_ms, now)));
+            }
+        }
+        Ok(Pruned {
+            decisions,
+            spend_rows,
+        })
+    }
+
+    fn size(&self) -> Result<StoreSize, StoreError> {
+        let servers = self.all_servers()?;
+        let decisions = servers
+            .iter()
+            .flat_map(|shard| shard.values())
+            .map(|server| server.stats.stored)
+            .sum();
+        drop(servers);
+        let mut spend_rows = 0u64;
+        for shard in &self.spend {
+            let map = lock(shard)?;
+            for counter in map
+                .values()
+                .flat_map(|servers| servers.0.iter())
+                .flat_map(|(_, counters)| counters.0.iter())
+                .map(|(_, counter)| counter)
+            {
+                spend_rows = spend_rows.saturating_add(counter.rows.len() as u64);
+            }
+        }
+        Ok(StoreSize {
+            decisions,
+            spend_rows,
+            bytes: None,
+        })
+    }
+
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        let mut names = BTreeSet::new();
+        for shard in self.all_servers()? {
+            names.extend(shard.keys().cloned());
+        }
+        for shard in &self.spend {
+            let map = lock(shard)?;
+            names.extend(
+                map.values()
+                    .flat_map(|servers| servers.0.iter())
+                    .map(|(name, _)| name.clone()),
+            );
+        }
+        Ok(names.into_iter().collect())
+    }
+}
+
 /// Whether two strings are equal; the engine passes the very digest text it
 /// stored (one `Arc<str>`), so the pointers usually settle it without a compare.
 #[inline]
@@ -353,6 +539,55 @@ fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
     mutex.lock().map_err(|_| StoreError::Poisoned)
 }
 
+/// One check against its counter (`None`: never admitted), `pending`
+/// being what earlier checks of the same call add: the steps of an
+/// admission, shared with [`StoreAdmin::usage`]. `prune`: delete a few
+/// rows past the retention (an admission does; a look does not).
+fn assess(
+    mut counter: Option<&mut Counter>,
+    check: &LimitCheck,
+    pending: u64,
+    now: Millis,
+    prune: bool,
+) -> Assessed {
+    let floor = window_floor(check.window, now);
+    let spent = match counter.as_deref_mut() {
+        Some(counter) => {
+            if let LimitWindow::Rolling { ms } = check.window {
+                counter.lengthen(ms);
+            }
+            if floor < counter.pruned {
+                // The window reaches back over deleted spend (a clock step
+                // back past the retention): it cannot be counted, refuse.
+                return Assessed::over_deleted(check, counter.pruned);
+            }
+            counter.move_floor(floor);
+            let spent = counter.spent(check.window);
+            if prune {
+                counter.prune(floor.saturating_sub(retention(check.window)));
+            }
+            spent
+        }
+        None => 0,
+    };
+    let rows = |floor: Millis| -> Result<Vec<(Millis, u64)>, std::convert::Infallible> {
+        Ok(counter
+            .as_deref()
+            .map(|counter| {
+                counter
+                    .rows
+                    .range(counter.index(floor)..)
+                    .map(|row| (row.at, row.amount))
+                    .collect()
+            })
+            .unwrap_or_default())
+    };
+    match Assessed::judge(check, spent.saturating_add(pending), floor, rows) {
+        Ok(assessed) => assessed,
+        Err(never) => match never {},
+    }
+}
+
 /// Checks `checks` against one server's counters and records them all if every one fits.
 fn admit_into(
     counters: &mut Counters,
@@ -361,67 +596,15 @@ fn admit_into(
     reservation: impl FnOnce() -> Reservation,
 ) -> Admission {
     for (index, check) in checks.iter().enumerate() {
-        let floor = window_floor(check.window, now);
-        if let (Some(counter), LimitWindow::Rolling { ms }) =
-            (counters.get_mut(check.counter.as_str()), check.window)
-        {
-            counter.lengthen(ms);
+        let counter = counters.get_mut(check.counter.as_str());
+        let assessed = assess(counter, check, pending(checks, index), now, true);
+        if let Some(available_at) = assessed.available_at {
+            return Admission::Refused {
+                index,
+                counter: check.counter.clone(),
+                available_at,
+            };
         }
-        let spent = match counters.get_mut(check.counter.as_str()) {
-            Some(counter) if floor < counter.pruned => {
-                // The window reaches back over deleted spend (a clock step
-                // back past the retention): it cannot be counted, refuse.
-                return Admission::Refused {
-                    index,
-                    counter: check.counter.clone(),
-                    available_at: unknown_available_at(check.window, counter.pruned),
-                };
-            }
-            Some(counter) => {
-                counter.move_floor(floor);
-                let spent = counter.spent(check.window);
-                counter.prune(floor.saturating_sub(retention(check.window)));
-                spent
-            }
-            None => 0,
-        };
-        // Several checks may name one counter; count what earlier checks of this call add.
-        let pending: u64 = checks[..index]
-            .iter()
-            .filter(|earlier| earlier.counter == check.counter)
-            .map(|earlier| earlier.amount)
-            .sum();
-        let spent = spent.saturating_add(pending);
-        if spent.saturating_add(check.amount) <= check.limit {
-            continue;
-        }
-        let available_at = match check.window {
-            LimitWindow::Fixed { end, .. } => end,
-            LimitWindow::Rolling { ms } => {
-                let rows: Vec<(Millis, u64)> = counters
-                    .get(check.counter.as_str())
-                    .map(|counter| {
-                        counter
-                            .rows
-                            .range(counter.index(floor)..)
-                            .map(|row| (row.at, row.amount))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                rolling_available_at(
-                    rows,
-                    must_free(spent, check.amount, check.limit),
-                    check.amount,
-                    check.limit,
-                    ms,
-                )
-            }
-        };
-        return Admission::Refused {
-            index,
-            counter: check.counter.clone(),
-            available_at,
-        };
     }
     let reservation = reservation();
     for check in checks {
@@ -430,7 +613,13 @@ fn admit_into(
             amount: check.amount,
             reservation: reservation.id,
         };
-        counters.get_or_insert(&check.counter).push(spend);
+        let counter = counters.get_or_insert(&check.counter);
+        // A new counter learns its window here, as the SQLite store's does
+        // (an existing one already did in `assess`).
+        if let LimitWindow::Rolling { ms } = check.window {
+            counter.rolling_ms = Some(ms);
+        }
+        counter.push(spend);
     }
     Admission::Admitted { reservation }
 }

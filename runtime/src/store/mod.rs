@@ -105,6 +105,12 @@ pub struct StoredDecision {
     /// dropping one loses nothing but its `represented` count, which the
     /// store adds to the server's evicted tally ([`ServerStats`]).
     pub recomputable: bool,
+    /// The statement that decided, by its stable stored name
+    /// ([`crate::engine::Statement::stored_name`]: `max_input`, `consent`,
+    /// `budget:1`, …), so that a replay names the statement the first answer
+    /// named (schema 4). `None`: not known (a row migrated from schema 3, or
+    /// written by another tool); the engine then derives it from the reason.
+    pub statement: Option<Arc<str>>,
 }
 
 impl StoredDecision {
@@ -389,6 +395,233 @@ pub enum Evaluation {
     /// answers it again, or a switch or an input limit denies it): count
     /// nothing.
     Answered,
+}
+
+/// What [`StoreAdmin`] selects: every given field must match (AND); all
+/// `None` selects every decision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DecisionFilter {
+    /// Only this server's decisions.
+    pub server_id: Option<String>,
+    /// Only the decision of this request identity.
+    pub identity: Option<String>,
+    /// Only decisions with this reason name.
+    pub reason: Option<String>,
+    /// Only allows, or only denials.
+    pub verdict: Option<Verdict>,
+}
+
+impl DecisionFilter {
+    /// Whether `key`'s `decision` is selected.
+    pub fn matches(&self, key: &DecisionKey, decision: &StoredDecision) -> bool {
+        self.server_id.as_ref().is_none_or(|s| *s == key.server_id)
+            && self.identity.as_ref().is_none_or(|i| *i == key.identity)
+            && self.reason.as_ref().is_none_or(|r| **r == *decision.reason)
+            && self.verdict.as_ref().is_none_or(|v| *v == decision.verdict)
+    }
+}
+
+/// One stored decision with its key ([`StoreAdmin::decisions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEntry {
+    /// Server and identity.
+    pub key: DecisionKey,
+    /// The decision as stored (`represented` as counted so far).
+    pub decision: StoredDecision,
+}
+
+/// A read-only view of one counter ([`StoreAdmin::usage`]): the same
+/// arithmetic as [`DecisionStore::admit`], recording nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterUsage {
+    /// The spend counted in the check's window at `now`. When the window
+    /// reaches back over spend already deleted (a clock stepped back past
+    /// the retention, STORE.md "Clock steps"), what it held is unknown and
+    /// the window counts as full: `spent` is the check's `limit`.
+    pub spent: u64,
+    /// When `check.amount` more would fit: `None` = it fits now;
+    /// `Millis::MAX` = never (the amount alone exceeds a rolling limit).
+    /// Exactly the `available_at` an admission refused now would carry.
+    pub available_at: Option<Millis>,
+}
+
+/// Sizes for operators ([`StoreAdmin::size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreSize {
+    /// Stored decisions, expired ones included until pruned.
+    pub decisions: u64,
+    /// Spend rows (one per counter per admission, until pruned).
+    pub spend_rows: u64,
+    /// Bytes on disk (SQLite: the file and its write-ahead log); `None`
+    /// where the store has no such size (in memory).
+    pub bytes: Option<u64>,
+}
+
+/// What [`StoreAdmin::prune_expired`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pruned {
+    /// Expired decisions deleted.
+    pub decisions: u64,
+    /// Spend rows deleted.
+    pub spend_rows: u64,
+}
+
+/// Operators' inspection and maintenance (`mcpc store`): never on the
+/// engine's path. Every method is one transaction (SQLite: a read
+/// transaction for the reads, `BEGIN IMMEDIATE` for the writes), safe while
+/// proxies use the same store.
+///
+/// Stale decisions (made under a digest that is no longer the server's
+/// effective block) are pruned with [`DecisionStore::purge_stale`] per
+/// server by a caller who knows the policy.
+pub trait StoreAdmin: DecisionStore {
+    /// The matching decisions, expired ones included, ordered by
+    /// `(server_id, identity)`.
+    fn decisions(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError>;
+    /// Deletes the matching decisions in one transaction and returns them
+    /// (ordered as [`StoreAdmin::decisions`]). A server's stored count
+    /// ([`ServerStats::stored`]) drops with them; nothing is counted as
+    /// evicted.
+    fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError>;
+    /// How much of `check`'s window `server_id` has spent at `now`, and when
+    /// `check.amount` more would fit: what [`DecisionStore::admit`] of this
+    /// one check would compute, without recording or pruning anything.
+    fn usage(
+        &self,
+        server_id: &str,
+        check: &LimitCheck,
+        now: Millis,
+    ) -> Result<CounterUsage, StoreError>;
+    /// Deletes every server's decisions expired at `now`, and spend rows
+    /// recorded before [`prune_cut`]: rows an admission at `now` may delete
+    /// too, so nothing that counts, or that a clock step back within the
+    /// retention would count, is lost.
+    fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError>;
+    /// Row counts and, where the store knows it, its size in bytes.
+    fn size(&self) -> Result<StoreSize, StoreError>;
+    /// Every server the store holds anything for, sorted, each once: a
+    /// stored decision, a tally, or a counter (made by the server's first
+    /// admission with checks, admitted or refused). A server that was only
+    /// ever allowed has counters and no decision.
+    fn servers(&self) -> Result<Vec<String>, StoreError>;
+}
+
+impl<S: StoreAdmin + ?Sized> StoreAdmin for std::sync::Arc<S> {
+    fn decisions(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        (**self).decisions(filter)
+    }
+    fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        (**self).forget(filter)
+    }
+    fn usage(
+        &self,
+        server_id: &str,
+        check: &LimitCheck,
+        now: Millis,
+    ) -> Result<CounterUsage, StoreError> {
+        (**self).usage(server_id, check, now)
+    }
+    fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
+        (**self).prune_expired(now)
+    }
+    fn size(&self) -> Result<StoreSize, StoreError> {
+        (**self).size()
+    }
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        (**self).servers()
+    }
+}
+
+/// The longest fixed window [`StoreAdmin::prune_expired`] keeps spend for:
+/// a store does not record a fixed window's length (the engine's calendar
+/// windows are at most a month), so the spend of a counter never checked
+/// with a rolling window is kept as if its window were a leap year long.
+pub const LONGEST_FIXED_WINDOW_MS: Millis = 366 * 24 * 60 * 60 * 1000;
+
+/// Spend rows recorded before this may be deleted by
+/// [`StoreAdmin::prune_expired`] at `now`: for a counter last admitted with
+/// a rolling window of `rolling_ms`, the cut an admission at `now` uses
+/// (the window's floor less its retention); for any other counter the cut
+/// of a fixed window of [`LONGEST_FIXED_WINDOW_MS`] ending at `now`, which
+/// is at or before the cut of every fixed window no longer than it whose
+/// period holds `now`.
+pub fn prune_cut(rolling_ms: Option<u64>, now: Millis) -> Millis {
+    let window = match rolling_ms {
+        Some(ms) => LimitWindow::Rolling { ms },
+        None => LimitWindow::Fixed {
+            start: now.saturating_sub(LONGEST_FIXED_WINDOW_MS),
+            end: now,
+        },
+    };
+    window_floor(window, now).saturating_sub(retention(window))
+}
+
+/// The outcome of one check against its counter, shared by admission and
+/// [`StoreAdmin::usage`] so that both compute the same figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Assessed {
+    /// The window's spend, with what earlier checks of the same call add.
+    pub(crate) spent: u64,
+    /// `None`: `check.amount` fits; else when it would.
+    pub(crate) available_at: Option<Millis>,
+}
+
+impl Assessed {
+    /// A window that reaches back over deleted spend (a clock step back past
+    /// the retention): it cannot be counted, so it counts as full.
+    pub(crate) fn over_deleted(check: &LimitCheck, pruned: Millis) -> Assessed {
+        Assessed {
+            spent: check.limit,
+            available_at: Some(unknown_available_at(check.window, pruned)),
+        }
+    }
+
+    /// What the store answers for `check` given the spend `spent` of its
+    /// window (earlier checks of the call included); `rows` lists the
+    /// counter's spend rows at or after `floor`, oldest first, for a rolling
+    /// refusal's `available_at`.
+    pub(crate) fn judge<E>(
+        check: &LimitCheck,
+        spent: u64,
+        floor: Millis,
+        rows: impl FnOnce(Millis) -> Result<Vec<(Millis, u64)>, E>,
+    ) -> Result<Assessed, E> {
+        let available_at = if spent.saturating_add(check.amount) <= check.limit {
+            None
+        } else {
+            Some(match check.window {
+                LimitWindow::Fixed { end, .. } => end,
+                LimitWindow::Rolling { ms } => rolling_available_at(
+                    rows(floor)?,
+                    must_free(spent, check.amount, check.limit),
+                    check.amount,
+                    check.limit,
+                    ms,
+                ),
+            })
+        };
+        Ok(Assessed {
+            spent,
+            available_at,
+        })
+    }
+
+    /// What an operator sees of this outcome.
+    pub(crate) fn usage(self) -> CounterUsage {
+        CounterUsage {
+            spent: self.spent,
+            available_at: self.available_at,
+        }
+    }
+}
+
+/// What earlier checks of one call add to `checks[index]`'s counter: several
+/// checks may name one counter.
+pub(crate) fn pending(checks: &[LimitCheck], index: usize) -> u64 {
+    checks[..index]
+        .iter()
+        .filter(|earlier| earlier.counter == checks[index].counter)
+        .fold(0u64, |sum, earlier| sum.saturating_add(earlier.amount))
 }
 
 /// How many decisions a store keeps per server unless configured otherwise

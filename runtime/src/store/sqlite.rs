@@ -24,20 +24,20 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params}
 
 use super::checkpointer::Checkpointer;
 use super::{
-    Admission, DecisionKey, DecisionStore, Evaluation, LimitCheck, LimitWindow, Millis,
-    PRUNE_BATCH, ReplayOrAdmit, Reservation, ServerStats, StoreError, StoredDecision, Verdict,
-    WALK_LIMIT, must_free, retention, rolling_available_at, unknown_available_at, window_changed,
-    window_floor,
+    Admission, Assessed, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation,
+    LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats,
+    StoreAdmin, StoreError, StoreSize, StoredDecision, StoredEntry, Verdict, WALK_LIMIT, pending,
+    prune_cut, retention, window_changed, window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
-/// Version 1 and 2 files are migrated at open.
-pub const SCHEMA_VERSION: i64 = 3;
+/// Version 1, 2 and 3 files are migrated at open.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `PRAGMA application_id` of an mcpolicy store: ASCII "mcpo".
 const APPLICATION_ID: i64 = 0x6d63_706f;
 
-const SCHEMA_V3: &str = "
+const SCHEMA_V4: &str = "
 CREATE TABLE decisions (
     server_id   TEXT    NOT NULL,
     identity    TEXT    NOT NULL,
@@ -49,6 +49,7 @@ CREATE TABLE decisions (
     represented INTEGER NOT NULL DEFAULT 0,
     decided_at  INTEGER NOT NULL,
     recomputable INTEGER NOT NULL DEFAULT 0,
+    statement   TEXT,
     PRIMARY KEY (server_id, identity)
 ) WITHOUT ROWID;
 -- Every counter's ledger, clustered by counter and time: a window is one
@@ -76,7 +77,7 @@ CREATE TABLE spend (
 ) WITHOUT ROWID;
 ";
 
-/// Added by schema 2, created with [`SCHEMA_V3`] and by the migration.
+/// Added by schema 2, created with [`SCHEMA_V4`] and by the migration.
 const META_V2: &str = "
 -- `epoch`: bumped by every open; a store's reservation ids are its epoch in
 -- the high 32 bits and a count in the low 32, so no two opens (processes)
@@ -105,7 +106,7 @@ DROP TABLE reservations;
 /// The tables of the current schema, checked at every open.
 const TABLES: [&str; 4] = ["decisions", "spend", "meta", "servers"];
 
-/// Added by schema 3, created with [`SCHEMA_V3`] and by the migration: the
+/// Added by schema 3, created with [`SCHEMA_V4`] and by the migration: the
 /// decisions' eviction order (see `store::eviction_key`) and each server's
 /// count of stored and evicted decisions.
 const SERVERS_V3: &str = "
@@ -136,6 +137,14 @@ UPDATE decisions SET recomputable = 1 WHERE verdict = 'deny' AND reason IN
 const MIGRATE_V2_TO_V3_ROWS: &str = "
 INSERT INTO servers (server_id, stored, evicted, evicted_represented)
     SELECT server_id, COUNT(*), 0, 0 FROM decisions GROUP BY server_id;
+";
+
+/// Schema 3 → 4, in the open's write transaction: each decision records the
+/// statement that decided (`Statement::stored_name`). A row stored before
+/// is left NULL (not known): the engine derives its statement from the
+/// reason, as schema 3's replays did.
+const MIGRATE_V3_TO_V4: &str = "
+ALTER TABLE decisions ADD COLUMN statement TEXT;
 ";
 
 /// `reservation` of a counter's floor row (at [`TOTAL_AT`]).
@@ -397,7 +406,7 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
     in_immediate(path, conn, |conn| {
         let (app, version, tables) = identity_of(conn)?;
         if tables == 0 && app == 0 && version == 0 {
-            conn.execute_batch(SCHEMA_V3)?;
+            conn.execute_batch(SCHEMA_V4)?;
             conn.execute_batch(META_V2)?;
             conn.execute_batch(SERVERS_V3)?;
             conn.execute("INSERT INTO meta (key, value) VALUES ('epoch', 0)", [])?;
@@ -416,6 +425,10 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
                 conn.execute_batch(SERVERS_V3)?;
                 conn.execute_batch(MIGRATE_V2_TO_V3_ROWS)?;
                 conn.pragma_update(None, "user_version", 3)?;
+            }
+            if version <= 3 {
+                conn.execute_batch(MIGRATE_V3_TO_V4)?;
+                conn.pragma_update(None, "user_version", 4)?;
             }
         }
         check_tables(path, conn)?;
@@ -724,7 +737,7 @@ fn uint(value: i64) -> u64 {
 }
 
 const DECISION_COLUMNS: &str =
-    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable";
+    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable, statement";
 
 fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail> {
     let verdict_text: String = row.get(0)?;
@@ -743,6 +756,7 @@ fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail>
         represented: uint(row.get(5)?),
         decided_at: row.get(6)?,
         recomputable: row.get::<_, i64>(7)? != 0,
+        statement: row.get::<_, Option<String>>(8)?.map(Arc::from),
     })
 }
 
@@ -941,6 +955,77 @@ fn replay_in(
     Ok(Some(found))
 }
 
+/// Where a window's count stops: a fixed window counts only what was
+/// recorded before its end; a rolling one also counts rows from a clock
+/// slightly ahead (at > now): fail closed.
+fn until(check: &LimitCheck) -> Millis {
+    match check.window {
+        LimitWindow::Rolling { .. } => TOTAL_AT,
+        LimitWindow::Fixed { end, .. } => end,
+    }
+}
+
+/// One check as [`read_counter`] found its counter.
+struct Look<'a> {
+    server_id: &'a str,
+    check: &'a LimitCheck,
+    /// Spend recorded at or after the window's end (not in it).
+    after_end: i64,
+    /// The counter's oldest spend row, if any.
+    oldest: Option<Millis>,
+}
+
+/// One check against its counter's `state` (as read, updated in place),
+/// `pending` being what earlier checks of the same call add: the steps of
+/// an admission, shared with [`StoreAdmin::usage`] (and with the in-memory
+/// store's, step for step). `prune`: delete a few rows past the retention
+/// (an admission does; a look does not).
+fn assess_in(
+    conn: &Connection,
+    look: &Look<'_>,
+    state: &mut CounterState,
+    pending: u64,
+    now: Millis,
+    prune_rows: bool,
+) -> Result<Assessed, rusqlite::Error> {
+    let (server_id, check) = (look.server_id, look.check);
+    let floor = window_floor(check.window, now);
+    if let LimitWindow::Rolling { ms } = check.window {
+        if window_changed(state.rolling_ms.map(uint), ms) {
+            state.pruned = Millis::MIN;
+        }
+        state.rolling_ms = Some(int(ms));
+    }
+    if floor < state.pruned {
+        // The window reaches back over deleted spend (a clock step back
+        // past the retention): it cannot be counted, refuse.
+        return Ok(Assessed::over_deleted(check, state.pruned));
+    }
+    move_floor(conn, server_id, &check.counter, state, floor)?;
+    let counting = uint(state.total.saturating_sub(look.after_end));
+    if prune_rows {
+        prune(
+            conn,
+            server_id,
+            &check.counter,
+            state,
+            floor.saturating_sub(retention(check.window)),
+            look.oldest,
+        )?;
+    }
+    Assessed::judge(check, counting.saturating_add(pending), floor, |floor| {
+        conn.prepare_cached(
+            "SELECT at, amount FROM spend
+             WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND reservation > 0
+             ORDER BY at",
+        )?
+        .query_map(params![server_id, check.counter, floor], |row| {
+            Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
+        })?
+        .collect()
+    })
+}
+
 /// [`DecisionStore::admit`] inside a write transaction; `id` is the
 /// reservation id to record if every check fits. The same steps as the
 /// in-memory store's `admit_into`, on the counter's rows.
@@ -956,14 +1041,8 @@ fn admit_in(
     let mut states: Vec<(&str, CounterState, CounterState)> = Vec::with_capacity(checks.len());
     let mut refusal = None;
     for (index, check) in checks.iter().enumerate() {
-        let floor = window_floor(check.window, now);
-        // A fixed window counts only what was recorded before its end; a rolling
-        // one also counts rows from a clock slightly ahead (at > now): fail closed.
-        let until = match check.window {
-            LimitWindow::Rolling { .. } => TOTAL_AT,
-            LimitWindow::Fixed { end, .. } => end,
-        };
-        let (read, after_end, oldest) = read_counter(conn, server_id, &check.counter, until)?;
+        let (read, after_end, oldest) =
+            read_counter(conn, server_id, &check.counter, until(check))?;
         let at = match states.iter().position(|(c, ..)| *c == check.counter) {
             Some(at) => at,
             None => {
@@ -972,70 +1051,21 @@ fn admit_in(
             }
         };
         let state = &mut states[at].2;
-        if let LimitWindow::Rolling { ms } = check.window {
-            if window_changed(state.rolling_ms.map(uint), ms) {
-                state.pruned = Millis::MIN;
-            }
-            state.rolling_ms = Some(int(ms));
-        }
-        if floor < state.pruned {
-            // The window reaches back over deleted spend (a clock step back
-            // past the retention): it cannot be counted, refuse.
+        let checked = Look {
+            server_id,
+            check,
+            after_end,
+            oldest,
+        };
+        let assessed = assess_in(conn, &checked, state, pending(checks, index), now, true)?;
+        if let Some(available_at) = assessed.available_at {
             refusal = Some(Admission::Refused {
                 index,
                 counter: check.counter.clone(),
-                available_at: unknown_available_at(check.window, state.pruned),
+                available_at,
             });
             break;
         }
-        move_floor(conn, server_id, &check.counter, state, floor)?;
-        let counting = uint(state.total.saturating_sub(after_end));
-        prune(
-            conn,
-            server_id,
-            &check.counter,
-            state,
-            floor.saturating_sub(retention(check.window)),
-            oldest,
-        )?;
-        // Several checks may name one counter; count what earlier checks of this call add.
-        let pending: u64 = checks[..index]
-            .iter()
-            .filter(|earlier| earlier.counter == check.counter)
-            .map(|earlier| earlier.amount)
-            .sum();
-        let spent = counting.saturating_add(pending);
-        if spent.saturating_add(check.amount) <= check.limit {
-            continue;
-        }
-        let available_at = match check.window {
-            LimitWindow::Fixed { end, .. } => end,
-            LimitWindow::Rolling { ms } => {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT at, amount FROM spend
-                     WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND reservation > 0
-                     ORDER BY at",
-                )?;
-                let rows: Vec<(Millis, u64)> = stmt
-                    .query_map(params![server_id, check.counter, floor], |row| {
-                        Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
-                    })?
-                    .collect::<Result<_, _>>()?;
-                rolling_available_at(
-                    rows,
-                    must_free(spent, check.amount, check.limit),
-                    check.amount,
-                    check.limit,
-                    ms,
-                )
-            }
-        };
-        refusal = Some(Admission::Refused {
-            index,
-            counter: check.counter.clone(),
-            available_at,
-        });
-        break;
     }
     // Every spend row (added to what is there: two checks of one counter
     // share a row) and every changed state row (set), in one statement.
@@ -1218,8 +1248,8 @@ impl DecisionStore for SqliteStore {
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO decisions
                  (server_id, identity, verdict, reason, digest, expires_at, data, represented,
-                  decided_at, recomputable)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9)",
+                  decided_at, recomputable, statement)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10)",
             )?
             .execute(params![
                 key.server_id,
@@ -1231,6 +1261,7 @@ impl DecisionStore for SqliteStore {
                 decision.data,
                 decision.decided_at,
                 i64::from(decision.recomputable),
+                decision.statement,
             ])?;
             if existed {
                 return Ok(()); // replaced: the count is unchanged
@@ -1342,6 +1373,257 @@ impl DecisionStore for SqliteStore {
         let session = self.lock()?;
         server_stats_in(&session.conn, server_id).map_err(|e| map_sql(&self.path, e))
     }
+}
+
+/// `WHERE` clause of a [`DecisionFilter`] over `decisions`, parameters ?1–?4.
+const FILTER_SQL: &str = "(?1 IS NULL OR server_id = ?1) AND (?2 IS NULL OR identity = ?2)
+     AND (?3 IS NULL OR reason = ?3) AND (?4 IS NULL OR verdict = ?4)";
+
+/// The decisions `filter` selects, ordered by key.
+fn select_decisions(
+    path: &Path,
+    conn: &Connection,
+    filter: &DecisionFilter,
+) -> Result<Vec<StoredEntry>, Fail> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DECISION_COLUMNS}, server_id, identity FROM decisions WHERE {FILTER_SQL}
+         ORDER BY server_id, identity"
+    ))?;
+    let mut rows = stmt.query(params![
+        filter.server_id,
+        filter.identity,
+        filter.reason,
+        filter.verdict.as_ref().map(Verdict::as_str),
+    ])?;
+    let mut found = Vec::new();
+    while let Some(row) = rows.next()? {
+        let decision = decision_from_row(path, row)?;
+        found.push(StoredEntry {
+            key: DecisionKey::new(row.get::<_, String>(9)?, row.get::<_, String>(10)?),
+            decision,
+        });
+    }
+    Ok(found)
+}
+
+/// Deletes `removed` (already selected in this transaction) and lowers each
+/// server's stored count by its share.
+fn delete_entries(conn: &Connection, removed: &[StoredEntry]) -> Result<(), rusqlite::Error> {
+    let mut delete =
+        conn.prepare_cached("DELETE FROM decisions WHERE server_id = ?1 AND identity = ?2")?;
+    for entry in removed {
+        delete.execute(params![entry.key.server_id, entry.key.identity])?;
+    }
+    // Entries come ordered by server: one stats update per server.
+    for group in removed.chunk_by(|a, b| a.key.server_id == b.key.server_id) {
+        let server_id = &group[0].key.server_id;
+        let mut stats = server_stats_in(conn, server_id)?;
+        stats.stored = stats.stored.saturating_sub(group.len() as u64);
+        write_server_stats(conn, server_id, stats)?;
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    /// Runs `body` in one read transaction (a consistent snapshot of the
+    /// WAL; no write lock, so proxies are never held up by a reader).
+    fn read<T>(&self, body: impl FnOnce(&Connection) -> Result<T, Fail>) -> Result<T, StoreError> {
+        let session = self.lock()?;
+        let conn = &session.conn;
+        let finish = |fail: Fail| match fail {
+            Fail::Sql(error) => map_sql(&self.path, error),
+            Fail::Store(error) => error,
+        };
+        conn.prepare_cached("BEGIN")
+            .and_then(|mut stmt| stmt.execute([]))
+            .map_err(|e| map_sql(&self.path, e))?;
+        let outcome = body(conn);
+        // A read transaction has nothing to keep: end it either way.
+        let end = conn.execute_batch(if outcome.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        });
+        let value = outcome.map_err(finish)?;
+        end.map_err(|e| map_sql(&self.path, e))?;
+        Ok(value)
+    }
+}
+
+impl StoreAdmin for SqliteStore {
+    fn decisions(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        self.read(|conn| select_decisions(&self.path, conn, filter))
+    }
+
+    fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
+        let session = self.lock()?;
+        self.write(&session, |conn| {
+            let removed = select_decisions(&self.path, conn, filter)?;
+            delete_entries(conn, &removed)?;
+            Ok(removed)
+        })
+    }
+
+    fn usage(
+        &self,
+        server_id: &str,
+        check: &LimitCheck,
+        now: Millis,
+    ) -> Result<CounterUsage, StoreError> {
+        self.read(|conn| {
+            let (mut state, after_end, oldest) =
+                read_counter(conn, server_id, &check.counter, until(check))?;
+            let look = Look {
+                server_id,
+                check,
+                after_end,
+                oldest,
+            };
+            // `state` is this call's copy: nothing is written back.
+            Ok(assess_in(conn, &look, &mut state, 0, now, false)?.usage())
+        })
+    }
+
+    fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
+        let session = self.lock()?;
+        self.write(&session, |conn| {
+            // Expiry is exclusive: gone at `expires_at`.
+            let expired: Vec<(String, i64)> = conn
+                .prepare_cached(
+                    "SELECT server_id, COUNT(*) FROM decisions WHERE expires_at <= ?1
+                     GROUP BY server_id",
+                )?
+                .query_map(params![now], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            conn.prepare_cached("DELETE FROM decisions WHERE expires_at <= ?1")?
+                .execute(params![now])?;
+            let mut decisions = 0u64;
+            for (server_id, removed) in expired {
+                let mut stats = server_stats_in(conn, &server_id)?;
+                stats.stored = stats.stored.saturating_sub(uint(removed));
+                write_server_stats(conn, &server_id, stats)?;
+                decisions = decisions.saturating_add(uint(removed));
+            }
+            let mut spend_rows = 0u64;
+            for (server_id, counter) in counters(conn)? {
+                spend_rows =
+                    spend_rows.saturating_add(prune_counter(conn, &server_id, &counter, now)?);
+            }
+            Ok(Pruned {
+                decisions,
+                spend_rows,
+            })
+        })
+    }
+
+    fn size(&self) -> Result<StoreSize, StoreError> {
+        let (decisions, spend_rows) = self.read(|conn| {
+            let count = |sql: &str| -> Result<u64, rusqlite::Error> {
+                conn.prepare_cached(sql)?
+                    .query_row([], |row| row.get::<_, i64>(0))
+                    .map(uint)
+            };
+            Ok((
+                count("SELECT COUNT(*) FROM decisions")?,
+                count("SELECT COUNT(*) FROM spend WHERE reservation > 0")?,
+            ))
+        })?;
+        let bytes = [self.path.clone(), sidecar(&self.path, "-wal")]
+            .iter()
+            .filter_map(|file| std::fs::metadata(file).ok())
+            .map(|meta| meta.len())
+            .sum();
+        Ok(StoreSize {
+            decisions,
+            spend_rows,
+            bytes: Some(bytes),
+        })
+    }
+
+    fn servers(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| {
+            let mut names: std::collections::BTreeSet<String> = conn
+                .prepare_cached(
+                    "SELECT server_id FROM servers UNION SELECT server_id FROM decisions",
+                )?
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            // The spend table by jumps, not a scan of every spend row.
+            names.extend(counters(conn)?.into_iter().map(|(server_id, _)| server_id));
+            Ok(names.into_iter().collect())
+        })
+    }
+}
+
+/// Every `(server_id, counter)` of `spend`, found by jumping from one to the
+/// next along the primary key (one index look-up per counter, however many
+/// rows each holds).
+fn counters(conn: &Connection) -> Result<Vec<(String, String)>, rusqlite::Error> {
+    let mut first = conn.prepare_cached(
+        "SELECT server_id, counter FROM spend ORDER BY server_id, counter LIMIT 1",
+    )?;
+    let mut next = conn.prepare_cached(
+        "SELECT server_id, counter FROM spend WHERE (server_id, counter) > (?1, ?2)
+         ORDER BY server_id, counter LIMIT 1",
+    )?;
+    let pair = |row: &Row<'_>| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?));
+    let mut found = Vec::new();
+    let mut at = first.query_row([], pair).optional()?;
+    while let Some((server_id, counter)) = at {
+        at = next
+            .query_row(params![server_id, counter], pair)
+            .optional()?;
+        found.push((server_id, counter));
+    }
+    Ok(found)
+}
+
+/// Deletes every spend row of one counter recorded before its
+/// [`prune_cut`], moving its floor up to the cut first (so its total never
+/// counts a deleted row) and its prune mark past them; answers how many went.
+fn prune_counter(
+    conn: &Connection,
+    server_id: &str,
+    counter: &str,
+    now: Millis,
+) -> Result<u64, rusqlite::Error> {
+    let (read, _, _) = read_counter(conn, server_id, counter, TOTAL_AT)?;
+    let cut = prune_cut(read.rolling_ms.map(uint), now);
+    let mut state = read;
+    if cut > state.floor {
+        move_floor(conn, server_id, counter, &mut state, cut)?;
+    }
+    let newest: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MAX(at) FROM spend
+             WHERE server_id = ?1 AND counter = ?2 AND at < ?3 AND reservation > 0",
+        )?
+        .query_row(params![server_id, counter, cut], |row| row.get(0))?;
+    let Some(newest) = newest else {
+        return Ok(0);
+    };
+    let removed = conn
+        .prepare_cached(
+            "DELETE FROM spend
+             WHERE server_id = ?1 AND counter = ?2 AND at < ?3 AND reservation > 0",
+        )?
+        .execute(params![server_id, counter, cut])? as u64;
+    state.pruned = state.pruned.max(newest.saturating_add(1));
+    let mut set = conn.prepare_cached(
+        "INSERT INTO spend (server_id, counter, at, reservation, amount)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT DO UPDATE SET amount = excluded.amount",
+    )?;
+    for (reservation, before, after) in [
+        (0, read.total, state.total),
+        (FLOOR_ROW, read.floor, state.floor),
+        (PRUNED_ROW, read.pruned, state.pruned),
+    ] {
+        if before != after {
+            set.execute(params![server_id, counter, TOTAL_AT, reservation, after])?;
+        }
+    }
+    Ok(removed)
 }
 
 /// A server's row of `servers` (zeros if it has none).

@@ -1,6 +1,7 @@
 // Starts mcpolicy-lsp for .mcpolicy files. Everything the editor shows
 // (diagnostics, hover, completion, formatting, quick fixes, inlay hints,
-// semantic tokens) comes from the server; this file only launches it.
+// semantic tokens) comes from the server; this file only launches it and
+// forwards the `mcpolicy.*` settings (lsp/README.md, "Settings").
 
 import { ExtensionContext, workspace } from "vscode";
 import {
@@ -13,13 +14,22 @@ import {
 let client: LanguageClient | undefined;
 
 export async function activate(context: ExtensionContext): Promise<void> {
-  const command = workspace
-    .getConfiguration("mcpolicy")
-    .get<string>("server.path", "mcpolicy-lsp");
+  const configuration = workspace.getConfiguration("mcpolicy");
+  const command = configuration.get<string>("server.path", "mcpolicy-lsp");
   const executable: Executable = { command, args: [] };
   const serverOptions: ServerOptions = { run: executable, debug: executable };
   const clientOptions: LanguageClientOptions = {
-    documentSelector: [{ scheme: "file", language: "mcpolicy" }, { scheme: "untitled", language: "mcpolicy" }],
+    documentSelector: [
+      { scheme: "file", language: "mcpolicy" },
+      { scheme: "untitled", language: "mcpolicy" },
+    ],
+    // The settings at start, then `workspace/didChangeConfiguration` with
+    // the whole `mcpolicy` section whenever one of them changes.
+    initializationOptions: {
+      denyWarnings: configuration.get<boolean>("denyWarnings", false),
+      protocol: configuration.get<string | null>("protocol", null),
+    },
+    synchronize: { configurationSection: "mcpolicy" },
   };
   client = new LanguageClient("mcpolicy", "mcpolicy", serverOptions, clientOptions);
   context.subscriptions.push(client);

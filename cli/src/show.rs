@@ -1,0 +1,362 @@
+//! `mcpc show POLICY --server ID [--format human|json]`
+//!
+//! Which block governs a server id, why each block before it does not, and
+//! the effective block: each statement with its value and where it came
+//! from (the server block, `defaults` or the built-in default), and the
+//! block's digest, the one stored decisions are keyed by. The block is
+//! selected as the engine selects it (`docs/spec/language.md`, "Server
+//! patterns"); provenance is the compiler's merge
+//! (`mcpolicy_compiler::explain`), never a comparison of values. `mcpc eval
+//! --explain` prints the same report before its steps.
+
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use mcpolicy_compiler::explain::{self, Mismatch, Origin, Provenance, Selection};
+use mcpolicy_compiler::line_index::LineIndex;
+use mcpolicy_compiler::statements::{self, Statement};
+use mcpolicy_runtime::engine;
+use mcpolicy_runtime::table::{ServerEntry, Table};
+use serde_json::{Value, json};
+
+use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
+use super::{ColorChoice, emit, fail};
+
+/// Output formats of `show`, `eval --explain` and `diff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Text for people.
+    Human,
+    /// One JSON document on standard output.
+    Json,
+}
+
+const SHOW_HELP: &str = "\
+JSON (--format json): one object
+  server        the id as matched (NFC)
+  block         {entry: index among the server blocks or null for the defaults alone,
+                 block: `server \"PATTERN\"` or `defaults`, pattern, line, digest}
+  passed_over   [{entry, pattern, line, why, part}]: the blocks tried before it, in order;
+                 part is the piece of the pattern the id fails, when there is one
+  statements    [{statement, value, origin, line}]: the effective block in declaration
+                 order, one entry per budget; value is the statement as it takes effect
+                 (null: not set), origin `server`, `defaults`, `built-in` (null for a
+                 compiled table, which keeps no provenance), line the stating statement's
+
+Exit codes: 0 shown; 1 the policy has errors (printed); 2 usage or I/O error.";
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = SHOW_HELP)]
+pub struct Args {
+    /// The policy (`.mcpolicy`) or a compiled table (`.json`, no provenance).
+    #[arg(value_name = "POLICY")]
+    policy: String,
+    /// The server id to show the governing block of.
+    #[arg(long, value_name = "ID")]
+    server: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+    /// Colour for policy diagnostics.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let (policy, source) = match load_policy_with_source(&args.policy, args.color) {
+        Ok(loaded) => loaded,
+        Err(LoadFailure::Usage(message)) => return fail(message),
+        Err(LoadFailure::Findings) => return ExitCode::from(1),
+    };
+    let table = policy.table();
+    let selection = explain::select(
+        table.servers.iter().map(|e| e.pattern.as_str()),
+        &args.server,
+    );
+    let report = BlockReport::new(table, source.as_ref(), &selection, selection.matched);
+    match args.format {
+        Format::Human => emit(&report.human()),
+        Format::Json => emit(&format!("{:#}\n", report.json())),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Where a statement came from, as shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatementRow {
+    /// The statement.
+    pub statement: Statement,
+    /// Its effective value as a statement; `None`: not set.
+    pub value: Option<String>,
+    /// The layer; `None` for a compiled table (no provenance kept).
+    pub origin: Option<Origin>,
+    /// The line of the statement that states it.
+    pub line: Option<usize>,
+}
+
+/// A block the id passed over.
+#[derive(Debug, Clone)]
+pub(crate) struct PassedOver {
+    entry: usize,
+    pattern: String,
+    line: Option<usize>,
+    mismatch: Mismatch,
+}
+
+/// Which block governs a server id and what it says, with provenance.
+#[derive(Debug, Clone)]
+pub(crate) struct BlockReport {
+    id: String,
+    entry: Option<usize>,
+    pattern: String,
+    line: Option<usize>,
+    digest: String,
+    passed_over: Vec<PassedOver>,
+    /// The effective block's statements, one per budget.
+    pub rows: Vec<StatementRow>,
+    /// Block labels by entry (`None`: defaults), for step lines.
+    labels: Vec<String>,
+}
+
+impl BlockReport {
+    /// The report for the block at `entry` (the selection's, or the one a
+    /// decision's cause names) and the blocks `selection` passed before it.
+    pub fn new(
+        table: &Table,
+        source: Option<&PolicySource>,
+        selection: &Selection,
+        entry: Option<usize>,
+    ) -> Self {
+        let lines = source.map(|s| (s, LineIndex::new(&s.text)));
+        let provenance = source.map(|s| Provenance::new(&s.model, &s.file));
+        let line_of = |offset: usize| {
+            lines
+                .as_ref()
+                .map(|(s, index)| index.position(&s.text, offset).line)
+        };
+        let block_line = |entry: Option<usize>| {
+            let span = provenance.as_ref()?.block_span(entry)?;
+            line_of(span.start)
+        };
+        let governing: &ServerEntry = entry
+            .and_then(|i| table.servers.get(i))
+            .unwrap_or(&table.fallback);
+        let rows = match &provenance {
+            Some(provenance) => {
+                let (block, stmts) = provenance.effective_statements(entry);
+                // The source and the table are one compilation; a mismatch
+                // would be a compiler bug, and then provenance is not shown.
+                if block == governing.block {
+                    stmts
+                        .into_iter()
+                        .map(|st| StatementRow {
+                            statement: st.statement,
+                            value: st.line,
+                            origin: Some(st.origin),
+                            line: st.span.and_then(|span| line_of(span.start)),
+                        })
+                        .collect()
+                } else {
+                    rows_without_provenance(&governing.block)
+                }
+            }
+            None => rows_without_provenance(&governing.block),
+        };
+        let passed_over = selection
+            .tried
+            .iter()
+            .filter(|t| entry.is_none_or(|e| t.entry < e))
+            .map(|t| PassedOver {
+                entry: t.entry,
+                pattern: t.pattern.clone(),
+                line: block_line(Some(t.entry)),
+                mismatch: t.mismatch.clone(),
+            })
+            .collect();
+        let mut labels: Vec<String> = table
+            .servers
+            .iter()
+            .map(|e| format!("server \"{}\"", e.pattern))
+            .collect();
+        labels.push("defaults".to_owned());
+        BlockReport {
+            id: selection.id.clone(),
+            entry,
+            pattern: governing.pattern.clone(),
+            line: block_line(entry),
+            digest: governing.digest.clone(),
+            passed_over,
+            rows,
+            labels,
+        }
+    }
+
+    fn label(&self, entry: Option<usize>) -> &str {
+        let i = entry.unwrap_or(self.labels.len() - 1);
+        self.labels.get(i).map_or("defaults", String::as_str)
+    }
+
+    /// The row of an engine statement: budgets by their index in the
+    /// effective block, the others by keyword (the engine's names are the
+    /// statement table's keywords).
+    pub fn row_of(&self, statement: engine::Statement) -> Option<usize> {
+        let keyword = Statement::from_keyword(statement.name())?;
+        let nth = match statement {
+            engine::Statement::Budget(i) => i,
+            _ => 0,
+        };
+        self.rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.statement == keyword)
+            .nth(nth)
+            .map(|(i, _)| i)
+    }
+
+    /// `max_tokens 100` (defaults, line 5), as a step names a statement.
+    pub fn describe_row(&self, row: &StatementRow) -> String {
+        let value = row
+            .value
+            .clone()
+            .unwrap_or_else(|| format!("{} (not set)", row.statement.keyword()));
+        format!("`{value}` ({})", self.origin_text(row))
+    }
+
+    fn origin_text(&self, row: &StatementRow) -> String {
+        let at = |line: Option<usize>| line.map_or(String::new(), |l| format!(", line {l}"));
+        match row.origin {
+            Some(Origin::Server(i)) => format!("{}{}", self.label(Some(i)), at(row.line)),
+            Some(Origin::Defaults) => format!("defaults{}", at(row.line)),
+            Some(Origin::BuiltIn) => "built in".to_owned(),
+            None => "compiled table".to_owned(),
+        }
+    }
+
+    fn block_text(&self) -> String {
+        let line = self.line.map_or(String::new(), |l| format!(" (line {l})"));
+        match self.entry {
+            Some(_) => format!("server \"{}\"{line}", self.pattern),
+            None => format!("defaults{line}: no server block matches"),
+        }
+    }
+
+    /// The human report.
+    pub fn human(&self) -> String {
+        let mut out = format!("server id `{}`: {}\n", self.id, self.block_text());
+        for p in &self.passed_over {
+            let line = p.line.map_or(String::new(), |l| format!(" (line {l})"));
+            out.push_str(&format!(
+                "  not server \"{}\"{line}: {}\n",
+                p.pattern,
+                why(&p.pattern, &p.mismatch)
+            ));
+        }
+        out.push_str(&format!("effective block, digest {}:\n", self.digest));
+        let width = self
+            .rows
+            .iter()
+            .map(|r| value_text(r).chars().count())
+            .max()
+            .unwrap_or(0);
+        for row in &self.rows {
+            let value = value_text(row);
+            let pad = width - value.chars().count();
+            out.push_str(&format!(
+                "  {value}{:pad$}  {}\n",
+                "",
+                self.origin_text(row)
+                    .replace("built in", "built-in default")
+            ));
+        }
+        out
+    }
+
+    /// The JSON report (the shape `mcpc show --help` documents).
+    pub fn json(&self) -> Value {
+        json!({
+            "server": self.id,
+            "block": {
+                "entry": self.entry,
+                "block": self.label(self.entry),
+                "pattern": self.pattern,
+                "line": self.line,
+                "digest": self.digest,
+            },
+            "passed_over": self.passed_over.iter().map(|p| json!({
+                "entry": p.entry,
+                "pattern": p.pattern,
+                "line": p.line,
+                "why": why(&p.pattern, &p.mismatch),
+                "part": part(&p.mismatch),
+            })).collect::<Vec<_>>(),
+            "statements": self.rows.iter().map(|r| self.row_json(r)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// One statement row as JSON.
+    pub fn row_json(&self, row: &StatementRow) -> Value {
+        json!({
+            "statement": row.statement.keyword(),
+            "value": row.value,
+            "origin": row.origin.map(|o| match o {
+                Origin::Server(_) => "server",
+                Origin::Defaults => "defaults",
+                Origin::BuiltIn => "built-in",
+            }),
+            "line": row.line,
+        })
+    }
+}
+
+/// The statements of a compiled table's block: values, no provenance.
+fn rows_without_provenance(block: &mcpolicy_runtime::table::EffectiveBlock) -> Vec<StatementRow> {
+    let lines = statements::effective_lines(block);
+    let mut rows = Vec::new();
+    for statement in Statement::ALL {
+        let mine: Vec<&String> = lines
+            .iter()
+            .filter(|(s, _)| s == statement)
+            .map(|(_, l)| l)
+            .collect();
+        if mine.is_empty() {
+            // Repeatable statements have no item when unset; one row says so.
+            rows.push(StatementRow {
+                statement: *statement,
+                value: None,
+                origin: None,
+                line: None,
+            });
+        }
+        for line in mine {
+            rows.push(StatementRow {
+                statement: *statement,
+                value: Some(line.clone()),
+                origin: None,
+                line: None,
+            });
+        }
+    }
+    rows
+}
+
+fn value_text(row: &StatementRow) -> String {
+    row.value
+        .clone()
+        .unwrap_or_else(|| format!("{} (not set)", row.statement.keyword()))
+}
+
+/// Why a pattern does not match, as a sentence.
+fn why(pattern: &str, mismatch: &Mismatch) -> String {
+    match mismatch {
+        Mismatch::NotTheId => format!("the id is not `{pattern}`"),
+        other => other.to_string(),
+    }
+}
+
+/// The piece of the pattern the id fails, when the mismatch names one.
+fn part(mismatch: &Mismatch) -> Option<&str> {
+    match mismatch {
+        Mismatch::Prefix(p) | Mismatch::Suffix(p) | Mismatch::Missing(p) => Some(p),
+        _ => None,
+    }
+}

@@ -1,0 +1,149 @@
+//! Opening a decision store from the `--store SPEC` of `mcpc proxy`,
+//! `mcpc eval` and `mcpc store`: one place that knows which specs name which
+//! store, so every command reaches the same store the same way.
+//!
+//! - a path (anything without a `scheme://` prefix): the SQLite store file;
+//! - a URL of a networked store (`postgres://…`, once that store exists);
+//! - any other `scheme://…`: refused, naming the schemes that are known.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mcpolicy_runtime::store::{SqliteStore, StoreAdmin, StoreError};
+
+/// Whether opening may create a store that is not there yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    /// Create the store, and a SQLite file's directory, if absent: what the
+    /// proxy does (its default path may be in a directory not made yet).
+    WithDirectory,
+    /// Create the store if absent, in an existing directory: what
+    /// `mcpc eval --store` does.
+    IfMissing,
+    /// Refuse a store that does not exist: what `mcpc store` does, which
+    /// only inspects and maintains one (an empty new file would hide a
+    /// mistyped path).
+    MustExist,
+}
+
+/// Why a store spec could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// `scheme://…` of a store this build does not know.
+    UnknownScheme {
+        /// The spec as given.
+        spec: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// [`Create::MustExist`] and there is no store at the path.
+    Missing(PathBuf),
+    /// The directory of a new SQLite file could not be created.
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store refused to open (its error names the file).
+    Store(StoreError),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::UnknownScheme { spec, scheme } => write!(
+                f,
+                "--store {spec}: unknown store scheme `{scheme}://`; give a file path for a \
+                 SQLite store"
+            ),
+            OpenError::Missing(path) => write!(
+                f,
+                "no decision store at {} (a proxy creates it with its first stored decision; \
+                 pass --store to name another)",
+                path.display()
+            ),
+            OpenError::Directory { dir, source } => {
+                write!(f, "cannot create {}: {source}", dir.display())
+            }
+            OpenError::Store(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// The store the proxy uses when `--store` is not given
+/// ([`mcpolicy_proxy::default_store_path`]), as a spec; `None` without a
+/// home directory.
+pub fn default_spec() -> Option<String> {
+    mcpolicy_proxy::default_store_path().map(|path| path.to_string_lossy().into_owned())
+}
+
+/// The scheme of a `scheme://…` spec (RFC 3986 letters), `None` for a path.
+/// A Windows path (`C:\…`) has no `//` after its colon, so it is a path.
+fn scheme(spec: &str) -> Option<&str> {
+    let (scheme, _) = spec.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
+}
+
+/// Opens the store `spec` names (see the module documentation).
+pub fn open(spec: &str, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
+    match scheme(spec) {
+        None => open_sqlite(Path::new(spec), create),
+        // h-pg: `postgres://…` / `postgresql://…` (and libpq `host=… dbname=…`
+        // strings, before this match) open the PostgreSQL store here.
+        Some(scheme) => Err(OpenError::UnknownScheme {
+            spec: spec.to_owned(),
+            scheme: scheme.to_owned(),
+        }),
+    }
+}
+
+fn open_sqlite(path: &Path, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
+    match create {
+        Create::MustExist if !path.exists() => return Err(OpenError::Missing(path.to_owned())),
+        Create::MustExist | Create::IfMissing => {}
+        Create::WithDirectory => {
+            if let Some(dir) = path.parent()
+                && !dir.as_os_str().is_empty()
+                && let Err(source) = std::fs::create_dir_all(dir)
+            {
+                return Err(OpenError::Directory {
+                    dir: dir.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+    let store = SqliteStore::open(path).map_err(OpenError::Store)?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_are_told_from_paths() {
+        assert_eq!(scheme("postgres://db/x"), Some("postgres"));
+        assert_eq!(scheme("redis+tls://h"), Some("redis+tls"));
+        assert_eq!(scheme("/var/lib/mcpolicy/decisions.sqlite3"), None);
+        assert_eq!(scheme("decisions.sqlite3"), None);
+        assert_eq!(scheme(r"C:\Users\me\decisions.sqlite3"), None);
+        assert_eq!(scheme("./odd://name"), None);
+        assert_eq!(scheme("://x"), None);
+    }
+
+    #[test]
+    fn an_unknown_scheme_is_refused_by_name() {
+        let error = open("redis://localhost/0", Create::IfMissing).expect_err("refused");
+        assert!(matches!(error, OpenError::UnknownScheme { .. }));
+        assert!(error.to_string().contains("`redis://`"), "{error}");
+    }
+}
