@@ -2,16 +2,17 @@
 //! lowering are tracked queries, so an editor only sets inputs and each
 //! query recomputes only what an edit changed.
 
+use std::cell::OnceCell;
 use std::sync::{Arc, Mutex};
 
 use mcpolicy_runtime::table::Table;
 
-use crate::check::{self, Analysis};
+use crate::check::{self, Analysis, BlockCheck, BlockContext};
 use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
 use crate::model::PolicyModel;
 use crate::parse::{self, ChunkParse, Parsed};
-use crate::syntax::Span;
+use crate::syntax::{Block, ItemKind, Shift, Span, Stmt};
 
 /// One policy file's text.
 #[salsa::input(debug)]
@@ -71,34 +72,124 @@ pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
     if !ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db)) {
         return parse::parse(text);
     }
-    let starts = parse::item_starts(text);
-    if starts.len() <= 1 {
+    let pieces = file_pieces(db, source);
+    if pieces.len() <= 1 {
         // One piece: nothing to reuse another time that the whole-file
         // memo does not already reuse, so skip the interned copy.
         return parse::parse(text);
     }
-    let pieces: Vec<(usize, &ChunkParse)> = starts
+    let pieces: Vec<(usize, &ChunkParse)> = pieces
         .iter()
-        .enumerate()
-        .map(|(i, &start)| {
-            let end = starts.get(i + 1).copied().unwrap_or(text.len());
-            let item = ItemText::new(db, &text[start..end]);
-            (start, parse_item(db, item))
-        })
+        .map(|&(start, item)| (start, parse_item(db, item)))
         .collect();
     parse::assemble(&pieces)
 }
 
-/// Every finding: the parser's and the checker's, in source order.
+/// The file cut into pieces (`parse::item_starts`): each piece's offset
+/// and its interned text. Computed once per revision, for the parse and
+/// for the per-block checks.
+#[salsa::tracked(returns(ref))]
+pub fn file_pieces(db: &dyn salsa::Database, source: SourceText) -> Vec<(usize, ItemText<'_>)> {
+    let text = source.text(db);
+    let starts = parse::item_starts(text);
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| {
+            let end = starts.get(i + 1).copied().unwrap_or(text.len());
+            (start, ItemText::new(db, &text[start..end]))
+        })
+        .collect()
+}
+
+/// A [`BlockContext`], interned so that a query can take it.
+#[salsa::interned(debug)]
+pub struct CheckContext<'db> {
+    /// The context.
+    #[returns(ref)]
+    pub context: BlockContext,
+}
+
+/// The check of each `defaults` and `server` block of one piece: the
+/// offset of its `{` in the piece and what [`check::check_block`] finds,
+/// spans relative to the piece. Re-runs only for a piece text or a context
+/// it has not seen: an edit inside one block re-checks that block's piece
+/// alone, wherever it moves the blocks after it; a new `protocol` or a
+/// reason declared or removed re-checks every block.
+#[salsa::tracked(returns(ref), no_eq)]
+pub fn block_checks<'db>(
+    db: &'db dyn salsa::Database,
+    item: ItemText<'db>,
+    context: CheckContext<'db>,
+) -> Vec<(usize, BlockCheck)> {
+    let context = context.context(db);
+    parse_item(db, item)
+        .parsed
+        .file
+        .items
+        .iter()
+        .filter_map(|item| match &item.kind {
+            ItemKind::Defaults(block) => {
+                Some((block.open.start, check::check_block(block, false, context)))
+            }
+            ItemKind::Server(server) => Some((
+                server.body.open.start,
+                check::check_block(&server.body, true, context),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every finding: the parser's and the checker's, in source order. In a
+/// [`Database::incremental`] database each block's check comes from
+/// [`block_checks`] (per piece, memoised), and only the file-level rules
+/// (declarations, duplicates, patterns, reason rules) run again on every
+/// edit; the result is equal to the one-pass check
+/// (`compiler/tests/per_block_check.rs`).
 #[salsa::tracked(returns(ref))]
 pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
-    analyze_parsed(parse_file(db, source))
+    let parsed = parse_file(db, source);
+    if !ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db)) {
+        return analyze_parsed(parsed);
+    }
+    let pieces = file_pieces(db, source);
+    if pieces.len() <= 1 {
+        return analyze_parsed(parsed);
+    }
+    // One context per check of the file: intern it once.
+    let interned: OnceCell<CheckContext<'_>> = OnceCell::new();
+    let blocks = |block: &Block<Stmt>, is_server: bool, context: &BlockContext| {
+        let at = block.open.start;
+        let piece = pieces
+            .partition_point(|(start, _)| *start <= at)
+            .checked_sub(1);
+        let context_id = *interned.get_or_init(|| CheckContext::new(db, context.clone()));
+        piece
+            .and_then(|i| pieces.get(i))
+            .filter(|_| context_id.context(db) == context)
+            .and_then(|&(start, item)| {
+                let (_, checked) = block_checks(db, item, context_id)
+                    .iter()
+                    .find(|(open, _)| start + open == at)?;
+                let mut checked = checked.clone();
+                checked.shift(start);
+                Some(checked)
+            })
+            // Not found (never, as blocks do not straddle pieces): checked here.
+            .unwrap_or_else(|| check::check_block(block, is_server, context))
+    };
+    analyze_checked(parsed, check::check_with(&parsed.file, &blocks))
 }
 
 /// What [`analyze`] computes from a parsed file: the checker's findings and
 /// the parser's, in source order.
 pub fn analyze_parsed(parsed: &Parsed) -> Analysis {
-    let mut analysis = check::check(&parsed.file);
+    analyze_checked(parsed, check::check(&parsed.file))
+}
+
+/// The checker's analysis of `parsed` with the parser's findings merged in.
+fn analyze_checked(parsed: &Parsed, mut analysis: Analysis) -> Analysis {
     if !parsed.diagnostics.is_empty() {
         // A control character already reported (E0007) also breaks the item or
         // statement around it; that second finding would only repeat the first.

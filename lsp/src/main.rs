@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use mcpolicy_lsp::{Exit, run, transport};
+use mcpolicy_lsp::{Exit, transport};
 
 /// `--help`'s text.
 const HELP: &str = "\
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
 
 fn serve() -> ExitCode {
     let (connection, writer) = transport::stdio();
-    let outcome = run(&connection);
+    let outcome = mcpolicy_lsp::main_loop::run_stdio(&connection);
     drop(connection); // closes the writer's channel so that it can finish
     let flushed = writer.join();
     match (outcome, flushed) {

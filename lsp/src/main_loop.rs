@@ -15,12 +15,22 @@
 //! function with no query inside it, so an edit that arrives during it waits
 //! for it to end (a few milliseconds for 10,000 lines, ~30 ms for 100,000).
 //!
-//! Workers never write to the client: they send their result back here, and
-//! the loop publishes it only if the document still has the generation the
-//! check was made for (every open, change and save makes a new one). So a
+//! The worker publishes a check's diagnostics itself, so that typing
+//! latency does not include the requests this thread answers meanwhile (an
+//! editor asks for symbols, tokens, folding and hints after each edit), but
+//! only if the document still has the generation the check was made for
+//! (every open, change and save makes a new one): it publishes holding the
+//! document's gate (`World`), which this thread sets to the new generation
+//! before it changes the text and to 0 when it closes the document. So a
 //! diagnostics notification always carries the version it was computed
-//! for, and never one older than a version already published. A check
-//! cancelled by an edit to another document is started again.
+//! for, and never one older than a version already published, nor follows
+//! the empty list of a close. The outcome comes back here for the
+//! bookkeeping. A check cancelled by an edit to another document is
+//! started again. A client that pulls diagnostics
+//! (`textDocument/diagnostic`) is pushed none.
+//!
+//! A request after an edit starts the edit's check first, so the worker
+//! checks while this thread answers.
 //!
 //! A check that panics (a bug in the checker, never the user's text) is
 //! not published as an empty list, which would look like a clean file: the
@@ -52,17 +62,19 @@ use lsp_types::notification::{
     DidSaveTextDocument, LogMessage, Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentHighlightRequest, DocumentSymbolRequest,
-    FoldingRangeRequest, Formatting, GotoDefinition, HoverRequest, InlayHintRequest,
-    PrepareRenameRequest, RangeFormatting, References, Rename, Request as _, SelectionRangeRequest,
-    SemanticTokensFullRequest, WorkspaceSymbolRequest,
+    CodeActionRequest, Completion, DocumentDiagnosticRequest, DocumentHighlightRequest,
+    DocumentSymbolRequest, FoldingRangeRequest, Formatting, GotoDefinition, HoverRequest,
+    InlayHintRequest, PrepareRenameRequest, RangeFormatting, References, Rename, Request as _,
+    SelectionRangeRequest, SemanticTokensFullDeltaRequest, SemanticTokensFullRequest,
+    SemanticTokensRangeRequest, WorkspaceSymbolRequest,
 };
 use lsp_types::{
     CodeActionKind, CodeActionOptions, CodeActionProviderCapability, CompletionOptions,
-    FoldingRangeProviderCapability, InitializeParams, LogMessageParams, MessageType, OneOf,
-    PositionEncodingKind, PublishDiagnosticsParams, RenameOptions, SaveOptions,
-    SemanticTokensFullOptions, SemanticTokensOptions, SemanticTokensServerCapabilities,
-    ServerCapabilities, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    DiagnosticOptions, DiagnosticServerCapabilities, FoldingRangeProviderCapability,
+    InitializeParams, LogMessageParams, MessageType, OneOf, PositionEncodingKind,
+    PublishDiagnosticsParams, RenameOptions, SaveOptions, SemanticTokensFullOptions,
+    SemanticTokensOptions, SemanticTokensServerCapabilities, ServerCapabilities,
+    TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
     TextDocumentSyncSaveOptions, Uri,
 };
 use mcpolicy_compiler::db::Database;
@@ -144,11 +156,17 @@ pub fn capabilities(encoding: Encoding) -> ServerCapabilities {
             ..CodeActionOptions::default()
         })),
         inlay_hint_provider: Some(OneOf::Left(true)),
+        diagnostic_provider: Some(DiagnosticServerCapabilities::Options(DiagnosticOptions {
+            identifier: Some("mcpolicy".to_owned()),
+            inter_file_dependencies: false,
+            workspace_diagnostics: false,
+            work_done_progress_options: Default::default(),
+        })),
         semantic_tokens_provider: Some(SemanticTokensServerCapabilities::SemanticTokensOptions(
             SemanticTokensOptions {
                 legend: handlers::semantic_tokens::legend(),
-                full: Some(SemanticTokensFullOptions::Bool(true)),
-                range: None,
+                full: Some(SemanticTokensFullOptions::Delta { delta: Some(true) }),
+                range: Some(true),
                 ..SemanticTokensOptions::default()
             },
         )),
@@ -201,8 +219,19 @@ pub fn run(connection: &Connection) -> Result<Exit, Error> {
     run_with(connection, Hooks::default())
 }
 
+/// [`run`] on a connection made by [`crate::transport::stdio`]: results
+/// and diagnostics go to its writer as JSON text
+/// ([`crate::transport::raw_json`]), never through a `serde_json::Value`.
+pub fn run_stdio(connection: &Connection) -> Result<Exit, Error> {
+    serve(connection, Hooks::default(), true)
+}
+
 /// [`run`] with [`Hooks`].
 pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
+    serve(connection, hooks, false)
+}
+
+fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, Error> {
     record_panic_locations();
     // Most often someone ran the binary by hand: say what it expects.
     let (id, params) = connection.initialize_start().map_err(|e| {
@@ -241,7 +270,20 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
             format!("initializationOptions: {why}"),
         )?;
     }
-    let mut checks = Checks::new(hooks);
+    world.raw_json = raw_json;
+    // A client that pulls diagnostics is not pushed them too.
+    world.pull_diagnostics = params
+        .capabilities
+        .text_document
+        .as_ref()
+        .is_some_and(|t| t.diagnostic.is_some());
+    let mut checks = Checks::new(
+        hooks,
+        Publisher {
+            sender: connection.sender.clone(),
+            raw_json,
+        },
+    );
     let outcome = main_loop(connection, &mut world, &mut checks);
     // Ends the worker once its queue is empty; cancels the checks still
     // running or queued and waits until they let go of the database.
@@ -257,12 +299,15 @@ struct Checked {
     version: i32,
     generation: u64,
     findings: Findings,
+    /// Whether the worker published them: the document still had the
+    /// generation the check was made for.
+    published: bool,
 }
 
 /// What a check found.
 enum Findings {
     /// The document's diagnostics.
-    Done(Vec<lsp_types::Diagnostic>),
+    Done,
     /// Salsa cancelled the check: a newer edit is waiting.
     Cancelled,
     /// The check panicked: the panic's message and location.
@@ -278,6 +323,40 @@ struct Checks {
     jobs: Option<Sender<CheckJob>>,
     sender: Sender<Checked>,
     receiver: Receiver<Checked>,
+    publisher: Publisher,
+}
+
+/// Sends `publishDiagnostics` to the client, from the main loop or from
+/// the check worker.
+#[derive(Clone)]
+struct Publisher {
+    sender: Sender<Message>,
+    raw_json: bool,
+}
+
+impl Publisher {
+    fn publish(
+        &self,
+        uri: Uri,
+        version: Option<i32>,
+        diagnostics: Vec<lsp_types::Diagnostic>,
+    ) -> Result<(), Error> {
+        let params = PublishDiagnosticsParams {
+            uri,
+            diagnostics,
+            version,
+        };
+        let params = if self.raw_json {
+            crate::transport::raw_json(&params)?
+        } else {
+            serde_json::to_value(&params)?
+        };
+        self.sender.send(Message::Notification(Notification {
+            method: PublishDiagnostics::METHOD.to_owned(),
+            params,
+        }))?;
+        Ok(())
+    }
 }
 
 impl Checks {
@@ -285,11 +364,12 @@ impl Checks {
     /// a sleeping thread woken by a channel is scheduled sooner than a new
     /// one, and the allocator keeps one arena for it instead of a fresh one
     /// per check.
-    fn new(hooks: Hooks) -> Self {
+    fn new(hooks: Hooks, publisher: Publisher) -> Self {
         let (sender, receiver) = unbounded();
         let (jobs, queue) = unbounded::<CheckJob>();
         let results = sender.clone();
         let hook = hooks.before_check.clone();
+        let worker_publisher = publisher.clone();
         let worker = std::thread::Builder::new()
             .name("mcpolicy-check".to_owned())
             .spawn(move || {
@@ -298,7 +378,7 @@ impl Checks {
                 // thread waiting to set an input is never kept waiting on
                 // a queue.
                 for job in queue {
-                    check(job, hook.as_deref(), &results);
+                    check(job, hook.as_deref(), &results, &worker_publisher);
                 }
             });
         Checks {
@@ -307,12 +387,16 @@ impl Checks {
             jobs: worker.is_ok().then_some(jobs),
             sender,
             receiver,
+            publisher,
         }
     }
 
     /// Starts a check for every document whose current generation has no
     /// diagnostics published and no check running.
     fn start(&mut self, world: &World) {
+        if world.pull_diagnostics {
+            return;
+        }
         for (key, generation) in world.unpublished() {
             if self.in_flight.get(&key) == Some(&generation) {
                 continue;
@@ -327,75 +411,74 @@ impl Checks {
             };
             if let Some(job) = unsent {
                 // No worker: check on this thread, uncancellable.
-                check(job, self.hooks.before_check.as_deref(), &self.sender);
+                check(
+                    job,
+                    self.hooks.before_check.as_deref(),
+                    &self.sender,
+                    &self.publisher,
+                );
             }
         }
     }
 
-    /// Publishes a check's result if its document has not changed since.
-    fn finish(
-        &mut self,
-        connection: &Connection,
-        world: &mut World,
-        checked: Checked,
-    ) -> Result<(), Error> {
+    /// Takes note of the checks that have ended.
+    fn drain(&mut self, world: &mut World) {
+        while let Ok(checked) = self.receiver.try_recv() {
+            self.finish(world, checked);
+        }
+    }
+
+    /// Takes note of a check's outcome (the worker published its findings
+    /// if the document had not changed since); logs a crash.
+    fn finish(&mut self, world: &mut World, checked: Checked) {
         if self.in_flight.get(&checked.key) == Some(&checked.generation) {
             self.in_flight.remove(&checked.key);
         }
         let current = world.is_current(&checked.key, checked.generation);
         let outcome = match checked.findings {
             Findings::Cancelled => CheckOutcome::Cancelled,
-            Findings::Crashed(why) => {
-                // Logged even when superseded: a crash is a bug to report
-                // whichever version it hit.
-                log(
-                    connection,
-                    MessageType::ERROR,
-                    format!(
-                        "the checker crashed on {} (version {}): {why}",
-                        checked.uri.as_str(),
-                        checked.version
-                    ),
-                )?;
-                if current {
+            // Logged by the worker, before it published the crash.
+            Findings::Crashed(_) => {
+                if checked.published {
                     // Marked published, so that the same text is not
                     // checked (and crashed on) again until it changes.
-                    world.mark_published(&checked.key, checked.generation);
-                    publish(
-                        connection,
-                        checked.uri.clone(),
-                        Some(checked.version),
-                        vec![crate::diagnostics::crashed(&why)],
-                    )?;
+                    if current {
+                        world.mark_published(&checked.key, checked.generation);
+                    }
                     CheckOutcome::Crashed
                 } else {
                     CheckOutcome::Superseded
                 }
             }
-            Findings::Done(_) if !current => CheckOutcome::Superseded,
-            Findings::Done(diagnostics) => {
-                world.mark_published(&checked.key, checked.generation);
-                publish(
-                    connection,
-                    checked.uri.clone(),
-                    Some(checked.version),
-                    diagnostics,
-                )?;
+            Findings::Done if !checked.published => CheckOutcome::Superseded,
+            Findings::Done => {
+                if current {
+                    world.mark_published(&checked.key, checked.generation);
+                }
                 CheckOutcome::Published
             }
         };
         if let Some(hook) = &self.hooks.check_done {
             hook(&checked.uri, checked.version, outcome);
         }
-        Ok(())
     }
 }
 
-/// Computes a document's diagnostics over the job's clone of the database
-/// and sends them to the main loop: `Cancelled` when a newer edit set an
-/// input meanwhile; a panic in the checker is reported as `Crashed`, never
-/// as no findings, and does not end the server.
-fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>) {
+/// Computes a document's diagnostics over the job's clone of the database,
+/// publishes them if the document still has the generation checked (under
+/// its gate, see `World`), and tells the main loop: `Cancelled` when a
+/// newer edit set an input meanwhile; a panic in the checker is published
+/// as `Crashed`, never as no findings, and does not end the server.
+///
+/// Published here rather than by the main loop, so that typing latency
+/// does not include the requests the main loop answers meanwhile (an
+/// editor asks for symbols, tokens, folding and hints after each edit).
+fn check(
+    job: CheckJob,
+    before: Option<&BeforeCheck>,
+    results: &Sender<Checked>,
+    publisher: &Publisher,
+) {
     forget_panic_location();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         Cancelled::catch(AssertUnwindSafe(|| {
@@ -409,17 +492,53 @@ fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>)
             diagnostics
         }))
     }));
-    let findings = match outcome {
-        Ok(Ok(diagnostics)) => Findings::Done(diagnostics),
+    let (findings, diagnostics) = match outcome {
+        Ok(Ok(diagnostics)) => (Findings::Done, Some(diagnostics)),
         // Another thread panicked in a query this check waited on: the
         // checker crashed, only not here.
-        Ok(Err(cancelled @ Cancelled::PropagatedPanic)) => Findings::Crashed(cancelled.to_string()),
-        Ok(Err(_)) => Findings::Cancelled,
-        Err(payload) => Findings::Crashed(panic_report(payload.as_ref())),
+        Ok(Err(cancelled @ Cancelled::PropagatedPanic)) => {
+            let why = cancelled.to_string();
+            let crash = vec![crate::diagnostics::crashed(&why)];
+            (Findings::Crashed(why), Some(crash))
+        }
+        Ok(Err(_)) => (Findings::Cancelled, None),
+        Err(payload) => {
+            let why = panic_report(payload.as_ref());
+            let crash = vec![crate::diagnostics::crashed(&why)];
+            (Findings::Crashed(why), Some(crash))
+        }
     };
     let CheckJob {
         key, db, document, ..
     } = job;
+    if let Findings::Crashed(why) = &findings {
+        // Logged even when superseded: a crash is a bug to report whichever
+        // version it hit. Before the publication, so that a client reading
+        // the crash finds its log line already there. Fails only when the
+        // session has ended.
+        let _ = log_to(
+            &publisher.sender,
+            MessageType::ERROR,
+            format!(
+                "the checker crashed on {} (version {}): {why}",
+                document.uri.as_str(),
+                document.version
+            ),
+        );
+    }
+    let mut published = false;
+    if let Some(diagnostics) = diagnostics {
+        let gate = document
+            .gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *gate == document.generation {
+            // Fails only when the session has ended.
+            published = publisher
+                .publish(document.uri.clone(), Some(document.version), diagnostics)
+                .is_ok();
+        }
+    }
     // Sent while the clone is still held: a main thread waiting to set an
     // input resumes only after this result is queued, so results reach the
     // loop in the order the edits cancelled them. The receiver is gone only
@@ -430,6 +549,7 @@ fn check(job: CheckJob, before: Option<&BeforeCheck>, results: &Sender<Checked>)
         version: document.version,
         generation: document.generation,
         findings,
+        published,
     });
     drop(db);
 }
@@ -448,7 +568,7 @@ fn main_loop(
             },
             recv(checks.receiver) -> checked => {
                 if let Ok(checked) = checked {
-                    checks.finish(connection, world, checked)?;
+                    checks.finish(world, checked);
                 }
                 checks.start(world);
                 continue;
@@ -457,9 +577,18 @@ fn main_loop(
         let batch: Vec<Message> = std::iter::once(first)
             .chain(connection.receiver.try_iter())
             .collect();
+        // Whether a notification since the last `start` may have changed a
+        // document: a request after it starts the check first, so that the
+        // worker checks while this thread answers (an editor asks for
+        // symbols, tokens, folding and hints right after each edit).
+        let mut edited = false;
         for message in batch {
             match message {
                 Message::Request(request) => {
+                    if edited {
+                        checks.start(world);
+                        edited = false;
+                    }
                     let response = if shutdown {
                         error(
                             request.id,
@@ -473,6 +602,9 @@ fn main_loop(
                         dispatch(connection, world, request)
                     };
                     connection.sender.send(Message::Response(response))?;
+                    // The outcome of a check that ended while this request
+                    // was answered (its worker published it).
+                    checks.drain(world);
                 }
                 Message::Notification(notification) => {
                     if notification.method == "exit" {
@@ -480,6 +612,7 @@ fn main_loop(
                     }
                     if !shutdown {
                         notify(connection, world, notification)?;
+                        edited = true;
                     }
                 }
                 Message::Response(_) => {}
@@ -517,7 +650,7 @@ where
     };
     forget_panic_location();
     match catch_unwind(AssertUnwindSafe(|| handler(world, params))) {
-        Ok(Ok(result)) => match serde_json::to_value(result) {
+        Ok(Ok(result)) => match to_json(world, &result) {
             Ok(value) => Response::new_ok(request.id, value),
             Err(e) => error(request.id, ErrorCode::InternalError, e.to_string()),
         },
@@ -565,7 +698,14 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         SelectionRangeRequest::METHOD => respond(c, world, request, selection_range::handle),
         CodeActionRequest::METHOD => respond(c, world, request, code_action::handle),
         InlayHintRequest::METHOD => respond(c, world, request, inlay_hint::handle),
+        DocumentDiagnosticRequest::METHOD => respond(c, world, request, diagnostic::handle),
         SemanticTokensFullRequest::METHOD => respond(c, world, request, semantic_tokens::handle),
+        SemanticTokensFullDeltaRequest::METHOD => {
+            respond(c, world, request, semantic_tokens::delta_handle)
+        }
+        SemanticTokensRangeRequest::METHOD => {
+            respond(c, world, request, semantic_tokens::range_handle)
+        }
         _ => error(
             request.id,
             ErrorCode::MethodNotFound,
@@ -621,7 +761,7 @@ fn notify(
         _ => Ok(None),
     }));
     match outcome {
-        Ok(Ok(Some(closed))) => publish(connection, closed, None, Vec::new())?,
+        Ok(Ok(Some(closed))) => publish(connection, world, closed, None, Vec::new())?,
         Ok(Ok(None)) => {}
         Ok(Err(warning)) => log(connection, MessageType::WARNING, warning)?,
         Err(payload) => log(
@@ -636,13 +776,16 @@ fn notify(
 /// Writes a line to the client's log (`window/logMessage`) and to stderr,
 /// which editors also keep, for a session whose messages are lost.
 fn log(connection: &Connection, typ: MessageType, message: String) -> Result<(), Error> {
+    log_to(&connection.sender, typ, message)
+}
+
+/// [`log`] through a sender of the connection (the check worker has one).
+fn log_to(sender: &Sender<Message>, typ: MessageType, message: String) -> Result<(), Error> {
     eprintln!("mcpolicy-lsp: {message}");
-    connection
-        .sender
-        .send(Message::Notification(Notification::new(
-            LogMessage::METHOD.to_owned(),
-            LogMessageParams { typ, message },
-        )))?;
+    sender.send(Message::Notification(Notification::new(
+        LogMessage::METHOD.to_owned(),
+        LogMessageParams { typ, message },
+    )))?;
     Ok(())
 }
 
@@ -697,22 +840,26 @@ fn panic_report(payload: &(dyn Any + Send)) -> String {
     }
 }
 
+/// A result or params as the connection carries them: JSON text for the
+/// stdio writer, a `Value` for any other connection.
+fn to_json<T: Serialize>(world: &World, value: &T) -> serde_json::Result<serde_json::Value> {
+    if world.raw_json {
+        crate::transport::raw_json(value)
+    } else {
+        serde_json::to_value(value)
+    }
+}
+
 fn publish(
     connection: &Connection,
+    world: &World,
     uri: Uri,
     version: Option<i32>,
     diagnostics: Vec<lsp_types::Diagnostic>,
 ) -> Result<(), Error> {
-    let params = PublishDiagnosticsParams {
-        uri,
-        diagnostics,
-        version,
+    let publisher = Publisher {
+        sender: connection.sender.clone(),
+        raw_json: world.raw_json,
     };
-    connection
-        .sender
-        .send(Message::Notification(Notification::new(
-            PublishDiagnostics::METHOD.to_owned(),
-            params,
-        )))?;
-    Ok(())
+    publisher.publish(uri, version, diagnostics)
 }

@@ -84,9 +84,70 @@ pub fn stdio() -> (Connection, Writer) {
 
 fn write_loop(receiver: &Receiver<Message>) -> io::Result<()> {
     for message in receiver {
-        message.write(&mut io::stdout().lock())?;
+        match raw_frame(&message) {
+            Some((head, raw)) => {
+                // Written in parts: the raw text is not copied again.
+                let mut out = io::stdout().lock();
+                let length = head.len() + raw.len() + 1;
+                write!(out, "Content-Length: {length}\r\n\r\n{head}")?;
+                out.write_all(raw.as_bytes())?;
+                out.write_all(b"}")?;
+                out.flush()?;
+            }
+            None => message.write(&mut io::stdout().lock())?,
+        }
     }
     Ok(())
+}
+
+/// Marks a result or params already serialised to JSON text, carried in a
+/// `Value::String` (see [`raw_json`]). No result or params the server
+/// sends is a string, let alone one starting with a NUL.
+const RAW_JSON: &str = "\u{0}mcpolicy-lsp raw JSON\u{0}";
+
+/// `value` serialised straight to JSON text, wrapped for this transport's
+/// writer, which writes the text as the message's result or params.
+/// lsp-server's `Message` holds a `serde_json::Value`; building that tree
+/// for a large answer (the outline or the semantic tokens of a 10,000-line
+/// policy, thousands of findings) cost far more than the answer itself,
+/// most of it allocating and freeing maps. Only for a connection made by
+/// [`stdio`]: any other receiver would see the wrapper.
+pub fn raw_json<T: serde::Serialize>(value: &T) -> serde_json::Result<Value> {
+    let mut bytes = RAW_JSON.as_bytes().to_vec();
+    serde_json::to_writer(&mut bytes, value)?;
+    // serde_json writes UTF-8, and the marker is UTF-8.
+    String::from_utf8(bytes)
+        .map(Value::String)
+        .map_err(|e| serde::ser::Error::custom(e.to_string()))
+}
+
+/// The body of a message whose result or params [`raw_json`] wrapped, in
+/// two parts: what comes before the raw JSON, with the members in
+/// lsp-server's order, and the raw JSON (a `}` closes it). `None` for any
+/// other message.
+fn raw_frame(message: &Message) -> Option<(String, &str)> {
+    fn raw(value: &Value) -> Option<&str> {
+        match value {
+            Value::String(s) => s.strip_prefix(RAW_JSON),
+            _ => None,
+        }
+    }
+    match message {
+        Message::Response(response) => {
+            let result = raw(response.response_result.as_ref().ok()?)?;
+            let id = serde_json::to_string(&response.id).ok()?;
+            Some((format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#), result))
+        }
+        Message::Notification(notification) => {
+            let params = raw(&notification.params)?;
+            let method = serde_json::to_string(&notification.method).ok()?;
+            Some((
+                format!(r#"{{"jsonrpc":"2.0","method":{method},"params":"#),
+                params,
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Writes a frame the `Message` type cannot express (an error with a null

@@ -7,17 +7,31 @@
 //! reuses one); diagnostics are published only for a document's current
 //! generation (`main_loop.rs`).
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use lsp_server::{ErrorCode, ResponseError};
-use lsp_types::{Position, Range, TextDocumentContentChangeEvent, Uri};
+use lsp_types::{Position, Range, SemanticToken, TextDocumentContentChangeEvent, Uri};
 use mcpolicy_compiler::db::{Database, SourceText};
 use mcpolicy_compiler::line_index::{Encoding, LineColumn, LineIndex};
 use mcpolicy_compiler::syntax::Span;
 use salsa::Setter;
 
 use crate::uri;
+
+/// A document's outline fragments, by a hash of the piece's text and the
+/// line it starts on.
+pub type Fragments = HashMap<(u64, u32), Fragment>;
+
+/// One piece's part of the outline, as sent.
+#[derive(Debug, Clone)]
+pub struct Fragment {
+    /// The piece's text (compared on a hit: the key is only a hash).
+    pub text: String,
+    /// Its symbols' JSON, comma-separated, without brackets.
+    pub json: String,
+}
 
 /// An open document.
 #[derive(Debug, Clone)]
@@ -30,8 +44,17 @@ pub struct Document {
     pub version: i32,
     /// Line starts of the current text (shared with checks in flight).
     pub index: Arc<LineIndex>,
+    /// Whether the current text is all ASCII: then a UTF-16 column is its
+    /// byte column, and positions need no counting (most policies are).
+    pub ascii: bool,
     /// Bumped by every open, change and save of this document.
     pub generation: u64,
+    /// The generation whose diagnostics may be published, shared with the
+    /// check worker, which publishes while holding it (0 once the document
+    /// is closed). Set before the text changes, so a check of an older
+    /// text is never published after a newer one, nor after the empty list
+    /// a close publishes.
+    pub gate: Arc<Mutex<u64>>,
     /// The generation whose diagnostics were last published.
     published: Option<u64>,
 }
@@ -49,6 +72,22 @@ pub struct World {
     pub client: crate::settings::ClientSupport,
     /// The last generation given to a document.
     generation: u64,
+    /// Whether results go out as JSON text (`transport::raw_json`): set
+    /// for the stdio transport, whose writer understands it.
+    pub raw_json: bool,
+    /// Whether the client pulls diagnostics (`textDocument/diagnostic`):
+    /// then none are pushed.
+    pub pull_diagnostics: bool,
+    /// The semantic tokens last sent for each document, by result id, for
+    /// `semanticTokens/full/delta`. Requests read the world through a
+    /// shared reference, on the main thread only.
+    semantic_tokens: RefCell<HashMap<String, (String, Vec<SemanticToken>)>>,
+    /// The outline of each document piece by piece, as last sent
+    /// (`handlers::document_symbol`): by a hash of the piece's text and
+    /// the line it starts on.
+    symbol_fragments: RefCell<HashMap<String, Fragments>>,
+    /// The last result id given (semantic tokens, pulled diagnostics).
+    result_id: Cell<u64>,
 }
 
 /// What a diagnostics check needs, owned, for a worker thread: a clone of
@@ -102,9 +141,19 @@ impl<'a> Snapshot<'a> {
         self.document.source.text(self.db)
     }
 
+    /// The encoding positions are counted in: UTF-8 for an ASCII text,
+    /// where both encodings give the same columns and UTF-8 counts nothing.
+    fn counting(&self) -> Encoding {
+        if self.document.ascii {
+            Encoding::Utf8
+        } else {
+            self.encoding
+        }
+    }
+
     /// A byte offset as a position (clamped to the text).
     pub fn position(&self, offset: usize) -> Position {
-        position(&self.document.index, self.text(), offset, self.encoding)
+        position(&self.document.index, self.text(), offset, self.counting())
     }
 
     /// A span as a range.
@@ -115,12 +164,12 @@ impl<'a> Snapshot<'a> {
     /// A position as a byte offset (clamped to the text, see
     /// [`LineIndex::offset`]).
     pub fn offset(&self, position: Position) -> usize {
-        offset(&self.document.index, self.text(), position, self.encoding)
+        offset(&self.document.index, self.text(), position, self.counting())
     }
 
     /// A range as a span (start and end ordered).
     pub fn span(&self, range: Range) -> Span {
-        span(&self.document.index, self.text(), range, self.encoding)
+        span(&self.document.index, self.text(), range, self.counting())
     }
 }
 
@@ -143,6 +192,15 @@ fn span(index: &LineIndex, text: &str, range: Range, encoding: Encoding) -> Span
     Span::new(a.min(b), a.max(b))
 }
 
+/// Lets a check of `generation` publish (0: none). Waits for a publication
+/// in progress.
+fn set_gate(gate: &Mutex<u64>, generation: u64) {
+    // A worker that panicked while holding the gate held only a number.
+    *gate
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = generation;
+}
+
 /// A count as an LSP `uinteger`, the largest one if it does not fit.
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -157,6 +215,11 @@ impl World {
             encoding,
             client: crate::settings::ClientSupport::default(),
             generation: 0,
+            raw_json: false,
+            pull_diagnostics: false,
+            semantic_tokens: RefCell::default(),
+            symbol_fragments: RefCell::default(),
+            result_id: Cell::new(0),
         }
     }
 
@@ -228,14 +291,17 @@ impl World {
     pub fn open(&mut self, uri: Uri, version: i32, text: String) {
         let key = uri::key(&uri);
         let index = Arc::new(LineIndex::new(&text));
+        let ascii = text.is_ascii();
         let generation = self.next_generation();
         match self.documents.get_mut(&key) {
             Some(document) => {
                 // Cancels checks in flight and waits until they let go of
                 // their clones of the database.
+                set_gate(&document.gate, generation);
                 document.source.set_text(&mut self.db).to(text);
                 document.version = version;
                 document.index = index;
+                document.ascii = ascii;
                 document.generation = generation;
             }
             None => {
@@ -247,7 +313,9 @@ impl World {
                         source,
                         version,
                         index,
+                        ascii,
                         generation,
+                        gate: Arc::new(Mutex::new(generation)),
                         published: None,
                     },
                 );
@@ -281,18 +349,70 @@ impl World {
             index = Arc::new(LineIndex::new(&text));
         }
         crate::fault::inject(&text, "an edit");
+        document.ascii = text.is_ascii();
         document.index = index;
         document.version = version;
         document.generation = generation;
+        set_gate(&document.gate, generation);
         // Cancels checks in flight (salsa unwinds them with `Cancelled` at
         // their next query) and waits until they drop their clones.
         document.source.set_text(&mut self.db).to(text);
         true
     }
 
-    /// Forgets a document.
+    /// Forgets a document. Its gate is closed: no check publishes for it
+    /// any more.
     pub fn close(&mut self, uri: &Uri) -> Option<Document> {
-        self.documents.remove(&uri::key(uri))
+        self.semantic_tokens.get_mut().remove(&uri::key(uri));
+        self.symbol_fragments.get_mut().remove(&uri::key(uri));
+        let document = self.documents.remove(&uri::key(uri))?;
+        set_gate(&document.gate, 0);
+        Some(document)
+    }
+
+    /// A new result id, never given before in this session.
+    pub fn next_result_id(&self) -> String {
+        let id = self.result_id.get() + 1;
+        self.result_id.set(id);
+        id.to_string()
+    }
+
+    /// Keeps `tokens` as the document's last semantic tokens; their new
+    /// result id.
+    pub fn keep_semantic_tokens(&self, uri: &Uri, tokens: Vec<SemanticToken>) -> String {
+        let id = self.next_result_id();
+        self.semantic_tokens
+            .borrow_mut()
+            .insert(uri::key(uri), (id.clone(), tokens));
+        id
+    }
+
+    /// Takes the outline fragments last kept for the document.
+    pub fn symbol_fragments(&self, uri: &Uri) -> Fragments {
+        self.symbol_fragments
+            .borrow_mut()
+            .remove(&uri::key(uri))
+            .unwrap_or_default()
+    }
+
+    /// Keeps the outline fragments of the document's latest outline (and
+    /// only those: a piece edited away is forgotten).
+    pub fn keep_symbol_fragments(&self, uri: &Uri, fragments: Fragments) {
+        self.symbol_fragments
+            .borrow_mut()
+            .insert(uri::key(uri), fragments);
+    }
+
+    /// Takes the document's last semantic tokens if their result id is
+    /// `result_id`.
+    pub fn semantic_tokens(&self, uri: &Uri, result_id: &str) -> Option<Vec<SemanticToken>> {
+        let mut kept = self.semantic_tokens.borrow_mut();
+        let key = uri::key(uri);
+        if kept.get(&key).is_some_and(|(id, _)| id == result_id) {
+            kept.remove(&key).map(|(_, tokens)| tokens)
+        } else {
+            None
+        }
     }
 
     /// Marks a document for diagnostics (on save).
@@ -300,6 +420,7 @@ impl World {
         let generation = self.next_generation();
         if let Some(document) = self.documents.get_mut(&uri::key(uri)) {
             document.generation = generation;
+            set_gate(&document.gate, generation);
         }
     }
 }

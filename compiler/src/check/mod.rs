@@ -56,8 +56,94 @@ pub struct Analysis {
 
 /// Checks a parsed file.
 pub fn check(file: &SourceFile) -> Analysis {
+    check_with(file, &check_block)
+}
+
+/// What the check of one `defaults` or `server` block reads from the rest
+/// of the file: the protocol revision and the names of the declared
+/// reasons. Nothing else: a block's findings are a function of its text and
+/// of this, so an editor can keep them per block (`db::block_checks`) and
+/// re-check only the block an edit touched.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlockContext {
+    /// The file's protocol revision.
+    pub protocol: ProtocolRevision,
+    /// The reasons the file declares, sorted.
+    pub declared: Vec<String>,
+}
+
+/// What checking one block found: the findings, what it states, and the
+/// reasons it names, for the file-level rules that read every block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockCheck {
+    diagnostics: Vec<Diagnostic>,
+    block: PartialBlock,
+    /// Each accepted `as NAME`: (statement, name, span of NAME), in order.
+    clauses: Vec<(Statement, String, Span)>,
+    /// Who produces each reason named (by name, sorted): by a budget, by
+    /// these other statements, and the spans of its `as` uses.
+    producers: Vec<(String, bool, Vec<Statement>, Vec<Span>)>,
+}
+
+impl Shift for BlockCheck {
+    fn shift(&mut self, by: usize) {
+        let BlockCheck {
+            diagnostics,
+            block: _,
+            clauses,
+            producers,
+        } = self;
+        diagnostics.shift(by);
+        for (_, _, span) in clauses {
+            span.shift(by);
+        }
+        for (_, _, _, uses) in producers {
+            uses.shift(by);
+        }
+    }
+}
+
+/// Checks one `defaults` (`is_server` false) or `server` block in
+/// `context`. Its `}` is not looked at: a missing one is a file-level
+/// finding (it depends on the items around it).
+pub fn check_block(block: &Block<Stmt>, is_server: bool, context: &BlockContext) -> BlockCheck {
+    let mut checker = Checker {
+        protocol: context.protocol,
+        declared: context
+            .declared
+            .iter()
+            .map(|name| (name.clone(), Span::default()))
+            .collect(),
+        ..Checker::default()
+    };
+    let block = checker.block(block, is_server);
+    let mut producers: Vec<(String, bool, Vec<Statement>, Vec<Span>)> = checker
+        .producers
+        .into_iter()
+        .map(|(name, p)| (name, p.by_budget, p.by_other, p.uses))
+        .collect();
+    producers.sort_by(|a, b| a.0.cmp(&b.0));
+    BlockCheck {
+        diagnostics: checker.diagnostics,
+        block,
+        clauses: checker
+            .clauses
+            .into_iter()
+            .map(|(_, statement, name, span)| (statement, name, span))
+            .collect(),
+        producers,
+    }
+}
+
+/// [`check`], with each block's check from `blocks` (given the block, with
+/// spans in the file, whether it is a server block, and the context): the
+/// same result as long as `blocks` gives what [`check_block`] would.
+pub fn check_with(
+    file: &SourceFile,
+    blocks: &dyn Fn(&Block<Stmt>, bool, &BlockContext) -> BlockCheck,
+) -> Analysis {
     let mut checker = Checker::default();
-    checker.run(file);
+    checker.run(file, blocks);
     let mut diagnostics = checker.diagnostics;
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end, d.code));
     suppress::apply(file, &mut diagnostics);
@@ -153,7 +239,11 @@ impl Checker {
         );
     }
 
-    fn run(&mut self, file: &SourceFile) {
+    fn run(
+        &mut self,
+        file: &SourceFile,
+        blocks: &dyn Fn(&Block<Stmt>, bool, &BlockContext) -> BlockCheck,
+    ) {
         self.find_nesting(&file.items);
         // Pass 1: the declarations everything else depends on.
         let mut firsts: HashMap<&'static str, Span> = HashMap::new();
@@ -321,14 +411,20 @@ impl Checker {
                 reason_props.push((decl, props));
             }
         }
+        let mut declared: Vec<String> = self.declared.keys().cloned().collect();
+        declared.sort_unstable();
+        let context = BlockContext {
+            protocol: self.protocol,
+            declared,
+        };
         if let Some(block) = defaults {
             self.current_block = 0;
-            self.model.defaults = self.block(block, false);
+            self.model.defaults = self.merge_block(block, blocks(block, false, &context));
         }
         servers::check_patterns(self, &servers);
         for (i, server) in servers.iter().enumerate() {
             self.current_block = 1 + i;
-            let block = self.block(&server.body, true);
+            let block = self.merge_block(&server.body, blocks(&server.body, true, &context));
             // The model holds the pattern in NFC, the form the runtime matches.
             self.model.servers.push((
                 mcpolicy_runtime::table::pattern::nfc(&server.pattern.value).into_owned(),
@@ -795,6 +891,34 @@ impl Checker {
         }
     }
 
+    /// Takes in a block's check as if the block had been checked here, in
+    /// file order: its findings, and its reason uses for the file-level
+    /// rules; then the file-level finding of a missing `}`.
+    fn merge_block(&mut self, block: &Block<Stmt>, checked: BlockCheck) -> PartialBlock {
+        self.diagnostics.extend(checked.diagnostics);
+        let current = self.current_block;
+        self.clauses.extend(
+            checked
+                .clauses
+                .into_iter()
+                .map(|(statement, name, span)| (current, statement, name, span)),
+        );
+        for (name, by_budget, by_other, uses) in checked.producers {
+            let entry = self.producers.entry(name).or_default();
+            entry.by_budget |= by_budget;
+            for statement in by_other {
+                if !entry.by_other.contains(&statement) {
+                    entry.by_other.push(statement);
+                }
+            }
+            entry.uses.extend(uses);
+        }
+        if block.close.is_none() {
+            self.unclosed(block.open, block.stmts.last().map(|s| s.span));
+        }
+        checked.block
+    }
+
     /// Checks a `defaults` or `server` block and returns what it states.
     /// Each statement is checked by the shape of its values and recorded as
     /// its declaration says (`statements.rs`). Only `sampling` is named
@@ -880,9 +1004,6 @@ impl Checker {
                     );
                 }
             }
-        }
-        if block.close.is_none() {
-            self.unclosed(block.open, block.stmts.last().map(|s| s.span));
         }
         out
     }

@@ -28,7 +28,7 @@ pub use structure::{
 };
 pub use symbols::{
     ReasonDef, ReasonRef, Symbol, SymbolIndex, SymbolKind, document_symbols, folding_ranges,
-    symbol_index,
+    outline, symbol_index,
 };
 
 use mcpolicy_runtime::table::EffectiveBlock;

@@ -82,12 +82,29 @@ impl SymbolIndex {
     }
 }
 
-/// The symbol index, recomputed only when the syntax tree changes.
+/// The symbol index, recomputed only when the syntax tree changes. One
+/// pass over the items, linear in the file.
 #[salsa::tracked(returns(ref))]
 pub fn symbol_index(db: &dyn salsa::Database, source: SourceText) -> SymbolIndex {
+    let text = source.text(db);
     let file = &parse_file(db, source).file;
     let mut index = SymbolIndex::default();
-    for item in &file.items {
+    index_items(text, &file.items, &mut index);
+    index
+}
+
+/// The outline of `items` parsed from `text` (spans relative to `text`):
+/// a whole file, or one piece of it (`db::file_pieces`, `db::parse_item`),
+/// which an editor can keep and re-send while the piece is unchanged.
+pub fn outline(text: &str, items: &[Item]) -> Vec<Symbol> {
+    let mut index = SymbolIndex::default();
+    index_items(text, items, &mut index);
+    index.outline
+}
+
+/// Adds the declarations, uses and outline entries of `items` to `index`.
+fn index_items(text: &str, items: &[Item], index: &mut SymbolIndex) {
+    for item in items {
         let setting = |name: &str, detail: String| Symbol {
             name: name.to_owned(),
             detail: Some(detail),
@@ -121,7 +138,7 @@ pub fn symbol_index(db: &dyn salsa::Database, source: SourceText) -> SymbolIndex
                         .stmts
                         .iter()
                         .filter(|s| !matches!(s.kind, ReasonStmtKind::Bad(_)))
-                        .map(|s| statement(s.kind.keyword(), s.keyword, s.span))
+                        .map(|s| statement(text, s.kind.keyword(), s.keyword, s.span))
                         .collect(),
                 });
             }
@@ -133,7 +150,7 @@ pub fn symbol_index(db: &dyn salsa::Database, source: SourceText) -> SymbolIndex
                     kind: SymbolKind::Defaults,
                     span: item.span,
                     selection: item.keyword,
-                    children: statements(block),
+                    children: statements(text, block),
                 });
             }
             ItemKind::Server(server) => {
@@ -144,19 +161,22 @@ pub fn symbol_index(db: &dyn salsa::Database, source: SourceText) -> SymbolIndex
                     kind: SymbolKind::Server,
                     span: item.span,
                     selection: server.pattern.span,
-                    children: statements(&server.body),
+                    children: statements(text, &server.body),
                 });
             }
             ItemKind::Bad(_) => {}
         }
     }
-    index
 }
 
-fn statement(keyword: &str, keyword_span: Span, span: Span) -> Symbol {
+/// A statement's entry: its keyword, and as detail its value as written
+/// (`4096`, `30 per 1m as acme.slow`), spaces between words made single.
+fn statement(text: &str, keyword: &str, keyword_span: Span, span: Span) -> Symbol {
+    let value = without_comment(text.get(keyword_span.end..span.end).unwrap_or_default());
+    let detail = value.split_whitespace().collect::<Vec<_>>().join(" ");
     Symbol {
         name: keyword.to_owned(),
-        detail: None,
+        detail: (!detail.is_empty()).then_some(detail),
         kind: SymbolKind::Statement,
         span,
         selection: keyword_span,
@@ -164,12 +184,27 @@ fn statement(keyword: &str, keyword_span: Span, span: Span) -> Symbol {
     }
 }
 
-fn statements(block: &Block<Stmt>) -> Vec<Symbol> {
+/// `value` up to a `#` comment (a `#` inside a string is not one).
+fn without_comment(value: &str) -> &str {
+    let (mut in_string, mut escaped) = (false, false);
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '#' if !in_string => return &value[..i],
+            _ => {}
+        }
+    }
+    value
+}
+
+fn statements(text: &str, block: &Block<Stmt>) -> Vec<Symbol> {
     block
         .stmts
         .iter()
         .filter(|s| !matches!(s.kind, StmtKind::Bad(_)))
-        .map(|s| statement(s.kind.keyword(), s.keyword, s.span))
+        .map(|s| statement(text, s.kind.keyword(), s.keyword, s.span))
         .collect()
 }
 

@@ -1,26 +1,110 @@
-//! `textDocument/documentSymbol`: servers, reasons, defaults and settings.
+//! `textDocument/documentSymbol`: servers, reasons, defaults and settings,
+//! each block with its statements (their values as detail).
+//!
+//! An editor asks for the outline after every edit, and on a large policy
+//! the answer is large (1.8 MB of JSON for 10,000 lines). So it is built
+//! piece by piece (`db::file_pieces`: the top-level items, cut where the
+//! incremental parse cuts them), and each piece's JSON is kept
+//! ([`World::symbol_fragments`]) under its text and the line it starts on:
+//! an edit that keeps the line count re-encodes only the piece it touched,
+//! and the answer is the kept pieces joined. Nothing is computed for the
+//! whole file but its cut.
 
-use lsp_types::{DocumentSymbol, DocumentSymbolParams, DocumentSymbolResponse, SymbolKind};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use lsp_types::{DocumentSymbol, DocumentSymbolParams, Position, Range, SymbolKind};
+use mcpolicy_compiler::db;
 use mcpolicy_compiler::ide::{self, Symbol};
+use mcpolicy_compiler::line_index::{Encoding, LineIndex};
+use mcpolicy_compiler::syntax::Span;
+use serde_json::value::RawValue;
 
 use super::Result;
-use crate::world::{Snapshot, World};
+use crate::world::{Fragment, Fragments, World};
 
-/// The outline.
-pub fn handle(
-    world: &World,
-    params: DocumentSymbolParams,
-) -> Result<Option<DocumentSymbolResponse>> {
-    let snapshot = world.snapshot(&params.text_document.uri)?;
-    let symbols = ide::document_symbols(snapshot.db, snapshot.document.source)
-        .iter()
-        .map(|s| convert(&snapshot, s))
-        .collect();
-    Ok(Some(DocumentSymbolResponse::Nested(symbols)))
+/// The outline, as the JSON of a `DocumentSymbol[]`.
+pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<RawValue>>> {
+    let uri = &params.text_document.uri;
+    let snapshot = world.snapshot(uri)?;
+    let pieces = db::file_pieces(snapshot.db, snapshot.document.source);
+    let mut kept = world.symbol_fragments(uri);
+    let mut now = Fragments::with_capacity(pieces.len());
+    let mut json = String::from("[");
+    for &(start, item) in pieces {
+        let text = item.text(snapshot.db);
+        let line = snapshot.position(start).line;
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
+        let key = (hasher.finish(), line);
+        let fragment = match kept.remove(&key) {
+            Some(fragment) if fragment.text == *text => fragment,
+            _ => {
+                let parsed = &db::parse_item(snapshot.db, item).parsed.file;
+                Fragment {
+                    text: text.clone(),
+                    json: encode(
+                        text,
+                        line,
+                        &ide::outline(text, &parsed.items),
+                        world.encoding,
+                    ),
+                }
+            }
+        };
+        if !fragment.json.is_empty() {
+            if json.len() > 1 {
+                json.push(',');
+            }
+            json.push_str(&fragment.json);
+        }
+        now.insert(key, fragment);
+    }
+    json.push(']');
+    world.keep_symbol_fragments(uri, now);
+    RawValue::from_string(json)
+        .map(Some)
+        .map_err(|e| lsp_server::ResponseError {
+            code: lsp_server::ErrorCode::InternalError as i32,
+            message: format!("the outline is not JSON: {e}"),
+            data: None,
+        })
+}
+
+/// The JSON of `symbols` (spans relative to `text`, a piece starting at
+/// the start of line `line`), comma-separated, without brackets.
+fn encode(text: &str, line: u32, symbols: &[Symbol], encoding: Encoding) -> String {
+    let index = LineIndex::new(text);
+    // An ASCII piece has the same columns in both encodings; UTF-8 counts
+    // none.
+    let encoding = if text.is_ascii() {
+        Encoding::Utf8
+    } else {
+        encoding
+    };
+    let position = |offset: usize| {
+        let at = index.line_column(text, offset, encoding);
+        Position::new(line.saturating_add(saturate(at.line)), saturate(at.column))
+    };
+    let range = |span: Span| Range::new(position(span.start), position(span.end));
+    let mut out = Vec::new();
+    for (i, symbol) in symbols.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // Serialising these types into a Vec does not fail.
+        let _ = serde_json::to_writer(&mut out, &convert(&range, symbol));
+    }
+    // serde_json writes UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// A count as an LSP `uinteger`, the largest one if it does not fit.
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[allow(deprecated)] // `deprecated` is a required field of the struct.
-fn convert(snapshot: &Snapshot<'_>, symbol: &Symbol) -> DocumentSymbol {
+fn convert(range: &dyn Fn(Span) -> Range, symbol: &Symbol) -> DocumentSymbol {
     DocumentSymbol {
         name: symbol.name.clone(),
         detail: symbol.detail.clone(),
@@ -33,14 +117,9 @@ fn convert(snapshot: &Snapshot<'_>, symbol: &Symbol) -> DocumentSymbol {
         },
         tags: None,
         deprecated: None,
-        range: snapshot.range(symbol.span),
-        selection_range: snapshot.range(symbol.selection),
-        children: (!symbol.children.is_empty()).then(|| {
-            symbol
-                .children
-                .iter()
-                .map(|c| convert(snapshot, c))
-                .collect()
-        }),
+        range: range(symbol.span),
+        selection_range: range(symbol.selection),
+        children: (!symbol.children.is_empty())
+            .then(|| symbol.children.iter().map(|c| convert(range, c)).collect()),
     }
 }

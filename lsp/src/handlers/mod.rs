@@ -3,6 +3,7 @@
 
 pub mod code_action;
 pub mod completion;
+pub mod diagnostic;
 pub mod did_change;
 pub mod did_change_configuration;
 pub mod did_close;

@@ -1,13 +1,24 @@
-//! `textDocument/semanticTokens/full`.
+//! `textDocument/semanticTokens/full`, `…/full/delta` and `…/range`.
+//!
+//! Each `full` or `full/delta` answer carries a result id, and the tokens it
+//! stands for are kept (the last ones per document, in
+//! [`World::semantic_tokens`]). A `full/delta` naming that id gets one edit:
+//! the tokens between the longest common prefix and suffix of the old and
+//! new lists. Tokens are encoded relative to the one before, so an edit
+//! changes only the tokens it touched and the first one after it, and the
+//! answer to a keystroke is a few tokens, not the file's tens of thousands.
 
 use lsp_types::{
-    SemanticToken, SemanticTokenModifier, SemanticTokenType, SemanticTokens, SemanticTokensLegend,
-    SemanticTokensParams, SemanticTokensResult,
+    SemanticToken, SemanticTokenModifier, SemanticTokenType, SemanticTokens, SemanticTokensDelta,
+    SemanticTokensDeltaParams, SemanticTokensEdit, SemanticTokensFullDeltaResult,
+    SemanticTokensLegend, SemanticTokensParams, SemanticTokensRangeParams,
+    SemanticTokensRangeResult, SemanticTokensResult,
 };
 use mcpolicy_compiler::ide::{self, TokenKind, TokenModifier};
+use mcpolicy_compiler::syntax::Span;
 
 use super::Result;
-use crate::world::World;
+use crate::world::{Snapshot, World};
 
 fn token_type(kind: TokenKind) -> SemanticTokenType {
     match kind {
@@ -31,12 +42,18 @@ pub fn legend() -> SemanticTokensLegend {
     }
 }
 
-/// Every token, delta-encoded in the negotiated position encoding.
-pub fn handle(world: &World, params: SemanticTokensParams) -> Result<Option<SemanticTokensResult>> {
-    let snapshot = world.snapshot(&params.text_document.uri)?;
+/// The tokens overlapping `range` (every token when `None`), each encoded
+/// relative to the one before it, the first relative to the document's
+/// start, in the negotiated position encoding.
+fn encode(snapshot: &Snapshot<'_>, range: Option<Span>) -> Vec<SemanticToken> {
     let mut data = Vec::new();
     let (mut line, mut character) = (0, 0);
     for (span, kind, modifier) in ide::semantic_tokens(snapshot.db, snapshot.document.source) {
+        if let Some(range) = range
+            && (span.end <= range.start || span.start >= range.end)
+        {
+            continue;
+        }
         let start = snapshot.position(span.start);
         let end = snapshot.position(span.end);
         if end.line != start.line {
@@ -57,8 +74,147 @@ pub fn handle(world: &World, params: SemanticTokensParams) -> Result<Option<Sema
         });
         (line, character) = (start.line, start.character);
     }
+    data
+}
+
+/// The one edit that turns `old` into `new` (in the protocol's units: five
+/// integers a token), or none when they are equal.
+pub fn delta(old: &[SemanticToken], new: &[SemanticToken]) -> Vec<SemanticTokensEdit> {
+    let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    let suffix = old[prefix..]
+        .iter()
+        .rev()
+        .zip(new[prefix..].iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let removed = old.len() - prefix - suffix;
+    let inserted = &new[prefix..new.len() - suffix];
+    if removed == 0 && inserted.is_empty() {
+        return Vec::new();
+    }
+    vec![SemanticTokensEdit {
+        start: saturate(prefix * 5),
+        delete_count: saturate(removed * 5),
+        data: (!inserted.is_empty()).then(|| inserted.to_vec()),
+    }]
+}
+
+/// A count as an LSP `uinteger`.
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Every token, with a result id for a later `full/delta`.
+pub fn handle(world: &World, params: SemanticTokensParams) -> Result<Option<SemanticTokensResult>> {
+    let snapshot = world.snapshot(&params.text_document.uri)?;
+    let data = encode(&snapshot, None);
+    let result_id = world.keep_semantic_tokens(&params.text_document.uri, data.clone());
     Ok(Some(SemanticTokensResult::Tokens(SemanticTokens {
-        result_id: None,
+        result_id: Some(result_id),
         data,
     })))
+}
+
+/// The change since the tokens of `previousResultId`, or every token when
+/// that result is no longer kept.
+pub fn delta_handle(
+    world: &World,
+    params: SemanticTokensDeltaParams,
+) -> Result<Option<SemanticTokensFullDeltaResult>> {
+    let uri = &params.text_document.uri;
+    let snapshot = world.snapshot(uri)?;
+    let data = encode(&snapshot, None);
+    let previous = world.semantic_tokens(uri, &params.previous_result_id);
+    let result_id = world.keep_semantic_tokens(uri, data.clone());
+    Ok(Some(match previous {
+        Some(old) => SemanticTokensFullDeltaResult::TokensDelta(SemanticTokensDelta {
+            result_id: Some(result_id),
+            edits: delta(&old, &data),
+        }),
+        None => SemanticTokensFullDeltaResult::Tokens(SemanticTokens {
+            result_id: Some(result_id),
+            data,
+        }),
+    }))
+}
+
+/// The tokens of a range (an editor asks for the visible lines first).
+pub fn range_handle(
+    world: &World,
+    params: SemanticTokensRangeParams,
+) -> Result<Option<SemanticTokensRangeResult>> {
+    let snapshot = world.snapshot(&params.text_document.uri)?;
+    let range = snapshot.span(params.range);
+    Ok(Some(SemanticTokensRangeResult::Tokens(SemanticTokens {
+        result_id: None,
+        data: encode(&snapshot, Some(range)),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn token(n: u32) -> SemanticToken {
+        SemanticToken {
+            delta_line: n % 3,
+            delta_start: n % 5,
+            length: 1 + n % 2,
+            token_type: n % 4,
+            token_modifiers_bitset: 0,
+        }
+    }
+
+    /// Applies edits as a client does: on the flat list of integers.
+    fn apply(old: &[SemanticToken], edits: &[SemanticTokensEdit]) -> Vec<u32> {
+        let mut flat: Vec<u32> = old
+            .iter()
+            .flat_map(|t| {
+                [
+                    t.delta_line,
+                    t.delta_start,
+                    t.length,
+                    t.token_type,
+                    t.token_modifiers_bitset,
+                ]
+            })
+            .collect();
+        for edit in edits.iter().rev() {
+            let start = edit.start as usize;
+            let end = start + edit.delete_count as usize;
+            let data: Vec<u32> = edit
+                .data
+                .iter()
+                .flatten()
+                .flat_map(|t| {
+                    [
+                        t.delta_line,
+                        t.delta_start,
+                        t.length,
+                        t.token_type,
+                        t.token_modifiers_bitset,
+                    ]
+                })
+                .collect();
+            flat.splice(start..end, data);
+        }
+        flat
+    }
+
+    proptest! {
+        /// The delta between any two token lists, applied to the first,
+        /// gives the second.
+        #[test]
+        fn delta_applied_gives_the_new_tokens(
+            old in prop::collection::vec(0u32..12, 0..60),
+            new in prop::collection::vec(0u32..12, 0..60),
+        ) {
+            let old: Vec<SemanticToken> = old.into_iter().map(token).collect();
+            let new: Vec<SemanticToken> = new.into_iter().map(token).collect();
+            let edits = delta(&old, &new);
+            prop_assert_eq!(apply(&old, &edits), apply(&new, &[]));
+            prop_assert!(edits.len() <= 1);
+        }
+    }
 }
