@@ -225,7 +225,9 @@ namespace (`acme.too_expensive`).",
 servers can tell built-in reasons from a policy's own.",
     E0407 Error "unknown placeholder in message" =>
 "Message templates may use `{server}`, `{reason}`, `{limit}`, `{window}`,
-`{resetsAt}`, `{retryAfter}` and `{deadline}`. Write `{{` and `}}` for literal braces.",
+`{resetsAt}`, `{retryAfter}` and `{deadline}`. Write `{{` and `}}` for literal braces:
+the runtime renders them as `{` and `}`, so `message \"{{server}}\"` shows `{server}`. A lone `}`
+and an unclosed `{` are refused too.",
     W0408 Warning "reason does not state its retryability" =>
 "A declared reason without `retryable` is not retryable (unknown retryability is
 `false`, the cheap direction to be wrong in). Say so explicitly.",
