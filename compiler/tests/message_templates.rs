@@ -83,7 +83,9 @@ fn check_and_render(text: &str) -> Result<String, Vec<Code>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    let table = db::lower_file(&db, source).clone().expect("a clean policy lowers");
+    let table = db::lower_file(&db, source)
+        .clone()
+        .expect("a clean policy lowers");
     let policy = mcpolicy_runtime::Policy::from_json(table.to_json().as_bytes())
         .expect("a lowered table verifies");
     let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
@@ -94,7 +96,11 @@ fn check_and_render(text: &str) -> Result<String, Vec<Code>> {
         "jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage",
         "params": {"messages": [], "maxTokens": 10},
     });
-    match engine.decide(SERVER, request.to_string().as_bytes(), &ClientContext::default()) {
+    match engine.decide(
+        SERVER,
+        request.to_string().as_bytes(),
+        &ClientContext::default(),
+    ) {
         Answer::Decided {
             decision: Decision::Deny(denial),
             ..
