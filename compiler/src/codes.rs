@@ -179,9 +179,10 @@ same request: a stored denial or approval of one answers the other.",
     E0301 Error "duplicate server block" =>
 "Two `server` blocks have the same pattern; the second can never apply. Merge them.",
     E0302 Error "unreachable server block" =>
-"Server blocks are tried in order and the first whose pattern matches wins. An
-earlier glob already matches every id this block's pattern matches, so this block
-can never apply. Move the more specific block above the glob.",
+"Server blocks are tried in order and the first whose pattern matches wins. The
+earlier blocks (one glob, or several globs and ids together) already match every id
+this block's pattern matches, so this block can never apply. Move the more specific
+block above the glob.",
     E0303 Error "empty server pattern" =>
 "A server pattern must name an id or a glob (`*` any run, `?` one character).",
     W0304 Warning "server pattern not in Unicode NFC" =>
