@@ -246,9 +246,9 @@ pub(crate) fn render_message(template: &str, values: &Placeholders<'_>) -> Strin
             rest = &brace[2..];
             continue;
         }
-        if brace.starts_with('}') {
+        if let Some(after) = brace.strip_prefix('}') {
             out.push('}');
-            rest = &brace[1..];
+            rest = after;
             continue;
         }
         let after = &brace[1..];
