@@ -179,9 +179,10 @@ same request: a stored denial or approval of one answers the other.",
     E0301 Error "duplicate server block" =>
 "Two `server` blocks have the same pattern; the second can never apply. Merge them.",
     E0302 Error "unreachable server block" =>
-"Server blocks are tried in order and the first whose pattern matches wins. An
-earlier glob already matches every id this block's pattern matches, so this block
-can never apply. Move the more specific block above the glob.",
+"Server blocks are tried in order and the first whose pattern matches wins. The
+earlier blocks (one glob, or several globs and ids together) already match every id
+this block's pattern matches, so this block can never apply. Move the more specific
+block above the glob.",
     E0303 Error "empty server pattern" =>
 "A server pattern must name an id or a glob (`*` any run, `?` one character).",
     W0304 Warning "server pattern not in Unicode NFC" =>
@@ -225,7 +226,9 @@ namespace (`acme.too_expensive`).",
 servers can tell built-in reasons from a policy's own.",
     E0407 Error "unknown placeholder in message" =>
 "Message templates may use `{server}`, `{reason}`, `{limit}`, `{window}`,
-`{resetsAt}`, `{retryAfter}` and `{deadline}`. Write `{{` and `}}` for literal braces.",
+`{resetsAt}`, `{retryAfter}` and `{deadline}`. Write `{{` and `}}` for literal braces:
+the runtime renders them as `{` and `}`, so `message \"{{server}}\"` shows `{server}`. A lone `}`
+and an unclosed `{` are refused too.",
     W0408 Warning "reason does not state its retryability" =>
 "A declared reason without `retryable` is not retryable (unknown retryability is
 `false`, the cheap direction to be wrong in). Say so explicitly.",

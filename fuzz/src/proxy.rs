@@ -23,44 +23,9 @@ use serde_json::{Value, json};
 
 use crate::bytes::Bytes;
 
-/// The policy every session runs: one server per behaviour.
-const POLICY: &str = r#"mcpolicy 1
-protocol 2025-11-25
-error_code -32010
-identity systemPrompt, messages, includeContext, modelPreferences
-
-defaults {
-  max_context thisServer
-  max_tokens 1000
-  consent never
-}
-
-server "off" {
-  sampling off
-}
-
-server "asks" {
-  consent always
-}
-
-server "first" {
-  consent first
-  budget 3 requests per day
-}
-
-server "slow" {
-  deadline 10ms
-}
-
-server "tight" {
-  max_tokens 10
-  max_context none
-  models "claude-*"
-  budget 200 tokens per 1h
-  rate 2 per 1m
-  tools off
-}
-"#;
+/// The policy every session runs: one server per behaviour, shared with
+/// the proxy's session tests.
+const POLICY: &str = include_str!("../../proxy/tests/fixtures/session.mcpolicy");
 
 const SERVERS: &[&str] = &["off", "asks", "first", "slow", "tight", "unknown"];
 

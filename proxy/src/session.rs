@@ -1588,39 +1588,9 @@ mod tests {
     use super::*;
     use mcpolicy_compiler::db::{self, Database, SourceText};
 
-    const POLICY: &str = r#"
-mcpolicy 1
-protocol 2025-11-25
-error_code -32010
-identity systemPrompt, messages, includeContext, modelPreferences
-
-defaults {
-  max_context thisServer
-  max_tokens 1000
-  consent never
-}
-
-server "off" {
-  sampling off
-}
-
-server "asks" {
-  consent always
-}
-
-server "slow" {
-  deadline 10ms
-}
-
-server "first" {
-  consent first
-}
-
-server "tight" {
-  consent always
-  budget 1 requests per day
-}
-"#;
+    /// One server per behaviour; the fuzz target (`fuzz/src/proxy.rs`)
+    /// runs the same policy.
+    const POLICY: &str = include_str!("../tests/fixtures/session.mcpolicy");
 
     use crate::capture::Captured as Buf;
 
@@ -2180,7 +2150,7 @@ server "tight" {
     /// Issue 11 item 1: only the MCP user rejection (-1) is a refusal.
     #[test]
     fn a_client_error_is_not_a_refusal() {
-        let rig = rig("tight");
+        let rig = rig("once");
         rig.session.from_server(sample(7, "hi").as_bytes());
         assert_eq!(rig.client.take().len(), 1);
         let failure = error_frame(7, -32603, "upstream LLM API timeout");

@@ -229,16 +229,31 @@ pub(crate) struct Placeholders<'a> {
     pub deadline: Option<String>,
 }
 
-/// Fills a message template. A placeholder with no value for this denial,
-/// and any unknown `{name}`, is left as written so the gap is visible.
+/// Fills a message template (`docs/spec/frames.md`, "Messages"). `{{` and
+/// `}}` are literal braces; `{name}` is a placeholder. A placeholder with no
+/// value for this denial, and any unknown `{name}`, is left as written so the
+/// gap is visible. The checker refuses a lone `}` and an unclosed `{`
+/// (`E0407`), but a table can be written by hand, so both are copied as
+/// written rather than refused here.
 pub(crate) fn render_message(template: &str, values: &Placeholders<'_>) -> String {
     let mut out = String::with_capacity(template.len() + 32);
     let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
+    while let Some(at) = rest.find(['{', '}']) {
+        out.push_str(&rest[..at]);
+        let brace = &rest[at..];
+        if brace.starts_with("{{") || brace.starts_with("}}") {
+            out.push_str(&brace[..1]);
+            rest = &brace[2..];
+            continue;
+        }
+        if let Some(after) = brace.strip_prefix('}') {
+            out.push('}');
+            rest = after;
+            continue;
+        }
+        let after = &brace[1..];
         let Some(close) = after.find('}') else {
-            out.push_str(&rest[open..]);
+            out.push_str(brace);
             return out;
         };
         let name = &after[..close];
@@ -507,6 +522,11 @@ mod tests {
         assert_eq!(
             render_message("{server} {reason} {retryAfter}s {resetsAt} {x} {", &values),
             "s r 7s {resetsAt} {x} {"
+        );
+        // Doubled braces are literal braces, never placeholders.
+        assert_eq!(
+            render_message("{{server}} is {server}; {{{reason}}} }}{{", &values),
+            "{server} is s; {r} }{"
         );
         assert_eq!(format_duration(86_400_000), "24h");
         assert_eq!(format_duration(7 * 86_400_000), "7d");

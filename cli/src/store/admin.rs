@@ -17,7 +17,8 @@ use crate::{emit, emit_err, fail};
 pub struct LsArgs {
     #[command(flatten)]
     common: Common,
-    /// Only this server's decisions.
+    /// Only this server's decisions (ids compare in Unicode NFC, as the proxy
+    /// keys them).
     #[arg(long, value_name = "ID")]
     server: Option<String>,
     /// Only decisions with this reason, e.g. `user.denied`.
@@ -62,7 +63,8 @@ pub struct ForgetArgs {
     /// Forget the decision of this request identity.
     #[arg(long, value_name = "IDENTITY", group = "selection")]
     identity: Option<String>,
-    /// Forget this server's decisions.
+    /// Forget this server's decisions (ids compare in Unicode NFC, as the
+    /// proxy keys them).
     #[arg(long, value_name = "ID", group = "selection")]
     server: Option<String>,
     /// Forget decisions with this reason, e.g. `user.denied`.
@@ -80,7 +82,8 @@ pub struct BudgetsArgs {
     /// The policy the proxy runs: its rate and budget statements are what is shown.
     #[arg(long, value_name = "POLICY")]
     policy: String,
-    /// Only this server [default: every server the store holds anything for].
+    /// Only this server, in Unicode NFC as the proxy keys it [default: every
+    /// server the store holds anything for].
     #[arg(long, value_name = "ID")]
     server: Option<String>,
 }
@@ -123,11 +126,18 @@ fn current_cell(current: Option<bool>) -> String {
     }
 }
 
+/// A `--server ID` as the store keys it: in NFC, as the engine and the proxy
+/// normalise every server id before deciding (`docs/spec/identity.md`), so
+/// `cafe\u{301}` typed on macOS finds the decisions of `caf\u{e9}`.
+fn server_key(server: Option<&str>) -> Option<String> {
+    server.map(|id| mcpolicy_runtime::table::pattern::nfc(id).into_owned())
+}
+
 pub fn ls(args: LsArgs) -> Result<ExitCode, ExitCode> {
     let ctx = Ctx::open(&args.common)?;
     let engine = args.policy.as_deref().map(|p| ctx.engine(p)).transpose()?;
     let filter = DecisionFilter {
-        server_id: args.server.clone(),
+        server_id: server_key(args.server.as_deref()),
         identity: None,
         reason: args.reason.clone(),
         verdict: args.verdict.map(Verdict::from),
@@ -300,7 +310,7 @@ fn fields(lines: &[Vec<String>]) -> String {
 pub fn forget(args: ForgetArgs) -> Result<ExitCode, ExitCode> {
     let ctx = Ctx::open(&args.common)?;
     let filter = DecisionFilter {
-        server_id: args.server.clone(),
+        server_id: server_key(args.server.as_deref()),
         identity: args.identity.clone(),
         reason: args.reason.clone(),
         verdict: None,
@@ -397,8 +407,8 @@ struct LimitRow {
 pub fn budgets(args: BudgetsArgs) -> Result<ExitCode, ExitCode> {
     let ctx = Ctx::open(&args.common)?;
     let engine = ctx.engine(&args.policy)?;
-    let servers = match &args.server {
-        Some(server) => vec![server.clone()],
+    let servers = match server_key(args.server.as_deref()) {
+        Some(server) => vec![server],
         None => ctx.store.servers().map_err(store_fail)?,
     };
     let mut per_server: Vec<(String, Vec<LimitRow>)> = Vec::new();

@@ -172,15 +172,7 @@ fn decide_step(
     let ctx = ClientContext::with_sampling_context(step.sampling_context);
     let mut observed = Map::new();
     let problem = |result: &mut CaseResult, note: String| {
-        result.failures.push(Failure {
-            step: step.label.clone(),
-            field: "run".to_owned(),
-            expected: None,
-            actual: None,
-            at: case_at.clone(),
-            note: Some(note),
-            detail: None,
-        });
+        result.failures.push(run_failure(step, case_at, note));
     };
     let (request, decision) = match engine.decide(&step.server, &step.bytes, &ctx) {
         Answer::Invalid(rejection) => {
@@ -221,9 +213,9 @@ fn decide_step(
     let mut approved = false;
     let grant = match decision {
         Decision::Deny(denial) => {
-            observed.insert("consent_asked".into(), false.into());
             denied(
                 &denial,
+                false,
                 step,
                 case_at,
                 request.id.as_ref(),
@@ -263,36 +255,37 @@ fn decide_step(
                     drop(pending);
                     return observed;
                 }
-                Some(true) => match pending.approve() {
-                    Ok(grant) => {
-                        approved = true;
-                        grant
+                Some(answer) => {
+                    // `Ok(grant)` for an approval, `Err(denial)` for a refusal.
+                    let resolved = if answer {
+                        pending.approve().map(Ok)
+                    } else {
+                        pending.refuse().map(Err)
+                    };
+                    match resolved {
+                        Ok(Ok(grant)) => {
+                            approved = true;
+                            grant
+                        }
+                        Ok(Err(denial)) => {
+                            denied(
+                                &denial,
+                                true,
+                                step,
+                                case_at,
+                                request.id.as_ref(),
+                                result,
+                                &mut observed,
+                            );
+                            return observed;
+                        }
+                        Err(error) => {
+                            problem(result, format!("resolving consent failed: {error}"));
+                            observed.insert("outcome".into(), "error".into());
+                            return observed;
+                        }
                     }
-                    Err(error) => {
-                        problem(result, format!("resolving consent failed: {error}"));
-                        observed.insert("outcome".into(), "error".into());
-                        return observed;
-                    }
-                },
-                Some(false) => match pending.refuse() {
-                    Ok(denial) => {
-                        observed.insert("consent_asked".into(), true.into());
-                        denied(
-                            &denial,
-                            step,
-                            case_at,
-                            request.id.as_ref(),
-                            result,
-                            &mut observed,
-                        );
-                        return observed;
-                    }
-                    Err(error) => {
-                        problem(result, format!("resolving consent failed: {error}"));
-                        observed.insert("outcome".into(), "error".into());
-                        return observed;
-                    }
-                },
+                }
             }
         }
     };
@@ -357,31 +350,40 @@ fn decide_step(
     observed
 }
 
-/// A denial from `decide` or from the user's refusal: its fields, its
-/// reason, and a `deadline_missed` that cannot apply.
+/// A failure of the run itself (not of an expected field) at `step`.
+fn run_failure(step: &CaseStep, case_at: &Location, note: String) -> Failure {
+    Failure {
+        step: step.label.clone(),
+        field: "run".to_owned(),
+        expected: None,
+        actual: None,
+        at: case_at.clone(),
+        note: Some(note),
+        detail: None,
+    }
+}
+
+/// A denial from `decide` (`consent_asked` false) or from the user's
+/// refusal (true): whether consent was asked, its fields, its reason, and
+/// a `deadline_missed` that cannot apply.
 fn denied(
     denial: &Denial,
+    consent_asked: bool,
     step: &CaseStep,
     case_at: &Location,
     id: Option<&Value>,
     result: &mut CaseResult,
     observed: &mut Map<String, Value>,
 ) {
+    observed.insert("consent_asked".into(), consent_asked.into());
     deny_fields(denial, id, observed);
     result.reasons.push(denial.reason().to_owned());
     if step.deadline_missed {
-        result.failures.push(Failure {
-            step: step.label.clone(),
-            field: "run".to_owned(),
-            expected: None,
-            actual: None,
-            at: case_at.clone(),
-            note: Some(format!(
-                "`deadline_missed`: the request was denied ({}), so nothing was granted",
-                denial.reason()
-            )),
-            detail: None,
-        });
+        let note = format!(
+            "`deadline_missed`: the request was denied ({}), so nothing was granted",
+            denial.reason()
+        );
+        result.failures.push(run_failure(step, case_at, note));
     }
 }
 

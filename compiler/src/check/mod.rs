@@ -787,29 +787,51 @@ impl Checker {
         Some(props)
     }
 
+    /// Reads a message template the way the runtime renders it
+    /// (`docs/spec/frames.md`, "Messages"): `{{` and `}}` are literal braces,
+    /// `{name}` is a placeholder. An unknown name, a lone `}` and an unclosed
+    /// `{` are `E0407`: the runtime would copy them as written, which is never
+    /// what the author meant.
     fn placeholders(&mut self, message: &StringLit) {
-        let text = &message.value;
-        let mut rest = text.as_str();
-        let mut offset = 0;
-        while let Some(open) = rest.find('{') {
-            if rest[open..].starts_with("{{") {
-                offset += open + 2;
-                rest = &rest[open + 2..];
+        let text = message.value.as_str();
+        let mut pos = 0;
+        while let Some(found) = text[pos..].find(['{', '}']) {
+            let at = pos + found;
+            let brace = &text[at..];
+            if brace.starts_with("{{") || brace.starts_with("}}") {
+                pos = at + 2;
                 continue;
             }
-            let Some(close) = rest[open..].find('}') else {
-                break;
+            if brace.starts_with('}') {
+                let span = template_span(message, at, at + 1);
+                self.push(
+                    Diagnostic::new(
+                        Code::E0407,
+                        span,
+                        "lone `}` in message".to_owned(),
+                        "no `{` before it",
+                    )
+                    .help("write `}}` for a literal brace"),
+                );
+                pos = at + 1;
+                continue;
+            }
+            let Some(close) = brace.find('}') else {
+                let span = template_span(message, at, at + 1);
+                self.push(
+                    Diagnostic::new(
+                        Code::E0407,
+                        span,
+                        "unclosed `{` in message".to_owned(),
+                        "no `}` after it",
+                    )
+                    .help("close the placeholder, or write `{{` for a literal brace"),
+                );
+                return;
             };
-            let name = &rest[open + 1..open + close];
+            let name = &brace[1..close];
             if !builtin::PLACEHOLDERS.contains(&name) {
-                // The span is the literal; escapes can shift offsets, so point inside only when there are none.
-                let raw_len = message.span.len().saturating_sub(2);
-                let span = if raw_len == text.len() {
-                    let start = message.span.start + 1 + offset + open;
-                    Span::new(start, start + close + 1)
-                } else {
-                    message.span
-                };
+                let span = template_span(message, at, at + close + 1);
                 let mut d = Diagnostic::new(
                     Code::E0407,
                     span,
@@ -819,14 +841,13 @@ impl Checker {
                 d = match did_you_mean(name, builtin::PLACEHOLDERS.iter().copied()) {
                     Some(s) => d.help(format!("did you mean `{{{s}}}`?")),
                     None => d.help(format!(
-                        "placeholders are {}; write `{{{{` for a literal brace",
+                        "placeholders are {}; write `{{{{` and `}}}}` for literal braces",
                         list(builtin::PLACEHOLDERS)
                     )),
                 };
                 self.push(d);
             }
-            offset += open + close + 1;
-            rest = &rest[open + close + 1..];
+            pos = at + close + 1;
         }
     }
 
@@ -1296,4 +1317,17 @@ pub(crate) fn list(items: &[&str]) -> String {
 /// The reason table, for hovers and `mcpc explain`.
 pub fn reason_docs() -> BTreeMap<&'static str, &'static str> {
     builtin::ALL.iter().map(|b| (b.name, b.summary)).collect()
+}
+
+/// The span of `start..end` of a message's value. The literal's span
+/// covers the source text; escapes can shift offsets, so point inside
+/// only when there are none.
+fn template_span(message: &StringLit, start: usize, end: usize) -> Span {
+    let raw_len = message.span.len().saturating_sub(2);
+    if raw_len == message.value.len() {
+        let base = message.span.start + 1;
+        Span::new(base + start, base + end)
+    } else {
+        message.span
+    }
 }
