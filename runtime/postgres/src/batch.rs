@@ -1,0 +1,256 @@
+//! Group admission: the concurrent admissions of one server from this
+//! process's threads share one transaction (a leader/follower combiner).
+//!
+//! A request joins its server's queue. When no transaction is in flight for
+//! the server, the request's own thread becomes the leader: it takes what is
+//! queued at that moment (at most the batch cap, oldest first), runs them as
+//! one `admit_batch` call and one commit, hands every request its answer and
+//! wakes the waiters. Requests that arrive while the transaction is in flight
+//! wait in the queue and make the next batch. There is no timer: a lone
+//! request is a batch of one and runs at once.
+//!
+//! Nothing is answered before the commit: a request's answer is written only
+//! after the leader's `run` returned, and a failed transaction (the commit
+//! included) answers every request in it with the same error.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use mcpolicy_runtime::store::{Admission, LimitCheck, Millis, StoreError};
+
+/// One answer: the admission, or the error every request of the failed
+/// transaction gets.
+pub(crate) type Answer = Result<Admission, StoreError>;
+
+/// One queued admission.
+pub(crate) struct Request {
+    ticket: u64,
+    /// The admission's checks (never empty).
+    pub(crate) checks: Vec<LimitCheck>,
+    /// When it was made.
+    pub(crate) now: Millis,
+}
+
+/// One server's queue.
+#[derive(Default)]
+struct Lane {
+    queue: VecDeque<Request>,
+    /// A leader's transaction for this server is in flight.
+    busy: bool,
+    /// Answers not yet taken by their requester, by ticket.
+    done: HashMap<u64, Answer>,
+    /// Requests queued, in flight or answered but not yet returned: the lane
+    /// is dropped when none is left.
+    members: usize,
+}
+
+/// Every server's queue, under one lock (held only to queue, take a batch
+/// and hand out answers; never across a round trip).
+#[derive(Default)]
+pub(crate) struct Combiner {
+    lanes: Mutex<Lanes>,
+    answered: Condvar,
+    /// Requests that went in a transaction of two or more.
+    batched: AtomicU64,
+    /// Transactions of two or more requests.
+    batches: AtomicU64,
+}
+
+#[derive(Default)]
+struct Lanes {
+    by_server: HashMap<String, Lane>,
+    next_ticket: u64,
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner")
+            .field("batched", &self.batched.load(Ordering::Relaxed))
+            .field("batches", &self.batches.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// How much the combiner has grouped since the store was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Transactions that carried two or more admissions.
+    pub batches: u64,
+    /// Admissions that went in such a transaction.
+    pub batched: u64,
+}
+
+impl Combiner {
+    pub(crate) fn stats(&self) -> BatchStats {
+        BatchStats {
+            batches: self.batches.load(Ordering::Relaxed),
+            batched: self.batched.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Admits `checks` for `server` at `now` as part of a batch: `execute`
+    /// runs one batch (the requests in arrival order) and returns one
+    /// answer per request, or the error that fails them all.
+    pub(crate) fn admit(
+        &self,
+        server: &str,
+        checks: &[LimitCheck],
+        now: Millis,
+        cap: usize,
+        execute: &dyn Fn(&[Request]) -> Result<Vec<Admission>, StoreError>,
+    ) -> Answer {
+        let mut lanes = self.lanes.lock().map_err(|_| StoreError::Poisoned)?;
+        let ticket = lanes.next_ticket;
+        lanes.next_ticket = lanes.next_ticket.wrapping_add(1);
+        let lane = lanes.by_server.entry(server.to_owned()).or_default();
+        lane.members += 1;
+        lane.queue.push_back(Request {
+            ticket,
+            checks: checks.to_vec(),
+            now,
+        });
+        loop {
+            let Some(lane) = lanes.by_server.get_mut(server) else {
+                // Unreachable: a lane stays while it has members.
+                return Err(StoreError::Poisoned);
+            };
+            if let Some(answer) = lane.done.remove(&ticket) {
+                lane.members -= 1;
+                if lane.members == 0 {
+                    lanes.by_server.remove(server);
+                }
+                return answer;
+            }
+            if lane.busy {
+                lanes = self
+                    .answered
+                    .wait(lanes)
+                    .map_err(|_| StoreError::Poisoned)?;
+                continue;
+            }
+            // Lead: take what is queued now (this request among them unless
+            // more than the cap were ahead of it; it then leads again).
+            lane.busy = true;
+            let take = lane.queue.len().min(cap.max(1));
+            let batch: Vec<Request> = lane.queue.drain(..take).collect();
+            drop(lanes);
+            let mut guard = Leading {
+                combiner: self,
+                server,
+                tickets: batch.iter().map(|request| request.ticket).collect(),
+                answers: None,
+            };
+            let result = execute(&batch);
+            if batch.len() > 1 {
+                self.batches.fetch_add(1, Ordering::Relaxed);
+                self.batched
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            }
+            guard.answers = Some(result);
+            drop(guard);
+            lanes = self.lanes.lock().map_err(|_| StoreError::Poisoned)?;
+        }
+    }
+}
+
+/// A leader's batch: on drop (normally, or if `execute` panicked) every
+/// request of it is answered and the lane is free for the next leader.
+struct Leading<'a> {
+    combiner: &'a Combiner,
+    server: &'a str,
+    tickets: Vec<u64>,
+    answers: Option<Result<Vec<Admission>, StoreError>>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let answers: Vec<Answer> = match self.answers.take() {
+            Some(Ok(admissions)) if admissions.len() == self.tickets.len() => {
+                admissions.into_iter().map(Ok).collect()
+            }
+            Some(Ok(admissions)) => {
+                let error = StoreError::Backend {
+                    store: "postgres".to_owned(),
+                    detail: format!(
+                        "admit_batch answered {} of {} admissions",
+                        admissions.len(),
+                        self.tickets.len()
+                    ),
+                };
+                self.tickets.iter().map(|_| Err(duplicate(&error))).collect()
+            }
+            Some(Err(error)) => self.tickets.iter().map(|_| Err(duplicate(&error))).collect(),
+            None => self
+                .tickets
+                .iter()
+                .map(|_| Err(StoreError::Poisoned))
+                .collect(),
+        };
+        let mut lanes = match self.combiner.lanes.lock() {
+            Ok(lanes) => lanes,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(lane) = lanes.by_server.get_mut(self.server) {
+            lane.busy = false;
+            for (ticket, answer) in self.tickets.iter().zip(answers) {
+                lane.done.insert(*ticket, answer);
+            }
+        }
+        drop(lanes);
+        self.combiner.answered.notify_all();
+    }
+}
+
+/// The same error for every request of a failed transaction (`StoreError`
+/// is not `Clone`: it may hold an I/O error).
+pub(crate) fn duplicate(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable { store, detail } => StoreError::Unavailable {
+            store: store.clone(),
+            detail: detail.clone(),
+        },
+        StoreError::Backend { store, detail } => StoreError::Backend {
+            store: store.clone(),
+            detail: detail.clone(),
+        },
+        StoreError::BadRow { path, detail } => StoreError::BadRow {
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        StoreError::Corrupt { path, detail } => StoreError::Corrupt {
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        StoreError::ForeignSchema { path, detail } => StoreError::ForeignSchema {
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        StoreError::SchemaTooNew {
+            path,
+            found,
+            supported,
+        } => StoreError::SchemaTooNew {
+            path: path.clone(),
+            found: *found,
+            supported: *supported,
+        },
+        StoreError::Busy { path } => StoreError::Busy { path: path.clone() },
+        StoreError::UnknownReservation {
+            reservation,
+            counter,
+        } => StoreError::UnknownReservation {
+            reservation: *reservation,
+            counter: counter.clone(),
+        },
+        StoreError::Poisoned => StoreError::Poisoned,
+        StoreError::Io { path, source } => StoreError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        other => StoreError::Backend {
+            store: "postgres".to_owned(),
+            detail: other.to_string(),
+        },
+    }
+}
