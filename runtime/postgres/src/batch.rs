@@ -32,6 +32,17 @@ pub(crate) struct Request {
     pub(crate) now: Millis,
 }
 
+impl Request {
+    /// A request outside the combiner (its ticket is never looked up).
+    pub(crate) fn new(checks: Vec<LimitCheck>, now: Millis) -> Request {
+        Request {
+            ticket: u64::MAX,
+            checks,
+            now,
+        }
+    }
+}
+
 /// One server's queue.
 #[derive(Default)]
 struct Lane {
@@ -178,9 +189,16 @@ impl Drop for Leading<'_> {
                         self.tickets.len()
                     ),
                 };
-                self.tickets.iter().map(|_| Err(duplicate(&error))).collect()
+                self.tickets
+                    .iter()
+                    .map(|_| Err(duplicate(&error)))
+                    .collect()
             }
-            Some(Err(error)) => self.tickets.iter().map(|_| Err(duplicate(&error))).collect(),
+            Some(Err(error)) => self
+                .tickets
+                .iter()
+                .map(|_| Err(duplicate(&error)))
+                .collect(),
             None => self
                 .tickets
                 .iter()
@@ -252,5 +270,132 @@ pub(crate) fn duplicate(error: &StoreError) -> StoreError {
             store: "postgres".to_owned(),
             detail: other.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use mcpolicy_runtime::store::{Reservation, StoreError};
+
+    use super::*;
+
+    impl Combiner {
+        fn queued(&self, server: &str) -> usize {
+            self.lanes
+                .lock()
+                .map(|lanes| lanes.by_server.get(server).map_or(0, |l| l.queue.len()))
+                .unwrap_or(0)
+        }
+    }
+
+    fn checks() -> Vec<LimitCheck> {
+        vec![LimitCheck {
+            counter: "c".into(),
+            amount: 1,
+            limit: 10,
+            window: mcpolicy_runtime::store::LimitWindow::Rolling { ms: 1_000 },
+        }]
+    }
+
+    /// While the first request's transaction is in flight the others queue;
+    /// they then go together in the next one, and each gets its own answer
+    /// (or, when the transaction fails, the same error), never another's.
+    fn run(followers: usize, fail: bool, cap: usize) -> (Vec<Answer>, BatchStats, Vec<usize>) {
+        let combiner = Arc::new(Combiner::default());
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let execute = {
+            let (combiner, sizes) = (Arc::clone(&combiner), Arc::clone(&sizes));
+            move |batch: &[Request]| -> Result<Vec<Admission>, StoreError> {
+                if let Ok(mut sizes) = sizes.lock() {
+                    sizes.push(batch.len());
+                }
+                if batch.len() == 1 && batch[0].now == 0 {
+                    // The leader's own transaction: hold it until every
+                    // follower has queued behind it.
+                    while combiner.queued("s") < followers {
+                        std::thread::yield_now();
+                    }
+                }
+                if fail {
+                    return Err(StoreError::Backend {
+                        store: "test".to_owned(),
+                        detail: "failed".to_owned(),
+                    });
+                }
+                Ok(batch
+                    .iter()
+                    .map(|request| Admission::Admitted {
+                        reservation: Reservation {
+                            id: 1,
+                            at: request.now,
+                        },
+                    })
+                    .collect())
+            }
+        };
+        let execute = Arc::new(execute);
+        let leader = {
+            let (combiner, execute) = (Arc::clone(&combiner), Arc::clone(&execute));
+            std::thread::spawn(move || combiner.admit("s", &checks(), 0, cap, &*execute))
+        };
+        while sizes.lock().map(|s| s.is_empty()).unwrap_or(true) {
+            std::thread::yield_now();
+        }
+        let threads: Vec<_> = (1..=followers)
+            .map(|n| {
+                let (combiner, execute) = (Arc::clone(&combiner), Arc::clone(&execute));
+                std::thread::spawn(move || {
+                    combiner.admit("s", &checks(), n as Millis, cap, &*execute)
+                })
+            })
+            .collect();
+        let mut answers = vec![leader.join().expect("leader")];
+        answers.extend(threads.into_iter().map(|t| t.join().expect("follower")));
+        let sizes = sizes.lock().map(|s| s.clone()).unwrap_or_default();
+        assert!(combiner.lanes.lock().expect("lanes").by_server.is_empty());
+        (answers, combiner.stats(), sizes)
+    }
+
+    #[test]
+    fn followers_share_the_next_transaction_and_get_their_own_answers() {
+        let (answers, stats, sizes) = run(5, false, 64);
+        assert_eq!(sizes, vec![1, 5]);
+        assert_eq!(
+            stats,
+            BatchStats {
+                batches: 1,
+                batched: 5
+            }
+        );
+        for (n, answer) in answers.iter().enumerate() {
+            match answer {
+                Ok(Admission::Admitted { reservation }) => assert_eq!(reservation.at, n as Millis),
+                other => panic!("request {n}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_transaction_fails_every_request_in_it_alike() {
+        let (answers, _, sizes) = run(4, true, 64);
+        assert_eq!(sizes, vec![1, 4]);
+        for answer in answers {
+            match answer {
+                Err(StoreError::Backend { store, detail }) => {
+                    assert_eq!((store.as_str(), detail.as_str()), ("test", "failed"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_cap_bounds_a_batch_and_order_is_kept() {
+        let (answers, stats, sizes) = run(5, false, 2);
+        assert_eq!(sizes, vec![1, 2, 2, 1]);
+        assert_eq!(stats.batched, 4);
+        assert!(answers.iter().all(Result::is_ok));
     }
 }

@@ -323,6 +323,45 @@ impl PostgresStore {
         self.combiner.stats()
     }
 
+    /// Admits `requests` (each its checks and its instant) for `server_id`
+    /// in one `admit_batch` transaction, in order, bypassing the combiner:
+    /// what a batch of the combiner does, for the tests that compare it
+    /// with successive [`DecisionStore::admit`] calls. A request without
+    /// checks is admitted with no reservation, as `admit` does.
+    #[doc(hidden)]
+    pub fn admit_batch(
+        &self,
+        server_id: &str,
+        requests: &[(Vec<LimitCheck>, Millis)],
+    ) -> Result<Vec<Admission>, StoreError> {
+        let batch: Vec<batch::Request> = requests
+            .iter()
+            .filter(|(checks, _)| !checks.is_empty())
+            .map(|(checks, now)| batch::Request::new(checks.clone(), *now))
+            .collect();
+        let mut answers = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.run(|conn| {
+                admit_batch_on(&mut conn.client, &conn.st.admit_batch, server_id, &batch)
+            })?
+        }
+        .into_iter();
+        Ok(requests
+            .iter()
+            .map(|(checks, _)| match checks.is_empty() {
+                true => Some(Admission::Admitted {
+                    reservation: Reservation::NONE,
+                }),
+                false => answers.next(),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| StoreError::Backend {
+                store: self.target.clone(),
+                detail: "admit_batch answered fewer admissions than it was given".to_owned(),
+            })?)
+    }
+
     /// Admits `checks` (not empty) through the combiner: alone when nothing
     /// else for `server_id` is in flight, else in the next batch.
     fn admit_grouped(
