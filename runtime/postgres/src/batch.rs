@@ -23,6 +23,10 @@ use mcpolicy_runtime::store::{Admission, LimitCheck, Millis, StoreError};
 /// transaction gets.
 pub(crate) type Answer = Result<Admission, StoreError>;
 
+/// Runs one batch: one admission per request, in order, or the error that
+/// fails them all.
+pub(crate) type Execute<'a> = dyn Fn(&[Request]) -> Result<Vec<Admission>, StoreError> + 'a;
+
 /// One queued admission.
 pub(crate) struct Request {
     ticket: u64,
@@ -109,7 +113,7 @@ impl Combiner {
         checks: &[LimitCheck],
         now: Millis,
         cap: usize,
-        execute: &dyn Fn(&[Request]) -> Result<Vec<Admission>, StoreError>,
+        execute: &Execute<'_>,
     ) -> Answer {
         let mut lanes = self.lanes.lock().map_err(|_| StoreError::Poisoned)?;
         let ticket = lanes.next_ticket;

@@ -347,7 +347,7 @@ impl PostgresStore {
             })?
         }
         .into_iter();
-        Ok(requests
+        requests
             .iter()
             .map(|(checks, _)| match checks.is_empty() {
                 true => Some(Admission::Admitted {
@@ -359,7 +359,7 @@ impl PostgresStore {
             .ok_or_else(|| StoreError::Backend {
                 store: self.target.clone(),
                 detail: "admit_batch answered fewer admissions than it was given".to_owned(),
-            })?)
+            })
     }
 
     /// Admits `checks` (not empty) through the combiner: alone when nothing
