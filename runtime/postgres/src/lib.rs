@@ -9,7 +9,11 @@
 //!
 //! - admission is one call of the server-side function `admit`, which locks
 //!   the server's counter rows (in counter order), checks every limit and
-//!   records every spend before the statement's commit;
+//!   records every spend before the statement's commit; concurrent
+//!   admissions of one server from this process's threads are combined into
+//!   one call of `admit_batch` (one transaction, one commit), which runs
+//!   `admit` for each in arrival order ([`PostgresOptions::max_batch`],
+//!   `src/batch.rs`);
 //! - `replay_or_admit` reads the decision first; a miss (a fresh request,
 //!   the common case) is then admitted by one more statement, and a hit is
 //!   counted in one transaction that holds the decision row (`UPDATE …
