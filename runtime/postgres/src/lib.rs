@@ -9,7 +9,11 @@
 //!
 //! - admission is one call of the server-side function `admit`, which locks
 //!   the server's counter rows (in counter order), checks every limit and
-//!   records every spend before the statement's commit;
+//!   records every spend before the statement's commit; concurrent
+//!   admissions of one server from this process's threads are combined into
+//!   one call of `admit_batch` (one transaction, one commit), which runs
+//!   `admit` for each in arrival order ([`PostgresOptions::max_batch`],
+//!   `src/batch.rs`);
 //! - `replay_or_admit` reads the decision first; a miss (a fresh request,
 //!   the common case) is then admitted by one more statement, and a hit is
 //!   counted in one transaction that holds the decision row (`UPDATE …
@@ -26,6 +30,7 @@
 //! into `runtime.store_unavailable`, and the store connects again on the
 //! next operation. See the crate's `README.md` and the repository README, "Run a fleet".
 
+mod batch;
 mod config;
 mod import;
 mod schema;
@@ -40,6 +45,7 @@ use mcpolicy_runtime::store::{
 };
 use postgres::{Client, Row, Statement};
 
+pub use batch::BatchStats;
 pub use config::{ConfigError, StoreSpec};
 pub use import::{ImportError, Imported};
 #[doc(hidden)]
@@ -78,6 +84,12 @@ pub struct PostgresOptions {
     /// ([`StoreError::Backend`]), so an inspection (`mcpc store`) of a
     /// mistyped schema does not create an empty one.
     pub create: bool,
+    /// The most admissions of one server one transaction carries. Concurrent
+    /// admissions for a server from this process's threads are combined: the
+    /// first takes the lock and the commit for every one queued when it
+    /// starts (at most this many), the others wait for its answer. `1`: one
+    /// transaction per admission.
+    pub max_batch: usize,
 }
 
 impl Default for PostgresOptions {
@@ -87,6 +99,7 @@ impl Default for PostgresOptions {
             pool_size: 16,
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
+            max_batch: 64,
             max_decisions_per_server: mcpolicy_runtime::store::DEFAULT_MAX_DECISIONS_PER_SERVER,
             synchronous_commit: true,
             create: true,
@@ -104,6 +117,9 @@ pub struct PostgresStore {
     max_per_server: i64,
     wait: Duration,
     pool: Pool,
+    /// Groups concurrent admissions of one server into one transaction.
+    combiner: batch::Combiner,
+    max_batch: usize,
 }
 
 /// Idle connections and the count of open ones.
@@ -140,6 +156,7 @@ struct Statements {
     replay: Statement,
     get: Statement,
     admit: Statement,
+    admit_batch: Statement,
     settle: Statement,
     record: Statement,
     purge: Statement,
@@ -168,6 +185,11 @@ impl Statements {
                 "SELECT o_refused, o_available_at, o_reservation FROM admit($1::text, \
                  $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
                  $7::bigint[], $8::bigint[], $9::bigint)",
+            )?,
+            admit_batch: client.prepare(
+                "SELECT o_refused, o_available_at, o_reservation FROM admit_batch($1::text, \
+                 $2::integer[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], \
+                 $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])",
             )?,
             settle: client
                 .prepare("SELECT settle($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint)")?,
@@ -286,6 +308,8 @@ impl PostgresStore {
                 freed: Condvar::new(),
                 size: options.pool_size.max(1),
             },
+            combiner: batch::Combiner::default(),
+            max_batch: options.max_batch.max(1),
         };
         store.migrate(&options.schema, options.create)?;
         Ok(store)
@@ -294,6 +318,75 @@ impl PostgresStore {
     /// Where the store is (hosts, database, schema), for messages.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// How many admissions went in a transaction shared with others (the
+    /// group admission of [`PostgresOptions::max_batch`]) since the store
+    /// was opened.
+    pub fn batch_stats(&self) -> BatchStats {
+        self.combiner.stats()
+    }
+
+    /// Admits `requests` (each its checks and its instant) for `server_id`
+    /// in one `admit_batch` transaction, in order, bypassing the combiner:
+    /// what a batch of the combiner does, for the tests that compare it
+    /// with successive [`DecisionStore::admit`] calls. A request without
+    /// checks is admitted with no reservation, as `admit` does.
+    #[doc(hidden)]
+    pub fn admit_batch(
+        &self,
+        server_id: &str,
+        requests: &[(Vec<LimitCheck>, Millis)],
+    ) -> Result<Vec<Admission>, StoreError> {
+        let batch: Vec<batch::Request> = requests
+            .iter()
+            .filter(|(checks, _)| !checks.is_empty())
+            .map(|(checks, now)| batch::Request::new(checks.clone(), *now))
+            .collect();
+        let mut answers = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.run(|conn| {
+                admit_batch_on(&mut conn.client, &conn.st.admit_batch, server_id, &batch)
+            })?
+        }
+        .into_iter();
+        requests
+            .iter()
+            .map(|(checks, _)| match checks.is_empty() {
+                true => Some(Admission::Admitted {
+                    reservation: Reservation::NONE,
+                }),
+                false => answers.next(),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| StoreError::Backend {
+                store: self.target.clone(),
+                detail: "admit_batch answered fewer admissions than it was given".to_owned(),
+            })
+    }
+
+    /// Admits `checks` (not empty) through the combiner: alone when nothing
+    /// else for `server_id` is in flight, else in the next batch.
+    fn admit_grouped(
+        &self,
+        server_id: &str,
+        checks: &[LimitCheck],
+        now: Millis,
+    ) -> Result<Admission, StoreError> {
+        self.combiner
+            .admit(server_id, checks, now, self.max_batch, &|batch| {
+                self.run(|conn| match batch {
+                    [one] => Ok(vec![admit_on(
+                        &mut conn.client,
+                        &conn.st.admit,
+                        server_id,
+                        &one.checks,
+                        one.now,
+                    )?]),
+                    _ => admit_batch_on(&mut conn.client, &conn.st.admit_batch, server_id, batch),
+                })
+            })
     }
 
     /// Creates or migrates the schema in one transaction.
@@ -637,6 +730,77 @@ fn admit_on(
     })
 }
 
+/// Runs `admit_batch` for the requests of `batch` (in arrival order) on
+/// `client`, in one statement: one answer per request.
+fn admit_batch_on(
+    client: &mut Client,
+    statement: &Statement,
+    server_id: &str,
+    batch: &[batch::Request],
+) -> Result<Vec<Admission>, Fail> {
+    let mut sizes = Vec::with_capacity(batch.len());
+    let mut nows = Vec::with_capacity(batch.len());
+    let mut all = AdmitArgs::new(&[], 0);
+    for request in batch {
+        let args = AdmitArgs::new(&request.checks, request.now);
+        sizes.push(i32::try_from(request.checks.len()).unwrap_or(i32::MAX));
+        nows.push(request.now);
+        all.counters.extend(args.counters);
+        all.amounts.extend(args.amounts);
+        all.limits.extend(args.limits);
+        all.ms.extend(args.ms);
+        all.floors.extend(args.floors);
+        all.cuts.extend(args.cuts);
+        all.ends.extend(args.ends);
+    }
+    // One statement outside an explicit transaction is one transaction: its
+    // commit is done (flushed, with synchronous_commit on) before the row
+    // comes back, so nothing is answered before it.
+    let row = client.query_one(
+        statement,
+        &[
+            &server_id,
+            &sizes,
+            &all.counters,
+            &all.amounts,
+            &all.limits,
+            &all.ms,
+            &all.floors,
+            &all.cuts,
+            &all.ends,
+            &nows,
+        ],
+    )?;
+    let refused: Vec<Option<i32>> = row.try_get(0)?;
+    let available: Vec<Option<i64>> = row.try_get(1)?;
+    let reservations: Vec<Option<i64>> = row.try_get(2)?;
+    let mut answers = Vec::with_capacity(batch.len());
+    for (i, request) in batch.iter().enumerate() {
+        let answer = match refused.get(i).copied().flatten() {
+            None => Admission::Admitted {
+                reservation: Reservation {
+                    id: uint(reservations.get(i).copied().flatten().unwrap_or(0)),
+                    at: request.now,
+                },
+            },
+            Some(index) => {
+                let index = usize::try_from(index).unwrap_or(0);
+                Admission::Refused {
+                    index,
+                    counter: request
+                        .checks
+                        .get(index)
+                        .map(|check| check.counter.clone())
+                        .unwrap_or_default(),
+                    available_at: available.get(i).copied().flatten().unwrap_or(Millis::MAX),
+                }
+            }
+        };
+        answers.push(answer);
+    }
+    Ok(answers)
+}
+
 impl DecisionStore for PostgresStore {
     fn replay(
         &self,
@@ -664,7 +828,7 @@ impl DecisionStore for PostgresStore {
                 reservation: Reservation::NONE,
             });
         }
-        self.run(|conn| admit_on(&mut conn.client, &conn.st.admit, server_id, checks, now))
+        self.admit_grouped(server_id, checks, now)
     }
 
     fn settle(
@@ -769,7 +933,7 @@ impl DecisionStore for PostgresStore {
         // `evaluate` runs at most once, even if a deadlock makes `run` repeat
         // the transaction: its answer is kept for the repeat.
         let mut decided: Option<(Option<StoredDecision>, Evaluation)> = None;
-        self.run(|conn| {
+        let answered = self.run(|conn| {
             let key_args: [&(dyn postgres::types::ToSql + Sync); 4] =
                 [&key.server_id, &key.identity, &digest, &now];
             let hit = match &decided {
@@ -777,32 +941,9 @@ impl DecisionStore for PostgresStore {
                 None => conn.client.query_opt(&conn.st.peek, &key_args)?.is_some(),
             };
             if !hit {
-                let evaluation = match &decided {
-                    Some((_, evaluation)) => *evaluation,
-                    None => {
-                        checks.clear();
-                        let evaluation = evaluate(None, checks);
-                        decided = Some((None, evaluation));
-                        evaluation
-                    }
-                };
-                let admission = match evaluation {
-                    Evaluation::Answered => None,
-                    Evaluation::Admit if checks.is_empty() => Some(Admission::Admitted {
-                        reservation: Reservation::NONE,
-                    }),
-                    Evaluation::Admit => Some(admit_on(
-                        &mut conn.client,
-                        &conn.st.admit,
-                        &key.server_id,
-                        checks,
-                        now,
-                    )?),
-                };
-                return Ok(ReplayOrAdmit {
-                    replayed: None,
-                    admission,
-                });
+                // A miss: the connection goes back to the pool before the
+                // admission, which may wait for another thread's batch.
+                return Ok(None);
             }
             let mut tx = conn.client.transaction()?;
             let row = tx.query_opt(&conn.st.replay, &key_args)?;
@@ -830,10 +971,25 @@ impl DecisionStore for PostgresStore {
                 )?),
             };
             tx.commit()?;
-            Ok(ReplayOrAdmit {
+            Ok(Some(ReplayOrAdmit {
                 replayed,
                 admission,
-            })
+            }))
+        })?;
+        if let Some(answer) = answered {
+            return Ok(answer);
+        }
+        checks.clear();
+        let admission = match evaluate(None, checks) {
+            Evaluation::Answered => None,
+            Evaluation::Admit if checks.is_empty() => Some(Admission::Admitted {
+                reservation: Reservation::NONE,
+            }),
+            Evaluation::Admit => Some(self.admit_grouped(&key.server_id, checks, now)?),
+        };
+        Ok(ReplayOrAdmit {
+            replayed: None,
+            admission,
         })
     }
 }

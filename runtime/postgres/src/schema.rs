@@ -3,12 +3,12 @@
 //! schema, so several policies (schemas) share one database.
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Migration `n` (index `n - 1`) takes a schema from version `n - 1` to `n`.
 /// Version 0 is an empty schema. Public for the migration tests only.
 #[doc(hidden)]
-pub const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
+pub const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2, V3];
 
 /// Version 1: the tables of `runtime/STORE.md` (decisions, per-server counts,
 /// spend rows) with each counter's running state in a row of its own, and the
@@ -522,6 +522,52 @@ BEGIN
         removed := removed + gone;
     END LOOP;
     RETURN removed;
+END
+$fn$;
+"#;
+
+/// Version 3: `admit_batch`, the admissions of one server that arrived
+/// together in one process, in one statement and one transaction: the lock
+/// is taken and the commit flushed once for all of them. Each request is
+/// the `admit` call it would have been alone, in arrival order, so each
+/// sees the spend (and the counter state) of the ones before it exactly as
+/// successive calls would.
+const V3: &str = r#"
+-- Request i has p_sizes[i] checks, the next ones in the flat arrays, and is
+-- made at p_nows[i]. Returns one element per request in each array (the
+-- `admit` outputs). The batch's counters (their union) are locked first, in
+-- counter order, as one `admit` locks its own: two batches of different
+-- processes then never wait on each other in opposite orders.
+CREATE FUNCTION admit_batch(
+    p_server text, p_sizes integer[], p_counters text[], p_amounts bigint[], p_limits bigint[],
+    p_ms bigint[], p_floors bigint[], p_cuts bigint[], p_ends bigint[], p_nows bigint[],
+    OUT o_refused integer[], OUT o_available_at bigint[], OUT o_reservation bigint[])
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    i integer;
+    first integer := 1;
+    last integer;
+    refused integer;
+    available_at bigint;
+    reservation bigint;
+BEGIN
+    PERFORM 1 FROM counters WHERE server_id = p_server AND counter = ANY (p_counters)
+        ORDER BY counter FOR UPDATE;
+    o_refused := '{}';
+    o_available_at := '{}';
+    o_reservation := '{}';
+    FOR i IN 1 .. cardinality(p_sizes) LOOP
+        last := first + p_sizes[i] - 1;
+        SELECT a.o_refused, a.o_available_at, a.o_reservation
+            INTO refused, available_at, reservation
+            FROM admit(p_server, p_counters[first:last], p_amounts[first:last],
+                p_limits[first:last], p_ms[first:last], p_floors[first:last],
+                p_cuts[first:last], p_ends[first:last], p_nows[i]) AS a;
+        o_refused := array_append(o_refused, refused);
+        o_available_at := array_append(o_available_at, available_at);
+        o_reservation := array_append(o_reservation, reservation);
+        first := last + 1;
+    END LOOP;
 END
 $fn$;
 "#;
