@@ -386,16 +386,21 @@ fn a_client_killed_mid_transaction_loses_nothing_acknowledged_and_overspends_not
     // The held row is free again (the server rolled back the dead session's
     // transaction) and every acknowledged admission is counted; at most one
     // per kill committed without its acknowledgement reaching us.
+    //
+    // The replay comes first: it locks the held row, so it waits until the
+    // dead session's transaction has ended on the server (a COMMIT the child
+    // sent just before the kill can still land after the child is reaped);
+    // the spend read after it then belongs to the same settled state.
     let started = Instant::now();
-    let spent = store
-        .usage("fleet", &held_budget(), now())
-        .expect("usage")
-        .spent;
     let replayed = store
         .replay(&held_key(), "d", now())
         .expect("replay after the kills")
         .expect("still stored")
         .represented;
+    let spent = store
+        .usage("fleet", &held_budget(), now())
+        .expect("usage")
+        .spent;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the lock was held"
