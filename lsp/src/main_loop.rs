@@ -724,9 +724,7 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         References::METHOD => respond(c, world, request, references::handle),
         PrepareRenameRequest::METHOD => respond(c, world, request, rename::prepare),
         Rename::METHOD => respond(c, world, request, rename::handle),
-        DocumentSymbolRequest::METHOD => {
-            respond_text(c, world, request, document_symbol::handle)
-        }
+        DocumentSymbolRequest::METHOD => respond_text(c, world, request, document_symbol::handle),
         FoldingRangeRequest::METHOD => respond(c, world, request, folding_range::handle),
         Formatting::METHOD => respond(c, world, request, formatting::handle),
         RangeFormatting::METHOD => respond(c, world, request, formatting::range),

@@ -59,7 +59,10 @@ fn position(text: &str, offset: usize, utf8: bool) -> Value {
 /// lines.
 fn answers(client: &mut Client) -> (Value, Value, Value, Value) {
     let doc = json!({ "uri": URI });
-    let full = client.ok("textDocument/semanticTokens/full", json!({ "textDocument": doc }));
+    let full = client.ok(
+        "textDocument/semanticTokens/full",
+        json!({ "textDocument": doc }),
+    );
     let whole = json!({ "start": { "line": 0, "character": 0 },
                         "end": { "line": 100_000, "character": 0 } });
     let range = client.ok(
