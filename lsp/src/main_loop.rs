@@ -638,6 +638,41 @@ where
     P: DeserializeOwned,
     R: Serialize,
 {
+    respond_with(connection, world, request, handler, to_json::<R>)
+}
+
+/// [`respond`] for a handler whose answer is already JSON text (the
+/// outline): carried as it is to the stdio writer, without the parse a
+/// `RawValue` makes to validate it; parsed for any other connection.
+fn respond_text<P>(
+    connection: &Connection,
+    world: &World,
+    request: Request,
+    handler: fn(&World, P) -> Result<String, ResponseError>,
+) -> Response
+where
+    P: DeserializeOwned,
+{
+    respond_with(connection, world, request, handler, |world, text| {
+        if world.raw_json {
+            Ok(crate::transport::raw_text(text))
+        } else {
+            serde_json::from_str(text)
+        }
+    })
+}
+
+/// [`respond`] with the way the result becomes the response's JSON.
+fn respond_with<P, R>(
+    connection: &Connection,
+    world: &World,
+    request: Request,
+    handler: fn(&World, P) -> Result<R, ResponseError>,
+    serialize: fn(&World, &R) -> serde_json::Result<serde_json::Value>,
+) -> Response
+where
+    P: DeserializeOwned,
+{
     let params: P = match serde_json::from_value(request.params) {
         Ok(params) => params,
         Err(e) => {
@@ -650,7 +685,7 @@ where
     };
     forget_panic_location();
     match catch_unwind(AssertUnwindSafe(|| handler(world, params))) {
-        Ok(Ok(result)) => match to_json(world, &result) {
+        Ok(Ok(result)) => match serialize(world, &result) {
             Ok(value) => Response::new_ok(request.id, value),
             Err(e) => error(request.id, ErrorCode::InternalError, e.to_string()),
         },
@@ -689,7 +724,7 @@ fn dispatch(connection: &Connection, world: &World, request: Request) -> Respons
         References::METHOD => respond(c, world, request, references::handle),
         PrepareRenameRequest::METHOD => respond(c, world, request, rename::prepare),
         Rename::METHOD => respond(c, world, request, rename::handle),
-        DocumentSymbolRequest::METHOD => respond(c, world, request, document_symbol::handle),
+        DocumentSymbolRequest::METHOD => respond_text(c, world, request, document_symbol::handle),
         FoldingRangeRequest::METHOD => respond(c, world, request, folding_range::handle),
         Formatting::METHOD => respond(c, world, request, formatting::handle),
         RangeFormatting::METHOD => respond(c, world, request, formatting::range),

@@ -121,6 +121,15 @@ pub fn raw_json<T: serde::Serialize>(value: &T) -> serde_json::Result<Value> {
         .map_err(|e| serde::ser::Error::custom(e.to_string()))
 }
 
+/// JSON text (`text`, which the caller built as JSON) wrapped as
+/// [`raw_json`] wraps a serialised value: neither parsed nor re-serialised.
+pub fn raw_text(text: &str) -> Value {
+    let mut wrapped = String::with_capacity(RAW_JSON.len() + text.len());
+    wrapped.push_str(RAW_JSON);
+    wrapped.push_str(text);
+    Value::String(wrapped)
+}
+
 /// The body of a message whose result or params [`raw_json`] wrapped, in
 /// two parts: what comes before the raw JSON, with the members in
 /// lsp-server's order, and the raw JSON (a `}` closes it). `None` for any

@@ -33,6 +33,21 @@ pub struct Fragment {
     pub json: String,
 }
 
+/// A document's semantic tokens piece by piece, by a hash of the piece's
+/// text (`handlers::semantic_tokens`).
+pub type TokenFragments = HashMap<u64, TokenFragment>;
+
+/// One piece's semantic tokens, positioned within the piece.
+#[derive(Debug, Clone)]
+pub struct TokenFragment {
+    /// The piece's text (compared on a hit: the key is only a hash).
+    pub text: String,
+    /// Each token as (line in the piece, column, length, type, modifiers);
+    /// the column of a token on the piece's first line counts from the
+    /// piece's start.
+    pub tokens: Vec<[u32; 5]>,
+}
+
 /// An open document.
 #[derive(Debug, Clone)]
 pub struct Document {
@@ -86,6 +101,9 @@ pub struct World {
     /// (`handlers::document_symbol`): by a hash of the piece's text and
     /// the line it starts on.
     symbol_fragments: RefCell<HashMap<String, Fragments>>,
+    /// The semantic tokens of each document piece by piece, as last
+    /// computed (`handlers::semantic_tokens`).
+    token_fragments: RefCell<HashMap<String, TokenFragments>>,
     /// The last result id given (semantic tokens, pulled diagnostics).
     result_id: Cell<u64>,
 }
@@ -219,6 +237,7 @@ impl World {
             pull_diagnostics: false,
             semantic_tokens: RefCell::default(),
             symbol_fragments: RefCell::default(),
+            token_fragments: RefCell::default(),
             result_id: Cell::new(0),
         }
     }
@@ -365,6 +384,7 @@ impl World {
     pub fn close(&mut self, uri: &Uri) -> Option<Document> {
         self.semantic_tokens.get_mut().remove(&uri::key(uri));
         self.symbol_fragments.get_mut().remove(&uri::key(uri));
+        self.token_fragments.get_mut().remove(&uri::key(uri));
         let document = self.documents.remove(&uri::key(uri))?;
         set_gate(&document.gate, 0);
         Some(document)
@@ -399,6 +419,22 @@ impl World {
     /// only those: a piece edited away is forgotten).
     pub fn keep_symbol_fragments(&self, uri: &Uri, fragments: Fragments) {
         self.symbol_fragments
+            .borrow_mut()
+            .insert(uri::key(uri), fragments);
+    }
+
+    /// Takes the semantic-token fragments last kept for the document.
+    pub fn token_fragments(&self, uri: &Uri) -> TokenFragments {
+        self.token_fragments
+            .borrow_mut()
+            .remove(&uri::key(uri))
+            .unwrap_or_default()
+    }
+
+    /// Keeps the semantic-token fragments of the document's latest tokens
+    /// (and only those: a piece edited away is forgotten).
+    pub fn keep_token_fragments(&self, uri: &Uri, fragments: TokenFragments) {
+        self.token_fragments
             .borrow_mut()
             .insert(uri::key(uri), fragments);
     }

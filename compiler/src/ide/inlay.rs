@@ -1,8 +1,9 @@
 //! Inlay hints: after each `server` block, the statements it inherits from
 //! `defaults`.
 
-use super::{effective_blocks, overlaps, policy_model};
+use super::{overlaps, policy_model};
 use crate::db::{SourceText, parse_file};
+use crate::lower;
 use crate::model::PartialBlock;
 use crate::statements::{Statement, effective_lines};
 use crate::syntax::{ItemKind, Span};
@@ -28,11 +29,12 @@ fn inherited(
     defaults.states_line(statement, line) && !own.states_line(statement, line)
 }
 
-/// Hints for the server blocks that overlap `range`.
+/// Hints for the server blocks that overlap `range`. Only their effective
+/// rules are computed (not `effective_blocks`' every block, which an edit
+/// that changes a value would recompute for the whole file).
 pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) -> Vec<InlayHint> {
     let file = &parse_file(db, source).file;
     let model = policy_model(db, source);
-    let blocks = effective_blocks(db, source);
     let mut hints = Vec::new();
     let servers = file.items.iter().filter_map(|item| match &item.kind {
         ItemKind::Server(server) => Some((item, server)),
@@ -42,12 +44,11 @@ pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) ->
         if !overlaps(item.span, range) {
             continue;
         }
-        let (Some((_, own)), Some((pattern, effective))) =
-            (model.servers.get(index), blocks.servers.get(index))
-        else {
+        let Some((pattern, own)) = model.servers.get(index) else {
             continue;
         };
-        let lines: Vec<String> = effective_lines(effective)
+        let effective = lower::effective_server(model, own);
+        let lines: Vec<String> = effective_lines(&effective)
             .into_iter()
             .filter(|(statement, line)| inherited(own, &model.defaults, *statement, line))
             .map(|(_, line)| line)

@@ -22,7 +22,7 @@ pub use hover::{Hover, hover};
 pub use inlay::{InlayHint, inlay_hints};
 pub use navigation::{definition, prepare_rename, references, rename};
 pub use render::{duration, effective_lines, size};
-pub use semantic::{TokenKind, TokenModifier, semantic_tokens};
+pub use semantic::{TokenKind, TokenModifier, semantic_tokens, tokens_of};
 pub use structure::{
     Highlight, ItemSymbol, comment_blocks, highlights, item_symbols, selection_ranges,
 };

@@ -53,8 +53,16 @@ pub fn semantic_tokens(
     db: &dyn salsa::Database,
     source: SourceText,
 ) -> Vec<(Span, TokenKind, Option<TokenModifier>)> {
-    let text = source.text(db);
-    let file = &parse_file(db, source).file;
+    tokens_of(source.text(db), &parse_file(db, source).file)
+}
+
+/// The tokens of `file` parsed from `text`: a whole file, or one piece of
+/// it (`db::file_pieces`, `db::parse_item`, spans relative to the piece).
+/// Every token lies inside its item or comment, so a file's tokens are its
+/// pieces' tokens, each shifted by the piece's offset, in piece order,
+/// which lets an editor keep each piece's tokens while its text is
+/// unchanged.
+pub fn tokens_of(text: &str, file: &SourceFile) -> Vec<(Span, TokenKind, Option<TokenModifier>)> {
     let mut tokens = Tokens {
         text,
         out: Vec::new(),

@@ -1,6 +1,6 @@
 //! The file's symbols: reason declarations and uses, and the outline.
 
-use crate::db::{SourceText, parse_file};
+use crate::db::{ItemText, SourceText, file_pieces, parse_file, parse_item};
 use crate::syntax::*;
 
 /// A `reason NAME { … }` declaration.
@@ -231,11 +231,28 @@ pub fn document_symbols(db: &dyn salsa::Database, source: SourceText) -> &[Symbo
 }
 
 /// The blocks an editor can fold: every `reason`, `defaults` and `server`
-/// item (the editor drops the ones on a single line).
+/// item (the editor drops the ones on a single line). Piece by piece
+/// (`db::file_pieces`): an item's outline depends on its own text alone,
+/// so an edit recomputes the folds of the piece it touched and the others
+/// are only shifted; equal to the whole file's outline
+/// (`compiler/src/ide/tests.rs`).
 pub fn folding_ranges(db: &dyn salsa::Database, source: SourceText) -> Vec<Span> {
-    symbol_index(db, source)
-        .outline
+    file_pieces(db, source)
         .iter()
+        .flat_map(|&(start, item)| {
+            piece_folds(db, item)
+                .iter()
+                .map(move |span| Span::new(span.start + start, span.end + start))
+        })
+        .collect()
+}
+
+/// The folds of one piece, spans relative to the piece.
+#[salsa::tracked(returns(ref))]
+fn piece_folds<'db>(db: &'db dyn salsa::Database, item: ItemText<'db>) -> Vec<Span> {
+    let text = item.text(db);
+    outline(text, &parse_item(db, item).parsed.file.items)
+        .into_iter()
         .filter(|s| s.kind != SymbolKind::Setting)
         .map(|s| s.span)
         .collect()

@@ -17,13 +17,13 @@ use mcpolicy_compiler::db;
 use mcpolicy_compiler::ide::{self, Symbol};
 use mcpolicy_compiler::line_index::{Encoding, LineIndex};
 use mcpolicy_compiler::syntax::Span;
-use serde_json::value::RawValue;
 
 use super::Result;
 use crate::world::{Fragment, Fragments, World};
 
-/// The outline, as the JSON of a `DocumentSymbol[]`.
-pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<RawValue>>> {
+/// The outline, as the JSON text of a `DocumentSymbol[]` (built from
+/// serde_json's output, so valid JSON; not parsed again on stdio).
+pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<String> {
     let uri = &params.text_document.uri;
     let snapshot = world.snapshot(uri)?;
     let pieces = db::file_pieces(snapshot.db, snapshot.document.source);
@@ -61,13 +61,7 @@ pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<Option<Box<
     }
     json.push(']');
     world.keep_symbol_fragments(uri, now);
-    RawValue::from_string(json)
-        .map(Some)
-        .map_err(|e| lsp_server::ResponseError {
-            code: lsp_server::ErrorCode::InternalError as i32,
-            message: format!("the outline is not JSON: {e}"),
-            data: None,
-        })
+    Ok(json)
 }
 
 /// The JSON of `symbols` (spans relative to `text`, a piece starting at
