@@ -16,17 +16,6 @@ use common::{Client, URI, root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default_cases);
-    ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    }
-}
-
 const SNIPPETS: &[&str] = &[
     "",
     "\n",
@@ -39,19 +28,6 @@ const SNIPPETS: &[&str] = &[
     "é",
     "\nreason acme.y { retryable true; ttl 5s }\n",
 ];
-
-/// An LSP position of byte `offset` in `text`.
-fn position(text: &str, offset: usize, utf8: bool) -> Value {
-    let before = &text[..offset];
-    let line = before.matches('\n').count();
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = if utf8 {
-        offset - line_start
-    } else {
-        before[line_start..].encode_utf16().count()
-    };
-    json!({ "line": line, "character": column })
-}
 
 /// The answers that may come from kept state: full tokens (data only: the
 /// result id differs), the tokens of a range spanning the whole file
@@ -78,7 +54,7 @@ fn answers(client: &mut Client) -> (Value, Value, Value, Value) {
 }
 
 proptest! {
-    #![proptest_config(config(24))]
+    #![proptest_config(common::proptest_config(24))]
 
     #[test]
     fn kept_answers_equal_a_fresh_servers(
@@ -100,7 +76,7 @@ proptest! {
                 .char_indices()
                 .nth(length)
                 .map_or(text.len(), |(i, _)| start + i);
-            let range = json!({ "start": position(&text, start, utf8), "end": position(&text, end, utf8) });
+            let range = json!({ "start": common::position_in(&text, start, utf8), "end": common::position_in(&text, end, utf8) });
             client.change(URI, 2 + version as i64, json!([{ "range": range, "text": SNIPPETS[snippet] }]));
             text.replace_range(start..end, SNIPPETS[snippet]);
             let kept = answers(&mut client);

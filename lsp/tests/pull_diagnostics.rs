@@ -14,17 +14,6 @@ use common::{Client, URI, position, root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default_cases);
-    ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    }
-}
-
 /// A client that declares pull diagnostics.
 fn pulling_client() -> Client {
     let mut client = Client::memory();
@@ -60,7 +49,7 @@ const SNIPPETS: &[&str] = &[
 ];
 
 proptest! {
-    #![proptest_config(config(16))]
+    #![proptest_config(common::proptest_config(16))]
 
     #[test]
     fn pulled_diagnostics_equal_pushed_ones(

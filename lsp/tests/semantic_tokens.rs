@@ -12,17 +12,6 @@ use common::{Client, URI, position, root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default_cases);
-    ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    }
-}
-
 fn numbers(value: &Value) -> Vec<u64> {
     value
         .as_array()
@@ -70,7 +59,7 @@ fn edit() -> impl Strategy<Value = (f64, usize, usize)> {
 }
 
 proptest! {
-    #![proptest_config(config(24))]
+    #![proptest_config(common::proptest_config(24))]
 
     #[test]
     fn delta_and_range_agree_with_full(

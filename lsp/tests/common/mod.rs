@@ -423,8 +423,32 @@ pub fn offset(text: &str, position: &Value) -> usize {
 
 /// A byte offset as a UTF-16 position.
 pub fn position(text: &str, offset: usize) -> Value {
+    position_in(text, offset, false)
+}
+
+/// A byte offset as an LSP position in the negotiated encoding (UTF-8
+/// columns when `utf8`, else UTF-16).
+pub fn position_in(text: &str, offset: usize, utf8: bool) -> Value {
     let before = &text[..offset];
     let line = before.matches('\n').count();
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    json!({ "line": line, "character": before[line_start..].encode_utf16().count() })
+    let column = if utf8 {
+        offset - line_start
+    } else {
+        before[line_start..].encode_utf16().count()
+    };
+    json!({ "line": line, "character": column })
+}
+
+/// The property tests' configuration: `default_cases` unless
+/// `PROPTEST_CASES` sets a long run.
+pub fn proptest_config(default_cases: u32) -> proptest::prelude::ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default_cases);
+    proptest::prelude::ProptestConfig {
+        cases,
+        ..proptest::prelude::ProptestConfig::default()
+    }
 }
