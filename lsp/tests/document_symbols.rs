@@ -47,17 +47,8 @@ proptest! {
         client.open(URI, &text);
         outline(&mut client);
         for (version, (at, length, snippet)) in edits.into_iter().enumerate() {
-            let mut start = (text.len() as f64 * at) as usize;
-            while !text.is_char_boundary(start) {
-                start -= 1;
-            }
-            let end = text[start..]
-                .char_indices()
-                .nth(length)
-                .map_or(text.len(), |(i, _)| start + i);
-            let range = json!({ "start": common::position_in(&text, start, utf8), "end": common::position_in(&text, end, utf8) });
-            client.change(URI, 2 + version as i64, json!([{ "range": range, "text": SNIPPETS[snippet] }]));
-            text.replace_range(start..end, SNIPPETS[snippet]);
+            let change = common::random_edit(&mut text, at, length, SNIPPETS[snippet], utf8);
+            client.change(URI, 2 + version as i64, change);
             let kept = outline(&mut client);
 
             let mut fresh = Client::memory();

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Client, URI, position, root};
+use common::{Client, URI, root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -70,19 +70,7 @@ proptest! {
 
         for (i, (at, length, snippet)) in edits.into_iter().enumerate() {
             let version = 2 + i as i64;
-            let mut start = (text.len() as f64 * at) as usize;
-            while !text.is_char_boundary(start) {
-                start -= 1;
-            }
-            let end = text[start..]
-                .char_indices()
-                .nth(length)
-                .map_or(text.len(), |(i, _)| start + i);
-            let change = json!([{
-                "range": { "start": position(&text, start), "end": position(&text, end) },
-                "text": SNIPPETS[snippet],
-            }]);
-            text.replace_range(start..end, SNIPPETS[snippet]);
+            let change = common::random_edit(&mut text, at, length, SNIPPETS[snippet], false);
             pusher.change(URI, version, change.clone());
             puller.change(URI, version, change);
 

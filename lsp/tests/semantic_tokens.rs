@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Client, URI, position, root};
+use common::{Client, URI, root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -76,28 +76,8 @@ proptest! {
         let mut data = numbers(&full["data"]);
         let mut result_id = full["resultId"].as_str().unwrap().to_owned();
         for (version, (at, length, snippet)) in edits.into_iter().enumerate() {
-            // A char boundary at about `at` of the text, and the chars after it.
-            let mut start = (text.len() as f64 * at) as usize;
-            while !text.is_char_boundary(start) {
-                start -= 1;
-            }
-            let end = text[start..]
-                .char_indices()
-                .nth(length)
-                .map_or(text.len(), |(i, _)| start + i);
-            let range = if utf8 {
-                let pos = |o: usize| {
-                    let line = text[..o].matches('\n').count();
-                    let line_start = text[..o].rfind('\n').map_or(0, |i| i + 1);
-                    json!({ "line": line, "character": o - line_start })
-                };
-                json!({ "start": pos(start), "end": pos(end) })
-            } else {
-                json!({ "start": position(&text, start), "end": position(&text, end) })
-            };
-            let inserted = SNIPPETS[snippet];
-            client.change(URI, 2 + version as i64, json!([{ "range": range, "text": inserted }]));
-            text.replace_range(start..end, inserted);
+            let change = common::random_edit(&mut text, at, length, SNIPPETS[snippet], utf8);
+            client.change(URI, 2 + version as i64, change);
 
             let answer = client.ok(
                 "textDocument/semanticTokens/full/delta",

@@ -440,6 +440,27 @@ pub fn position_in(text: &str, offset: usize, utf8: bool) -> Value {
     json!({ "line": line, "character": column })
 }
 
+/// Applies a random edit to `text` and returns the `contentChanges` that
+/// tell a server the same: the `length` chars after a char boundary at
+/// about `at` (0.0..1.0) of the text are replaced by `insert`, the range
+/// given in UTF-8 columns when `utf8`, else UTF-16.
+pub fn random_edit(text: &mut String, at: f64, length: usize, insert: &str, utf8: bool) -> Value {
+    let mut start = (text.len() as f64 * at) as usize;
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    let end = text[start..]
+        .char_indices()
+        .nth(length)
+        .map_or(text.len(), |(i, _)| start + i);
+    let range = json!({
+        "start": position_in(text, start, utf8),
+        "end": position_in(text, end, utf8),
+    });
+    text.replace_range(start..end, insert);
+    json!([{ "range": range, "text": insert }])
+}
+
 /// The property tests' configuration: `default_cases` unless
 /// `PROPTEST_CASES` sets a long run.
 pub fn proptest_config(default_cases: u32) -> proptest::prelude::ProptestConfig {
