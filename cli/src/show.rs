@@ -347,14 +347,7 @@ fn unset_text(row: &StatementRow) -> String {
     let keyword = row.statement.keyword();
     if keyword == "retry_alert" {
         let setting = mcpolicy_runtime::alert::DEFAULT_SETTING;
-        let ms = setting.window_ms;
-        let window = if ms.is_multiple_of(3_600_000) {
-            format!("{}h", ms / 3_600_000)
-        } else if ms.is_multiple_of(60_000) {
-            format!("{}m", ms / 60_000)
-        } else {
-            format!("{}s", ms / 1000)
-        };
+        let window = mcpolicy_compiler::statements::duration(setting.window_ms);
         return format!("{keyword} {} per {window}", setting.count);
     }
     format!("{keyword} (not set)")
