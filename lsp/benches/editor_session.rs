@@ -96,10 +96,11 @@ fn write(stdin: &mut ChildStdin, value: &Value) {
     stdin.flush().unwrap();
 }
 
-/// One message, when its last byte was read (before it is parsed: a large
-/// answer takes the client a while to parse, which is not the server's
-/// time), and its size in bytes.
-fn read(reader: &mut impl BufRead) -> Option<(Instant, Value, usize)> {
+/// One message's body, when its last byte was read. Parsed on another
+/// thread (see [`Server::start`]): a large answer takes the client a while
+/// to parse, which is not the server's time, and must not delay the
+/// stamping of the messages behind it.
+fn read(reader: &mut impl BufRead) -> Option<(Instant, Vec<u8>)> {
     let mut length = 0;
     loop {
         let mut line = String::new();
@@ -116,8 +117,7 @@ fn read(reader: &mut impl BufRead) -> Option<(Instant, Value, usize)> {
     }
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    let at = Instant::now();
-    Some((at, serde_json::from_slice(&body).ok()?, length))
+    Some((Instant::now(), body))
 }
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
@@ -182,10 +182,24 @@ impl Server {
             .expect("spawn mcpolicy-lsp");
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (sender, messages) = mpsc::channel();
+        // One thread reads and stamps each message as its last byte
+        // arrives; another parses them, in order.
+        let (raw_sender, raw) = mpsc::channel::<(Instant, Vec<u8>)>();
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
-            while let Some((at, message, size)) = read(&mut reader) {
+            while let Some(message) = read(&mut reader) {
+                if raw_sender.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        let (sender, messages) = mpsc::channel();
+        std::thread::spawn(move || {
+            for (at, body) in raw {
+                let size = body.len();
+                let Ok(message) = serde_json::from_slice::<Value>(&body) else {
+                    break;
+                };
                 if sender.send((at, message, size)).is_err() {
                     break;
                 }
