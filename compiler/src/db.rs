@@ -2,7 +2,7 @@
 //! lowering are tracked queries, so an editor only sets inputs and each
 //! query recomputes only what an edit changed.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::sync::{Arc, Mutex};
 
 use mcpolicy_runtime::table::Table;
@@ -12,7 +12,7 @@ use crate::codes::Code;
 use crate::diagnostic::Diagnostic;
 use crate::model::PolicyModel;
 use crate::parse::{self, ChunkParse, Parsed};
-use crate::syntax::{Block, ItemKind, Shift, Span, Stmt};
+use crate::syntax::{Block, Item, ItemKind, Shift, SourceFile, Span, Stmt};
 
 /// One policy file's text.
 #[salsa::input(debug)]
@@ -102,6 +102,26 @@ pub fn file_pieces(db: &dyn salsa::Database, source: SourceText) -> Vec<(usize, 
         .collect()
 }
 
+/// The file's trees with the offset their spans are relative to: each
+/// piece's own in a [`Database::incremental`] database (no whole-file tree
+/// is built), else the whole file's at offset 0. For a reader that looks
+/// at a few items or comments, or shifts the spans it keeps.
+pub fn trees(db: &dyn salsa::Database, source: SourceText) -> Vec<(usize, &SourceFile)> {
+    let by_items = ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db));
+    let pieces = if by_items {
+        file_pieces(db, source).as_slice()
+    } else {
+        &[]
+    };
+    if pieces.len() <= 1 {
+        return vec![(0, &parse_file(db, source).file)];
+    }
+    pieces
+        .iter()
+        .map(|&(start, piece)| (start, &parse_item(db, piece).parsed.file))
+        .collect()
+}
+
 /// A [`BlockContext`], interned so that a query can take it.
 #[salsa::interned(debug)]
 pub struct CheckContext<'db> {
@@ -145,20 +165,55 @@ pub fn block_checks<'db>(
 /// [`Database::incremental`] database each block's check comes from
 /// [`block_checks`] (per piece, memoised), and only the file-level rules
 /// (declarations, duplicates, patterns, reason rules) run again on every
-/// edit; the result is equal to the one-pass check
+/// edit, over a tree without the blocks' statements
+/// ([`analyze_pieces`]); the result is equal to the one-pass check
 /// (`compiler/tests/per_block_check.rs`).
 #[salsa::tracked(returns(ref))]
 pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
-    let parsed = parse_file(db, source);
+    analyze_pieces(db, source, None).unwrap_or_else(|| analyze_parsed(parse_file(db, source)))
+}
+
+/// The analysis of `source` from its pieces, as if `extra` (an item with an
+/// empty span at the end of the text) followed every other item. `None`
+/// in a database that parses in one pass, for a file of one piece, and
+/// (never, as blocks do not straddle pieces) when a block is not found in
+/// its piece: then the caller checks the whole tree.
+///
+/// The file-level rules read a tree assembled from the pieces without the
+/// statements of `defaults` and `server` blocks ([`parse::assemble_with`]),
+/// which they take from each block's [`block_checks`]: copying the
+/// statements was most of the cost of a check after an edit, and of the
+/// memory a whole-file tree holds. A block with a suppression comment
+/// inside keeps its statements: a suppression on a line of its own covers
+/// the statement after it. Nothing here is memoised but the pieces' parses
+/// and checks, so no whole-file tree outlives the check.
+pub fn analyze_pieces(
+    db: &dyn salsa::Database,
+    source: SourceText,
+    extra: Option<Item>,
+) -> Option<Analysis> {
     if !ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db)) {
-        return analyze_parsed(parsed);
+        return None;
     }
     let pieces = file_pieces(db, source);
     if pieces.len() <= 1 {
-        return analyze_parsed(parsed);
+        return None;
     }
+    let parsed: Vec<(usize, &ChunkParse)> = pieces
+        .iter()
+        .map(|&(start, item)| (start, parse_item(db, item)))
+        .collect();
+    let mut parsed = parse::assemble_with(&parsed, &|piece, item| {
+        piece.parsed.file.comments.iter().any(|comment| {
+            item.span.start <= comment.span.start
+                && comment.span.end <= item.span.end
+                && check::is_suppression(comment)
+        })
+    });
+    parsed.file.items.extend(extra);
     // One context per check of the file: intern it once.
     let interned: OnceCell<CheckContext<'_>> = OnceCell::new();
+    let missed = Cell::new(false);
     let blocks = |block: &Block<Stmt>, is_server: bool, context: &BlockContext| {
         let at = block.open.start;
         let piece = pieces
@@ -176,10 +231,13 @@ pub fn analyze(db: &dyn salsa::Database, source: SourceText) -> Analysis {
                 checked.shift(start);
                 Some(checked)
             })
-            // Not found (never, as blocks do not straddle pieces): checked here.
-            .unwrap_or_else(|| check::check_block(block, is_server, context))
+            .unwrap_or_else(|| {
+                missed.set(true);
+                check::check_block(block, is_server, context)
+            })
     };
-    analyze_checked(parsed, check::check_with(&parsed.file, &blocks))
+    let analysis = check::check_with(&parsed.file, &blocks);
+    (!missed.get()).then(|| analyze_checked(&parsed, analysis))
 }
 
 /// What [`analyze`] computes from a parsed file: the checker's findings and

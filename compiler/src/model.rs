@@ -3,6 +3,7 @@
 //! layout or comments produces an equal model, and salsa skips lowering.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use mcpolicy_runtime::table::{ProtocolRevision, ReasonSpec};
 
@@ -18,9 +19,12 @@ pub struct PolicyModel {
     /// Every reason with effective values (built-ins merged with declarations).
     pub reasons: BTreeMap<String, ReasonSpec>,
     /// The `defaults` block's own statements.
-    pub defaults: PartialBlock,
-    /// Server blocks in source order.
-    pub servers: Vec<(String, PartialBlock)>,
+    pub defaults: Arc<PartialBlock>,
+    /// Server blocks in source order. Each block is shared with the check
+    /// that produced it (`db::block_checks`, kept across edits), so a new
+    /// model after an edit copies none of the blocks the edit left alone,
+    /// and comparing two models compares those by address.
+    pub servers: Vec<(String, Arc<PartialBlock>)>,
 }
 
 /// The statements one block states, declared with the statements.

@@ -215,6 +215,19 @@ fn starts_item(rest: &[u8]) -> bool {
 /// spans shifted to the whole text, the control-character findings of all
 /// pieces before the other findings, as [`parse`] orders them.
 pub fn assemble(pieces: &[(usize, &ChunkParse)]) -> Parsed {
+    assemble_with(pieces, &|_, _| true)
+}
+
+/// [`assemble`], except that a `defaults` or `server` block keeps its
+/// statements only when `keep_statements` (given the piece and the item,
+/// spans in the piece) says so: the rest are copied with their `{`, `}`
+/// and header alone. For a reader that takes each block's statements from
+/// the piece instead (the checker's file-level rules, `db::analyze`):
+/// copying them is most of the cost of a whole-file tree.
+pub fn assemble_with(
+    pieces: &[(usize, &ChunkParse)],
+    keep_statements: &dyn Fn(&ChunkParse, &Item) -> bool,
+) -> Parsed {
     let mut file = SourceFile {
         items: Vec::with_capacity(pieces.iter().map(|(_, p)| p.parsed.file.items.len()).sum()),
         comments: Vec::with_capacity(
@@ -227,7 +240,12 @@ pub fn assemble(pieces: &[(usize, &ChunkParse)]) -> Parsed {
     let mut diagnostics = Vec::new();
     for &(offset, piece) in pieces {
         file.items
-            .extend(piece.parsed.file.items.iter().cloned().map(|mut item| {
+            .extend(piece.parsed.file.items.iter().map(|item| {
+                let mut item = if keep_statements(piece, item) {
+                    item.clone()
+                } else {
+                    without_statements(item)
+                };
                 item.shift(offset);
                 item
             }));
@@ -242,6 +260,28 @@ pub fn assemble(pieces: &[(usize, &ChunkParse)]) -> Parsed {
         diagnostics.extend(shifted(&piece.parsed.diagnostics[piece.controls..], offset));
     }
     Parsed { file, diagnostics }
+}
+
+/// `item`, with no statements if it is a `defaults` or `server` block.
+fn without_statements(item: &Item) -> Item {
+    let bare = |body: &Block<Stmt>| Block {
+        stmts: Vec::new(),
+        open: body.open,
+        close: body.close,
+    };
+    let kind = match &item.kind {
+        ItemKind::Defaults(body) => ItemKind::Defaults(bare(body)),
+        ItemKind::Server(server) => ItemKind::Server(ServerDecl {
+            pattern: server.pattern.clone(),
+            body: bare(&server.body),
+        }),
+        other => other.clone(),
+    };
+    Item {
+        kind,
+        keyword: item.keyword,
+        span: item.span,
+    }
 }
 
 fn shifted(diagnostics: &[Diagnostic], offset: usize) -> impl Iterator<Item = Diagnostic> + '_ {

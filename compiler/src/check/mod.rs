@@ -10,6 +10,7 @@ mod suppress;
 mod values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use mcpolicy_runtime::table::{
     BudgetMetric, CalendarUnit, ProtocolRevision, ReasonSpec, Ttl, Window, builtin,
@@ -77,12 +78,17 @@ pub struct BlockContext {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockCheck {
     diagnostics: Vec<Diagnostic>,
-    block: PartialBlock,
+    /// Shared, not copied, by each check that reads this one from its memo.
+    block: Arc<PartialBlock>,
     /// Each accepted `as NAME`: (statement, name, span of NAME), in order.
     clauses: Vec<(Statement, String, Span)>,
     /// Who produces each reason named (by name, sorted): by a budget, by
     /// these other statements, and the spans of its `as` uses.
     producers: Vec<(String, bool, Vec<Statement>, Vec<Span>)>,
+    /// The span of the block's last statement (where a missing `}` is
+    /// reported), so that the file-level rules need not read the
+    /// statements.
+    last: Option<Span>,
 }
 
 impl Shift for BlockCheck {
@@ -92,8 +98,12 @@ impl Shift for BlockCheck {
             block: _,
             clauses,
             producers,
+            last,
         } = self;
         diagnostics.shift(by);
+        if let Some(last) = last {
+            last.shift(by);
+        }
         for (_, _, span) in clauses {
             span.shift(by);
         }
@@ -116,6 +126,7 @@ pub fn check_block(block: &Block<Stmt>, is_server: bool, context: &BlockContext)
             .collect(),
         ..Checker::default()
     };
+    let last = block.stmts.last().map(|s| s.span);
     let block = checker.block(block, is_server);
     let mut producers: Vec<(String, bool, Vec<Statement>, Vec<Span>)> = checker
         .producers
@@ -125,14 +136,22 @@ pub fn check_block(block: &Block<Stmt>, is_server: bool, context: &BlockContext)
     producers.sort_by(|a, b| a.0.cmp(&b.0));
     BlockCheck {
         diagnostics: checker.diagnostics,
-        block,
+        block: Arc::new(block),
         clauses: checker
             .clauses
             .into_iter()
             .map(|(_, statement, name, span)| (statement, name, span))
             .collect(),
         producers,
+        last,
     }
+}
+
+/// Whether `comment` is a suppression (`# mcpolicy: …`), which reads the
+/// statements around it: a block holding one keeps its statements in the
+/// tree the file-level rules read (`parse::assemble_with`).
+pub fn is_suppression(comment: &crate::syntax::Comment) -> bool {
+    suppress::is_suppression(comment)
 }
 
 /// [`check`], with each block's check from `blocks` (given the block, with
@@ -442,17 +461,33 @@ impl Checker {
     /// for a request without tools and knows it by its reason, so a shared
     /// reason would skip (or replay) the other statement's stored denials.
     fn shared_tools_reasons(&mut self) {
-        if !self.clauses.iter().any(|c| c.1 == Statement::Tools) {
+        // A finding needs a `tools … as NAME` clause in the block or in
+        // `defaults` (`clause` below): without one in `defaults`, only the
+        // blocks with their own are looked at.
+        let mut with_tools: HashSet<usize> = self
+            .clauses
+            .iter()
+            .filter(|c| c.1 == Statement::Tools)
+            .map(|c| c.0)
+            .collect();
+        if with_tools.is_empty() {
             return;
         }
-        let mut blocks = vec![(0, crate::lower::effective_defaults(&self.model))];
-        blocks.extend(
-            self.model
-                .servers
-                .iter()
-                .enumerate()
-                .map(|(i, (_, b))| (1 + i, crate::lower::effective_server(&self.model, b))),
-        );
+        let every_block = with_tools.remove(&0);
+        let defaults = crate::lower::effective_defaults(&self.model);
+        let servers: Vec<(usize, mcpolicy_runtime::table::EffectiveBlock)> = self
+            .model
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| every_block || with_tools.contains(&(1 + i)))
+            .map(|(i, (_, b))| (1 + i, crate::lower::effective_over(&defaults, b)))
+            .collect();
+        let mut blocks = Vec::with_capacity(1 + servers.len());
+        if every_block {
+            blocks.push((0, defaults));
+        }
+        blocks.extend(servers);
         // The clause naming `reason` on `statement` that block `id` inherits:
         // its own, else the defaults' one.
         let clause = |id: usize, statement: &str, reason: &str| {
@@ -915,7 +950,7 @@ impl Checker {
     /// Takes in a block's check as if the block had been checked here, in
     /// file order: its findings, and its reason uses for the file-level
     /// rules; then the file-level finding of a missing `}`.
-    fn merge_block(&mut self, block: &Block<Stmt>, checked: BlockCheck) -> PartialBlock {
+    fn merge_block(&mut self, block: &Block<Stmt>, checked: BlockCheck) -> Arc<PartialBlock> {
         self.diagnostics.extend(checked.diagnostics);
         let current = self.current_block;
         self.clauses.extend(
@@ -935,7 +970,7 @@ impl Checker {
             entry.uses.extend(uses);
         }
         if block.close.is_none() {
-            self.unclosed(block.open, block.stmts.last().map(|s| s.span));
+            self.unclosed(block.open, checked.last);
         }
         checked.block
     }

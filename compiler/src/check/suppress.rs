@@ -139,6 +139,16 @@ fn rewrite(comment: &str, codes: &[&str]) -> String {
     out
 }
 
+/// The text after `# mcpolicy:`, if the comment starts so.
+fn after_prefix(text: &str) -> Option<&str> {
+    text.strip_prefix('#')?.trim_start().strip_prefix(PREFIX)
+}
+
+/// Whether `comment` is a suppression, well-formed or not.
+pub(super) fn is_suppression(comment: &Comment) -> bool {
+    after_prefix(&comment.text).is_some()
+}
+
 /// Reads a comment; `None` when it is not a suppression, or names nothing
 /// that can be suppressed (its findings pushed).
 fn parse<'a>(
@@ -147,8 +157,7 @@ fn parse<'a>(
     findings: &mut Vec<Diagnostic>,
 ) -> Option<Suppression<'a>> {
     let text = comment.text.as_str();
-    let body = text.strip_prefix('#')?.trim_start();
-    let rest = body.strip_prefix(PREFIX)?;
+    let rest = after_prefix(text)?;
     let offset_of = |part: &str| part.as_ptr() as usize - text.as_ptr() as usize;
     let rest_trimmed = rest.trim_start();
     let Some(list) = rest_trimmed.strip_prefix("allow") else {

@@ -2,7 +2,7 @@
 //! `defaults`.
 
 use super::{overlaps, policy_model};
-use crate::db::{SourceText, parse_file};
+use crate::db::SourceText;
 use crate::lower;
 use crate::model::PartialBlock;
 use crate::statements::{Statement, effective_lines};
@@ -33,15 +33,20 @@ fn inherited(
 /// rules are computed (not `effective_blocks`' every block, which an edit
 /// that changes a value would recompute for the whole file).
 pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) -> Vec<InlayHint> {
-    let file = &parse_file(db, source).file;
     let model = policy_model(db, source);
     let mut hints = Vec::new();
-    let servers = file.items.iter().filter_map(|item| match &item.kind {
-        ItemKind::Server(server) => Some((item, server)),
-        _ => None,
+    // From each piece's tree, spans shifted: no whole-file tree.
+    let trees = crate::db::trees(db, source);
+    let servers = trees.iter().flat_map(|&(start, tree)| {
+        tree.items.iter().filter_map(move |item| match &item.kind {
+            ItemKind::Server(server) => Some((start, item, server)),
+            _ => None,
+        })
     });
-    for (index, (item, server)) in servers.enumerate() {
-        if !overlaps(item.span, range) {
+    for (index, (start, item, server)) in servers.enumerate() {
+        let shift = |span: Span| Span::new(span.start + start, span.end + start);
+        let item_span = shift(item.span);
+        if !overlaps(item_span, range) {
             continue;
         }
         let Some((pattern, own)) = model.servers.get(index) else {
@@ -56,7 +61,10 @@ pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) ->
         if lines.is_empty() {
             continue;
         }
-        let offset = server.body.close.map_or(item.span.end, |close| close.end);
+        let offset = server
+            .body
+            .close
+            .map_or(item_span.end, |close| shift(close).end);
         hints.push(InlayHint {
             offset,
             label: format!("defaults: {}", lines.join(" · ")),

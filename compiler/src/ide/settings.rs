@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 pub use mcpolicy_runtime::table::ProtocolRevision;
 
-use crate::db::{SourceText, analyze, analyze_parsed, parse_file};
+use crate::db::{SourceText, analyze, analyze_parsed, analyze_pieces, parse_file, trees};
 use crate::diagnostic::Diagnostic;
 use crate::syntax::{Item, ItemKind, Span, Spanned};
 
@@ -43,11 +43,11 @@ pub fn diagnostics(db: &dyn salsa::Database, source: SourceText) -> Cow<'_, [Dia
 }
 
 fn declares_protocol(db: &dyn salsa::Database, source: SourceText) -> bool {
-    parse_file(db, source)
-        .file
-        .items
-        .iter()
-        .any(|item| matches!(item.kind, ItemKind::Protocol(_)))
+    trees(db, source).iter().any(|(_, tree)| {
+        tree.items
+            .iter()
+            .any(|item| matches!(item.kind, ItemKind::Protocol(_)))
+    })
 }
 
 /// The findings of the file as if it ended with `protocol REVISION`: the
@@ -63,16 +63,23 @@ fn under_protocol(
 ) -> Vec<Diagnostic> {
     let end = source.text(db).len();
     let at = Span::new(end, end);
-    let mut parsed = parse_file(db, source).clone();
-    parsed.file.items.push(Item {
+    let protocol = Item {
         kind: ItemKind::Protocol(Spanned {
             value: revision.as_str().to_owned(),
             span: at,
         }),
         keyword: at,
         span: at,
+    };
+    // Item by item, as `analyze` checks: each block's check under this
+    // revision is memoised too. A database that parses in one pass checks
+    // the whole tree.
+    let analysis = analyze_pieces(db, source, Some(protocol.clone())).unwrap_or_else(|| {
+        let mut parsed = parse_file(db, source).clone();
+        parsed.file.items.push(protocol);
+        analyze_parsed(&parsed)
     });
-    let mut findings = analyze_parsed(&parsed).diagnostics;
+    let mut findings = analysis.diagnostics;
     for d in findings.iter_mut().filter(|d| d.span == at) {
         // Its fix (declare an `error_code` after that line) still inserts
         // at the end of the file, where it reads as it should.

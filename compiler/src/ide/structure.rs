@@ -195,31 +195,38 @@ fn stmt_spans(block: &Block<Stmt>) -> Vec<Span> {
 /// first comment's start to the last one's end, for folding.
 pub fn comment_blocks(db: &dyn salsa::Database, source: SourceText) -> Vec<Span> {
     let text = source.text(db);
-    let file = &parse_file(db, source).file;
+    // From each piece's tree: no whole-file tree for an editor's folds.
+    let comments = crate::db::trees(db, source)
+        .into_iter()
+        .flat_map(|(start, tree)| {
+            tree.comments
+                .iter()
+                .map(move |c| Span::new(c.span.start + start, c.span.end + start))
+        });
     let mut blocks = Vec::new();
     let mut current: Option<(Span, usize)> = None; // (block, comments in it)
-    for comment in &file.comments {
-        let line_start = text[..comment.span.start]
+    for comment in comments {
+        let line_start = text[..comment.start]
             .rfind(['\n', '\r'])
             .map_or(0, |i| i + 1);
-        let alone = text[line_start..comment.span.start].trim().is_empty();
+        let alone = text[line_start..comment.start].trim().is_empty();
         // On the line right after the block: only blanks and one line
         // break between them (`\r\n`, `\n` or a lone `\r`).
         let follows = current.is_some_and(|(block, _)| {
-            let between = &text[block.end..comment.span.start];
+            let between = &text[block.end..comment.start];
             alone
                 && between.trim().is_empty()
                 && between.replace("\r\n", "\n").matches(['\n', '\r']).count() == 1
         });
         current = match current {
-            Some((block, n)) if follows => Some((Span::new(block.start, comment.span.end), n + 1)),
+            Some((block, n)) if follows => Some((Span::new(block.start, comment.end), n + 1)),
             previous => {
                 if let Some((block, n)) = previous
                     && n > 1
                 {
                     blocks.push(block);
                 }
-                alone.then_some((comment.span, 1))
+                alone.then_some((comment, 1))
             }
         };
     }

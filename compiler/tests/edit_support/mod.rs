@@ -60,6 +60,15 @@ pub const SNIPPETS: &[&str] = &[
     "\nserver \"team-*\" {\n  budget 5 tokens per day as acme.offline\n}\n",
     "\ndefaults {\n  rate 1 per 1s\n}\n",
     "😀",
+    // Suppressions: the file-level rules read the statements of a block
+    // that holds one (`db::analyze_pieces`).
+    "\n  # mcpolicy: allow W0604\n",
+    "\n# mcpolicy: allow W0410, W0305 -- why\n",
+    " # mcpolicy: allow W0604",
+    "\n  # mcpolicy: nothing\n",
+    // `tools` sharing a reason (E0413): read from effective blocks.
+    "\n  tools off as acme.new\n",
+    "\n  tools off as policy.rate_limit\n",
 ];
 
 /// Replaces `len` chars at about `at` of `text` by `insert`.
