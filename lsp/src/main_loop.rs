@@ -638,7 +638,9 @@ where
     P: DeserializeOwned,
     R: Serialize,
 {
-    respond_with(connection, world, request, handler, to_json::<R>)
+    respond_with(connection, world, request, handler, |world, result| {
+        to_json(world, &result)
+    })
 }
 
 /// [`respond`] for a handler whose answer is already JSON text (the
@@ -657,7 +659,7 @@ where
         if world.raw_json {
             Ok(crate::transport::raw_text(text))
         } else {
-            serde_json::from_str(text)
+            serde_json::from_str(&text)
         }
     })
 }
@@ -668,7 +670,7 @@ fn respond_with<P, R>(
     world: &World,
     request: Request,
     handler: fn(&World, P) -> Result<R, ResponseError>,
-    serialize: fn(&World, &R) -> serde_json::Result<serde_json::Value>,
+    serialize: fn(&World, R) -> serde_json::Result<serde_json::Value>,
 ) -> Response
 where
     P: DeserializeOwned,
@@ -685,7 +687,7 @@ where
     };
     forget_panic_location();
     match catch_unwind(AssertUnwindSafe(|| handler(world, params))) {
-        Ok(Ok(result)) => match serialize(world, &result) {
+        Ok(Ok(result)) => match serialize(world, result) {
             Ok(value) => Response::new_ok(request.id, value),
             Err(e) => error(request.id, ErrorCode::InternalError, e.to_string()),
         },

@@ -122,13 +122,17 @@ pub fn raw_json<T: serde::Serialize>(value: &T) -> serde_json::Result<Value> {
 }
 
 /// JSON text (`text`, which the caller built as JSON) wrapped as
-/// [`raw_json`] wraps a serialised value: neither parsed nor re-serialised.
-pub fn raw_text(text: &str) -> Value {
-    let mut wrapped = String::with_capacity(RAW_JSON.len() + text.len());
-    wrapped.push_str(RAW_JSON);
-    wrapped.push_str(text);
-    Value::String(wrapped)
+/// [`raw_json`] wraps a serialised value: neither parsed nor re-serialised,
+/// nor copied when the caller left [`RAW_TEXT_HEADROOM`] bytes of spare
+/// capacity (the outline is 1.8 MB on 10,000 lines: a copy of it would be
+/// the server's largest allocation).
+pub fn raw_text(mut text: String) -> Value {
+    text.insert_str(0, RAW_JSON);
+    Value::String(text)
 }
+
+/// The spare capacity [`raw_text`] needs to wrap a text in place.
+pub const RAW_TEXT_HEADROOM: usize = RAW_JSON.len();
 
 /// The body of a message whose result or params [`raw_json`] wrapped, in
 /// two parts: what comes before the raw JSON, with the members in

@@ -29,7 +29,7 @@ pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<String> {
     let pieces = db::file_pieces(snapshot.db, snapshot.document.source);
     let mut kept = world.symbol_fragments(uri);
     let mut now = Fragments::with_capacity(pieces.len());
-    let mut json = String::from("[");
+    let mut order = Vec::with_capacity(pieces.len());
     for &(start, item) in pieces {
         let text = item.text(snapshot.db);
         let line = snapshot.position(start).line;
@@ -51,13 +51,25 @@ pub fn handle(world: &World, params: DocumentSymbolParams) -> Result<String> {
                 }
             }
         };
-        if !fragment.json.is_empty() {
-            if json.len() > 1 {
-                json.push(',');
-            }
-            json.push_str(&fragment.json);
-        }
+        order.push(key);
         now.insert(key, fragment);
+    }
+    // Joined into one allocation of the final size, with room for the
+    // transport to wrap it without a copy.
+    let fragments: Vec<&str> = order
+        .iter()
+        .filter_map(|key| now.get(key))
+        .map(|fragment| fragment.json.as_str())
+        .filter(|json| !json.is_empty())
+        .collect();
+    let size = fragments.iter().map(|json| json.len() + 1).sum::<usize>() + 2;
+    let mut json = String::with_capacity(crate::transport::RAW_TEXT_HEADROOM + size);
+    json.push('[');
+    for (i, fragment) in fragments.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        json.push_str(fragment);
     }
     json.push(']');
     world.keep_symbol_fragments(uri, now);
