@@ -150,9 +150,10 @@ mod tests {
         ] {
             assert!(CodesPage::parse(bad).is_err(), "{bad:?} accepted");
         }
-        let page = CodesPage::parse("https://docs.example.org/mcpolicy/codes.html").unwrap();
+        let page =
+            CodesPage::parse("https://docs.example.org/mcpolicy/codes.html").expect("a page");
         assert_eq!(
-            page.description(Code::E0203).unwrap().href.as_str(),
+            page.description(Code::E0203).expect("a link").href.as_str(),
             "https://docs.example.org/mcpolicy/codes.html#e0203"
         );
         assert!(CodesPage::parse("file:///usr/share/doc/mcpolicy/codes.html").is_ok());

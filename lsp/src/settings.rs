@@ -21,6 +21,9 @@ use serde_json::Value;
 use crate::code_docs::{CodeDocs, CodesPage};
 use crate::world::World;
 
+/// The settings [`read`] knows, by the name a client sends.
+pub const NAMES: &[&str] = &["denyWarnings", "protocol", "codeDocsUrl"];
+
 /// What a settings object asks for: for each setting, `None` when it is not
 /// mentioned, `Some(value)` otherwise.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -200,4 +203,21 @@ pub fn initial_world(
     let options = params.initialization_options.as_ref();
     let outcome = options.map_or(Ok(()), |options| apply(&mut world, options).map(drop));
     (world, outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name in [`NAMES`] is read (a wrong value is an error naming
+    /// it), and nothing else is: a known key left out of the list fails.
+    #[test]
+    fn names_are_the_settings_read() {
+        for name in NAMES {
+            let why = read(&serde_json::json!({ *name: 42 })).expect_err(name);
+            assert!(why.contains(&format!("`{name}`")), "{why}");
+        }
+        let unknown = serde_json::json!({ "denyWarning": 42, "codeDocsURL": 42 });
+        assert_eq!(read(&unknown), Ok(Change::default()));
+    }
 }

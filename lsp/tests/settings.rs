@@ -343,3 +343,43 @@ fn a_pushed_client_gets_diagnostics_and_no_refresh_request() {
     );
     assert!(client.shutdown());
 }
+
+/// Each setting the server reads is a `mcpolicy.*` setting of the VS Code
+/// extension, sent in its `initializationOptions`, and a row of the
+/// README's "Settings" table; and the extension has no other (but the
+/// server's path, which it keeps).
+#[test]
+fn the_extension_and_the_readme_name_every_setting() {
+    let vscode = common::root().join("lsp/editors/vscode");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(vscode.join("package.json")).unwrap())
+            .unwrap();
+    let contributed: Vec<&str> = manifest["contributes"]["configuration"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.strip_prefix("mcpolicy.").unwrap())
+        .filter(|k| *k != "server.path")
+        .collect();
+    let mut names = mcpolicy_lsp::settings::NAMES.to_vec();
+    names.sort_unstable();
+    let mut sorted = contributed.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, names, "package.json's settings");
+    let extension = std::fs::read_to_string(vscode.join("src/extension.ts")).unwrap();
+    let readme = std::fs::read_to_string(common::root().join("lsp/README.md")).unwrap();
+    let settings = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Settings\n"))
+        .unwrap();
+    for name in names {
+        assert!(
+            extension.contains(&format!("{name}: configuration.get")),
+            "extension.ts does not send `{name}` at start"
+        );
+        assert!(
+            settings.contains(&format!("\n| `{name}` |")),
+            "lsp/README.md's Settings table has no `{name}`"
+        );
+    }
+}
