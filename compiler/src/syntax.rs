@@ -138,6 +138,22 @@ pub enum ItemKind {
     Bad(String),
 }
 
+impl ItemKind {
+    /// The keyword of an item a file may declare only once (a second one is
+    /// E0203), or `None` for one it may repeat. The checker's rule, which
+    /// completion follows to stop offering such an item once declared.
+    pub fn declared_once(&self) -> Option<&'static str> {
+        match self {
+            ItemKind::Version(_) => Some("mcpolicy"),
+            ItemKind::Protocol(_) => Some("protocol"),
+            ItemKind::ErrorCode(_) => Some("error_code"),
+            ItemKind::Identity(_) => Some("identity"),
+            ItemKind::Defaults(_) => Some("defaults"),
+            ItemKind::Reason(_) | ItemKind::Server(_) | ItemKind::Bad(_) => None,
+        }
+    }
+}
+
 /// `reason policy.rate_limit { retryable true; ttl 60s }`
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReasonDecl {

@@ -1,37 +1,115 @@
 //! What a diagnostic's code adds to it in the editor: a link to the code's
 //! explanation (`codeDescription`) and the tags editors render (an unused
 //! reason faded, a deprecated scope struck through).
+//!
+//! The links go to a page whose `#anchor`s are the codes: `docs/codes.md`
+//! rendered. Which page is the `codeDocsUrl` setting (`crate::settings`),
+//! kept as a salsa input ([`CodeDocs`]) so that a change to it cancels the
+//! checks in flight, whose diagnostics would carry the old links.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use lsp_types::{CodeDescription, DiagnosticTag, Uri};
 use mcpolicy_compiler::codes::Code;
 use mcpolicy_compiler::ide::docs::code_anchor;
 
-/// Where `docs/codes.md` is published: the workspace's `repository` (root
-/// `Cargo.toml`) followed by `/blob/main/docs/codes.md`, the path a
-/// GitHub- or GitLab-style host serves the file at on the main branch.
+/// Where `docs/codes.md` is published according to the workspace's
+/// `repository` (root `Cargo.toml`): followed by `/blob/main/docs/codes.md`,
+/// the path a GitHub- or GitLab-style host serves the file at on the main
+/// branch.
 pub const CODES_PAGE: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/codes.md");
 
-/// The link to `code`'s section of `docs/codes.md`.
-pub fn href(code: Code) -> String {
-    format!("{CODES_PAGE}#{}", code_anchor(code))
+/// The page the links go to when no setting names one: the build's
+/// `MCPOLICY_CODE_DOCS_URL` if it set one (a packager who publishes the
+/// page elsewhere), else [`CODES_PAGE`].
+pub const DEFAULT_PAGE: &str = match option_env!("MCPOLICY_CODE_DOCS_URL") {
+    Some(url) => url,
+    None => CODES_PAGE,
+};
+
+/// The page of code explanations, with the link of each code into it
+/// (parsed once per page, not per finding: a file can have thousands).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodesPage {
+    url: String,
+    links: HashMap<Code, Uri>,
 }
 
-/// `href` as the LSP wants it (`None` only if the repository URL in
-/// `Cargo.toml` is not a URI). Parsed once per code, not per finding: a
-/// file can have thousands.
-pub fn description(code: Code) -> Option<CodeDescription> {
-    static LINKS: LazyLock<HashMap<Code, Uri>> = LazyLock::new(|| {
-        Code::ALL
-            .iter()
-            .filter_map(|&code| href(code).parse::<Uri>().ok().map(|uri| (code, uri)))
-            .collect()
-    });
-    LINKS
-        .get(&code)
-        .map(|href| CodeDescription { href: href.clone() })
+impl CodesPage {
+    /// The page at `url`: an absolute URI without a `#fragment` (the
+    /// anchors are added to it).
+    pub fn parse(url: &str) -> Result<CodesPage, String> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+        if uri.scheme().is_none() {
+            return Err(format!(
+                "`{url}` is not an absolute URL (it has no scheme such as https:)"
+            ));
+        }
+        if uri.fragment().is_some() {
+            return Err(format!(
+                "`{url}` has a `#fragment`; name the page, its anchors are the codes"
+            ));
+        }
+        let mut links = HashMap::new();
+        for &code in Code::ALL {
+            let href = format!("{url}#{}", code_anchor(code));
+            let link = href
+                .parse::<Uri>()
+                .map_err(|e| format!("`{href}` is not a URL ({e})"))?;
+            links.insert(code, link);
+        }
+        Ok(CodesPage {
+            url: url.to_owned(),
+            links,
+        })
+    }
+
+    /// The default page, [`DEFAULT_PAGE`]. Should the build have set a
+    /// page that is not a URL, its diagnostics carry no link rather than a
+    /// broken one.
+    pub fn built_in() -> Arc<CodesPage> {
+        static BUILT_IN: LazyLock<Arc<CodesPage>> = LazyLock::new(|| {
+            Arc::new(
+                CodesPage::parse(DEFAULT_PAGE).unwrap_or_else(|_| CodesPage {
+                    url: DEFAULT_PAGE.to_owned(),
+                    links: HashMap::new(),
+                }),
+            )
+        });
+        Arc::clone(&BUILT_IN)
+    }
+
+    /// The page's URL, as the setting gave it.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The link to `code`'s section of the page, as the LSP wants it.
+    pub fn description(&self, code: Code) -> Option<CodeDescription> {
+        self.links
+            .get(&code)
+            .map(|href| CodeDescription { href: href.clone() })
+    }
+}
+
+/// The page the diagnostics of this session link to; absent until a
+/// setting names one ([`page`] then gives [`CodesPage::built_in`]).
+#[salsa::input(singleton, debug)]
+pub struct CodeDocs {
+    /// The page.
+    #[returns(ref)]
+    pub page: Arc<CodesPage>,
+}
+
+/// The page the diagnostics link to now.
+pub fn page(db: &dyn salsa::Database) -> Arc<CodesPage> {
+    match CodeDocs::try_get(db) {
+        Some(docs) => Arc::clone(docs.page(db)),
+        None => CodesPage::built_in(),
+    }
 }
 
 /// `Unnecessary` on findings about text that does nothing (an unused
@@ -51,16 +129,33 @@ mod tests {
 
     #[test]
     fn every_code_has_a_link_into_the_codes_page() {
+        let page = CodesPage::built_in();
+        assert_eq!(page.url(), DEFAULT_PAGE);
         for code in Code::ALL {
-            let description = description(*code).expect("a URI");
-            assert!(
-                description.href.as_str().ends_with(&format!(
-                    "docs/codes.md#{}",
-                    code.as_str().to_ascii_lowercase()
-                )),
-                "{}",
-                description.href.as_str()
+            let description = page.description(*code).expect("a URI");
+            assert_eq!(
+                description.href.as_str(),
+                format!("{DEFAULT_PAGE}#{}", code.as_str().to_ascii_lowercase()),
             );
         }
+    }
+
+    #[test]
+    fn a_page_must_be_an_absolute_url_without_a_fragment() {
+        for bad in [
+            "",
+            "docs/codes.md",
+            "https://example.org/codes#top",
+            "https://exa mple.org/",
+        ] {
+            assert!(CodesPage::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let page =
+            CodesPage::parse("https://docs.example.org/mcpolicy/codes.html").expect("a page");
+        assert_eq!(
+            page.description(Code::E0203).expect("a link").href.as_str(),
+            "https://docs.example.org/mcpolicy/codes.html#e0203"
+        );
+        assert!(CodesPage::parse("file:///usr/share/doc/mcpolicy/codes.html").is_ok());
     }
 }

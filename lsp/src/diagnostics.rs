@@ -10,6 +10,7 @@ use mcpolicy_compiler::diagnostic::Diagnostic;
 use mcpolicy_compiler::ide::settings::{self, deny_warnings};
 use salsa::Database as _;
 
+use crate::code_docs::CodesPage;
 use crate::world::Snapshot;
 
 /// The code of the diagnostic that stands for a checker crash.
@@ -40,6 +41,11 @@ pub fn crashed(why: &str) -> LspDiagnostic {
 
 /// One finding, converted.
 pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
+    convert(snapshot, &crate::code_docs::page(snapshot.db), d)
+}
+
+/// [`to_lsp`] with the page its code links into.
+fn convert(snapshot: &Snapshot<'_>, page: &CodesPage, d: &Diagnostic) -> LspDiagnostic {
     let mut message = d.message.clone();
     if let Some(help) = &d.help {
         message.push_str(&format!("\nhelp: {help}"));
@@ -66,7 +72,7 @@ pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
             Severity::Warning => DiagnosticSeverity::WARNING,
         }),
         code: Some(NumberOrString::String(d.code.as_str().to_owned())),
-        code_description: crate::code_docs::description(d.code),
+        code_description: page.description(d.code),
         tags: crate::code_docs::tags(d.code),
         source: Some("mcpolicy".to_owned()),
         message,
@@ -80,6 +86,7 @@ pub fn to_lsp(snapshot: &Snapshot<'_>, d: &Diagnostic) -> LspDiagnostic {
 /// between conversions (a 10 MB file can have many findings).
 pub fn all(snapshot: &Snapshot<'_>) -> Vec<LspDiagnostic> {
     crate::fault::inject(snapshot.text(), "the check");
+    let page = crate::code_docs::page(snapshot.db);
     settings::diagnostics(snapshot.db, snapshot.document.source)
         .iter()
         .enumerate()
@@ -87,7 +94,7 @@ pub fn all(snapshot: &Snapshot<'_>) -> Vec<LspDiagnostic> {
             if i % 256 == 255 {
                 snapshot.db.unwind_if_revision_cancelled();
             }
-            to_lsp(snapshot, d)
+            convert(snapshot, &page, d)
         })
         .collect()
 }

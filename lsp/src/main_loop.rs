@@ -80,8 +80,8 @@ use lsp_types::{
 use mcpolicy_compiler::db::Database;
 use mcpolicy_compiler::line_index::Encoding;
 use salsa::{Cancelled, Database as _};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize as _, Serialize};
 
 use crate::handlers::{self, ResponseError};
 use crate::world::{CheckJob, World};
@@ -234,7 +234,7 @@ pub fn run_with(connection: &Connection, hooks: Hooks) -> Result<Exit, Error> {
 fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, Error> {
     record_panic_locations();
     // Most often someone ran the binary by hand: say what it expects.
-    let (id, params) = connection.initialize_start().map_err(|e| {
+    let (id, raw_params) = connection.initialize_start().map_err(|e| {
         format!(
             "no `initialize` request from the client ({e}); \
              an editor starts this server, see `mcpolicy-lsp --help`"
@@ -242,7 +242,7 @@ fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, 
     })?;
     // Unreadable initialize params are treated as a client with no
     // capabilities, and the log says so once the handshake is over.
-    let (params, unreadable) = match serde_json::from_value::<InitializeParams>(params) {
+    let (params, unreadable) = match InitializeParams::deserialize(&raw_params) {
         Ok(params) => (params, None),
         Err(e) => (InitializeParams::default(), Some(e)),
     };
@@ -262,7 +262,7 @@ fn serve(connection: &Connection, hooks: Hooks, raw_json: bool) -> Result<Exit, 
             ),
         )?;
     }
-    let (mut world, settings) = crate::settings::initial_world(encoding, &params);
+    let (mut world, settings) = crate::settings::initial_world(encoding, &params, &raw_params);
     if let Err(why) = settings {
         log(
             connection,
@@ -615,6 +615,19 @@ fn main_loop(
                         edited = true;
                     }
                 }
+                // The client's answer to our `workspace/diagnostic/refresh`:
+                // nothing to do, but a refusal is logged.
+                Message::Response(Response {
+                    id,
+                    response_result: Err(e),
+                }) => log(
+                    connection,
+                    MessageType::WARNING,
+                    format!(
+                        "the client answered request {id} with error {}: {}",
+                        e.code, e.message
+                    ),
+                )?,
                 Message::Response(_) => {}
             }
         }
@@ -792,7 +805,11 @@ fn notify(
             Ok(handlers::did_close::handle(world, params(notification)?))
         }
         DidChangeConfiguration::METHOD => {
-            handlers::did_change_configuration::handle(world, params(notification)?)?;
+            let refresh = handlers::did_change_configuration::handle(world, params(notification)?)?;
+            if let Some(refresh) = refresh {
+                // Fails only when the session has ended, which the loop sees next.
+                let _ = connection.sender.send(Message::Request(refresh));
+            }
             Ok(None)
         }
         _ => Ok(None),

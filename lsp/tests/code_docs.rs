@@ -1,6 +1,7 @@
 //! `docs/codes.md` is generated from `compiler/src/codes.rs` and kept equal
 //! to it here (`UPDATE_EXPECT=1` rewrites it); every diagnostic the server
-//! publishes links to its code's section of that page.
+//! publishes links to its code's section of that page, at the URL the
+//! `codeDocsUrl` setting names.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,6 +10,7 @@ mod common;
 use common::{Client, URI, root};
 use mcpolicy_compiler::codes::Code;
 use mcpolicy_compiler::ide::docs::codes_markdown;
+use serde_json::{Value, json};
 
 #[test]
 fn docs_codes_md_is_generated_from_codes_rs() {
@@ -65,15 +67,17 @@ fn published_diagnostics_link_to_their_code_and_tag_dead_text() {
     let diagnostics = published["diagnostics"].as_array().unwrap();
     let repository = env!("CARGO_PKG_REPOSITORY");
     assert_eq!(repository, "https://example.invalid/mcpolicy");
+    // Unless the build names another page (`MCPOLICY_CODE_DOCS_URL`).
+    let page = option_env!("MCPOLICY_CODE_DOCS_URL").map_or_else(
+        || format!("{repository}/blob/main/docs/codes.md"),
+        str::to_owned,
+    );
     let mut seen = Vec::new();
     for d in diagnostics {
         let code = d["code"].as_str().unwrap();
         assert_eq!(
             d["codeDescription"]["href"],
-            format!(
-                "{repository}/blob/main/docs/codes.md#{}",
-                code.to_lowercase()
-            ),
+            format!("{page}#{}", code.to_lowercase()),
             "{d:#}"
         );
         seen.push((code.to_owned(), d.get("tags").cloned()));
@@ -85,12 +89,150 @@ fn published_diagnostics_link_to_their_code_and_tag_dead_text() {
             .1
             .clone()
     };
-    assert_eq!(tags("W0410"), Some(serde_json::json!([1])));
+    assert_eq!(tags("W0410"), Some(json!([1])));
     assert_eq!(tags("E0101"), None);
     // The anchors the links name exist in the committed page.
     let page = std::fs::read_to_string(root().join("docs/codes.md")).unwrap();
     for (code, _) in &seen {
         assert!(page.contains(&format!("<a id=\"{}\"></a>", code.to_lowercase())));
+    }
+    assert!(client.shutdown());
+}
+
+const FINDINGS: &str = "mcpolicy 1\nreason acme.unused { retryable false; ttl forever }\n\
+                        server \"a\" { max_tokns 5 }\n";
+
+/// Each diagnostic's link, with its code.
+fn links(published: &Value) -> Vec<(String, String)> {
+    let diagnostics = published["diagnostics"].as_array().unwrap();
+    assert!(!diagnostics.is_empty(), "{published}");
+    diagnostics
+        .iter()
+        .map(|d| {
+            (
+                d["code"].as_str().unwrap().to_owned(),
+                d["codeDescription"]["href"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Whether every link is `page` at its code's anchor.
+fn all_into(links: &[(String, String)], page: &str) -> bool {
+    links
+        .iter()
+        .all(|(code, href)| *href == format!("{page}#{}", code.to_lowercase()))
+}
+
+/// Waits for a log line and returns it; nothing is published before it.
+fn log_line(client: &mut Client) -> String {
+    loop {
+        let message = client.recv_value();
+        assert_ne!(message["method"], "textDocument/publishDiagnostics");
+        if message["method"] == "window/logMessage" {
+            return message["params"]["message"].as_str().unwrap().to_owned();
+        }
+    }
+}
+
+/// `codeDocsUrl` in `initializationOptions` and in
+/// `workspace/didChangeConfiguration` changes the links of the next
+/// diagnostics; `null` restores the built-in page.
+#[test]
+fn the_code_docs_url_setting_changes_the_links() {
+    let first = "https://docs.example.org/mcpolicy/codes.html";
+    let second = "file:///usr/share/doc/mcpolicy/codes.html";
+    let mut client = Client::stdio();
+    client.ok(
+        "initialize",
+        json!({
+            "processId": null,
+            "rootUri": null,
+            "capabilities": {},
+            "initializationOptions": { "mcpolicy": { "codeDocsUrl": first } },
+        }),
+    );
+    client.notify("initialized", json!({}));
+    client.open(URI, FINDINGS);
+    let published = links(&client.diagnostics_for(URI, 1));
+    assert!(all_into(&published, first), "{published:?}");
+
+    client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "codeDocsUrl": second } }),
+    );
+    let published = links(&client.diagnostics(URI));
+    assert!(all_into(&published, second), "{published:?}");
+
+    client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "mcpolicy": { "codeDocsUrl": null } } }),
+    );
+    let published = links(&client.diagnostics(URI));
+    assert!(
+        all_into(&published, mcpolicy_lsp::code_docs::DEFAULT_PAGE),
+        "{published:?}"
+    );
+    assert!(client.shutdown());
+}
+
+/// A `codeDocsUrl` that is not an absolute URL of a page is logged, naming
+/// the setting, and changes nothing: the next diagnostics keep the links
+/// they had.
+#[test]
+fn an_invalid_code_docs_url_is_logged_and_changes_nothing() {
+    let page = "https://docs.example.org/mcpolicy/codes.html";
+    let mut client = Client::stdio();
+    client.ok(
+        "initialize",
+        json!({
+            "processId": null,
+            "rootUri": null,
+            "capabilities": {},
+            "initializationOptions": { "codeDocsUrl": "codes.html" },
+        }),
+    );
+    client.notify("initialized", json!({}));
+    let line = log_line(&mut client);
+    assert!(
+        line.contains("initializationOptions") && line.contains("`codeDocsUrl`"),
+        "{line}"
+    );
+    client.open(URI, FINDINGS);
+    let published = links(&client.diagnostics_for(URI, 1));
+    assert!(
+        all_into(&published, mcpolicy_lsp::code_docs::DEFAULT_PAGE),
+        "{published:?}"
+    );
+
+    client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "codeDocsUrl": page } }),
+    );
+    assert!(all_into(&links(&client.diagnostics(URI)), page));
+
+    let mut version = 1;
+    for bad in [
+        json!("not a url"),
+        json!("docs/codes.md"),
+        json!(format!("{page}#top")),
+        json!(42),
+    ] {
+        client.notify(
+            "workspace/didChangeConfiguration",
+            json!({ "settings": { "mcpolicy": { "codeDocsUrl": bad } } }),
+        );
+        let line = log_line(&mut client);
+        assert!(line.contains("`codeDocsUrl`"), "{line}");
+        // The next diagnostics, for an edit, keep the page.
+        version += 1;
+        client.change(
+            URI,
+            version,
+            json!([{ "text": format!("{FINDINGS}# v{version}\n") }]),
+        );
+        let published = links(&client.diagnostics_for(URI, version));
+        assert!(all_into(&published, page), "{bad}: {published:?}");
     }
     assert!(client.shutdown());
 }

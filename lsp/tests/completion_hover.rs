@@ -85,6 +85,70 @@ fn items_that_may_appear_once_are_not_offered_again() {
     assert!(client.shutdown());
 }
 
+/// One of each top-level item, written as a file would.
+fn item_sample(keyword: &str) -> &'static str {
+    match keyword {
+        "mcpolicy" => "mcpolicy 1",
+        "protocol" => "protocol 2025-11-25",
+        "error_code" => "error_code -31010",
+        "identity" => "identity messages",
+        "reason" => "reason acme.x { retryable false; ttl forever }",
+        "defaults" => "defaults { sampling on }",
+        "server" => "server \"a\" { sampling off }",
+        other => panic!("no sample of the item `{other}`: add one here"),
+    }
+}
+
+/// Completion and the checker agree on every item keyword: after one
+/// declaration, completion offers the keyword again exactly when the
+/// checker accepts a second declaration without E0203.
+#[test]
+fn completion_offers_again_exactly_the_items_the_checker_lets_repeat() {
+    let mut client = Client::stdio();
+    initialize(&mut client, false);
+    let mut verdicts = Vec::new();
+    for (n, keyword) in mcpolicy_compiler::statements::item_keywords().enumerate() {
+        let sample = item_sample(keyword);
+        // The version line first, as the checker asks; `mcpolicy` itself is
+        // then the one declaration.
+        let once = if keyword == "mcpolicy" {
+            "mcpolicy 1\n".to_owned()
+        } else {
+            format!("mcpolicy 1\n{sample}\n")
+        };
+        let completed = format!("file:///work/once-{n}.mcpolicy");
+        client.open(&completed, &format!("{once}\n"));
+        client.diagnostics_for(&completed, 1);
+        let at = json!({
+            "textDocument": { "uri": completed },
+            "position": position(&once, once.len()),
+        });
+        let offered =
+            labels(&client.ok("textDocument/completion", at)).contains(&keyword.to_owned());
+
+        let twice = format!("file:///work/twice-{n}.mcpolicy");
+        client.open(&twice, &format!("{once}{sample}\n"));
+        let published = client.diagnostics_for(&twice, 1);
+        let e0203 = published["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["code"] == "E0203");
+        assert_eq!(
+            offered, !e0203,
+            "`{keyword}`: completion offers it again: {offered}; \
+             a second one is E0203: {e0203} ({published})"
+        );
+        verdicts.push(offered);
+    }
+    // Both kinds exist, so the comparison above compared something.
+    assert!(
+        verdicts.contains(&true) && verdicts.contains(&false),
+        "{verdicts:?}"
+    );
+    assert!(client.shutdown());
+}
+
 #[test]
 fn accepting_inside_a_word_replaces_the_word_when_the_client_can() {
     let marked = "mcpolicy 1\nserver \"a\" { max_context this$0Servr }\n";

@@ -275,14 +275,7 @@ impl Checker {
         let mut identity: Option<&Vec<Spanned<String>>> = None;
 
         for (index, item) in file.items.iter().enumerate() {
-            let once = match &item.kind {
-                ItemKind::Version(_) => Some("mcpolicy"),
-                ItemKind::Protocol(_) => Some("protocol"),
-                ItemKind::ErrorCode(_) => Some("error_code"),
-                ItemKind::Identity(_) => Some("identity"),
-                ItemKind::Defaults(_) => Some("defaults"),
-                _ => None,
-            };
+            let once = item.kind.declared_once();
             if let Some(keyword) = once {
                 if let Some(first) = firsts.get(keyword) {
                     self.push(

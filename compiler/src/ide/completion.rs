@@ -97,19 +97,13 @@ fn context(file: &SourceFile, offset: usize) -> (Context, Vec<String>) {
 }
 
 /// The keywords of the items the file already has that may appear only
-/// once (a second one is E0203), leaving out the item under the cursor.
+/// once (the checker's rule, [`ItemKind::declared_once`]), leaving out the
+/// item under the cursor.
 fn declared_once(file: &SourceFile, offset: usize) -> Vec<&'static str> {
     file.items
         .iter()
         .filter(|item| !item.span.contains(offset))
-        .filter_map(|item| match item.kind {
-            ItemKind::Version(_) => Some("mcpolicy"),
-            ItemKind::Protocol(_) => Some("protocol"),
-            ItemKind::ErrorCode(_) => Some("error_code"),
-            ItemKind::Identity(_) => Some("identity"),
-            ItemKind::Defaults(_) => Some("defaults"),
-            _ => None,
-        })
+        .filter_map(|item| item.kind.declared_once())
         .collect()
 }
 

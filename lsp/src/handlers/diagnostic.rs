@@ -5,7 +5,9 @@
 //! every finding twice. The result id is a fingerprint of the report's
 //! content, not of the document's version: an edit that changes no finding
 //! (typing inside a block far from the findings of a file with thousands)
-//! is answered `unchanged`, and the client keeps what it shows.
+//! is answered `unchanged`, and the client keeps what it shows. The id
+//! includes the settings the findings were made under (`crate::settings`),
+//! so that after a settings change the next pull is answered in full.
 
 use std::hash::{DefaultHasher, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -37,7 +39,7 @@ pub fn handle(
                 .unwrap_or_else(|| "a panic without a message".to_owned());
             vec![crate::diagnostics::crashed(&why)]
         });
-    let result_id = fingerprint(&items);
+    let result_id = fingerprint(&crate::settings::fingerprint(snapshot.db), &items);
     let report = if params.previous_result_id.as_deref() == Some(result_id.as_str()) {
         DocumentDiagnosticReport::Unchanged(RelatedUnchangedDocumentDiagnosticReport {
             related_documents: None,
@@ -56,8 +58,9 @@ pub fn handle(
 }
 
 /// A fingerprint of the findings as the client receives them (their JSON),
-/// so that any difference in any field gives another id.
-fn fingerprint(items: &[lsp_types::Diagnostic]) -> String {
+/// so that any difference in any field gives another id, and of the
+/// `settings` they were made under.
+fn fingerprint(settings: &str, items: &[lsp_types::Diagnostic]) -> String {
     struct HashWriter(DefaultHasher);
     impl std::io::Write for HashWriter {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -69,6 +72,7 @@ fn fingerprint(items: &[lsp_types::Diagnostic]) -> String {
         }
     }
     let mut writer = HashWriter(DefaultHasher::new());
+    writer.0.write(settings.as_bytes());
     // Writing to a hasher cannot fail; serialising these types does not.
     let _ = serde_json::to_writer(&mut writer, items);
     format!("{:016x}-{}", writer.0.finish(), items.len())

@@ -28,6 +28,7 @@ export async function activate(context: ExtensionContext): Promise<void> {
     initializationOptions: {
       denyWarnings: configuration.get<boolean>("denyWarnings", false),
       protocol: configuration.get<string | null>("protocol", null),
+      codeDocsUrl: configuration.get<string | null>("codeDocsUrl", null),
     },
     synchronize: { configurationSection: "mcpolicy" },
   };
