@@ -7,11 +7,12 @@
 //! wrong), the built-in reason its denial carries, its field of the runtime's
 //! `EffectiveBlock` with the built-in default (and, where the runtime fills in
 //! an unset field itself, what it applies, for display), and its
-//! documentation. Everything
-//! else is derived from that entry: the keyword lists, hover and explain
-//! text, completion, [`PartialBlock`] and the merge of `defaults` into each
-//! server block ([`merge`]), the effective block written back as statements
-//! ([`effective_lines`]), and the checker's handling of the statement.
+//! documentation. Everything else is derived from that entry: the keyword
+//! lists, hover and explain text, completion, [`PartialBlock`] and the merge
+//! of `defaults` into each server block ([`merge`]), the effective block
+//! written back as statements ([`effective_lines`]), what an unset statement
+//! shows ([`Statement::unset_text`]), and the checker's handling of the
+//! statement.
 //!
 //! Adding a statement whose values have an existing shape and whose runtime
 //! field has an existing type is one entry here, plus the grammar rule
