@@ -472,14 +472,25 @@ fn short(digest: &Value) -> String {
     }
 }
 
-fn lines_text(lines: &Value) -> String {
+/// A statement's lines on one side; none stated: what the runtime applies
+/// then (`retry_alert 40 per 10m (built-in default)`), or `(not set)`.
+fn lines_text(statement: &Value, lines: &Value) -> String {
     match lines.as_array() {
         Some(list) if !list.is_empty() => list
             .iter()
             .filter_map(Value::as_str)
             .collect::<Vec<_>>()
             .join(", "),
-        _ => "(not set)".to_owned(),
+        _ => {
+            let applied = Statement::from_keyword(str_of(statement))
+                .map(Statement::applied_default_lines)
+                .unwrap_or_default();
+            if applied.is_empty() {
+                "(not set)".to_owned()
+            } else {
+                format!("{} (built-in default)", applied.join(", "))
+            }
+        }
     }
 }
 
@@ -515,8 +526,8 @@ fn human(doc: &Value) -> String {
                 out.push_str(&format!(
                     "    {}: {} → {}\n",
                     str_of(&s["statement"]),
-                    lines_text(&s["old"]),
-                    lines_text(&s["new"])
+                    lines_text(&s["statement"], &s["old"]),
+                    lines_text(&s["statement"], &s["new"])
                 ));
             }
             for r in c["reasons"].as_array().into_iter().flatten() {
@@ -610,8 +621,8 @@ fn human(doc: &Value) -> String {
             out.push_str(&format!(
                 "  {}: {} → {}; {reaches}\n",
                 str_of(&d["statement"]),
-                lines_text(&d["old"]),
-                lines_text(&d["new"])
+                lines_text(&d["statement"], &d["old"]),
+                lines_text(&d["statement"], &d["new"])
             ));
         }
     }
@@ -636,4 +647,38 @@ fn human(doc: &Value) -> String {
         "no stored decision is invalidated\n"
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement one side does not state shows what applies there: the
+    /// runtime's built-in (`retry_alert`, `consent`), as `mcpc show` prints
+    /// it, or `(not set)` when that imposes nothing.
+    #[test]
+    fn an_unstated_side_shows_what_applies_there() {
+        let doc = json!({
+            "invalidates": false,
+            "defaults": [
+                {"statement": "consent", "old": ["consent never"], "new": [], "reaches": []},
+                {"statement": "models", "old": [], "new": ["models \"a-*\""], "reaches": []},
+                {"statement": "retry_alert", "old": ["retry_alert 5 per 1m"], "new": [], "reaches": []},
+            ],
+        });
+        let text = human(&doc);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1..4],
+            [
+                "  consent: consent never → consent first (built-in default); reaches no block (each overrides it)",
+                "  models: (not set) → models \"a-*\"; reaches no block (each overrides it)",
+                &format!(
+                    "  retry_alert: retry_alert 5 per 1m → {} (built-in default); reaches no block (each overrides it)",
+                    Statement::RetryAlert.unset_text()
+                ),
+            ],
+            "{text}"
+        );
+    }
 }

@@ -215,8 +215,7 @@ impl BlockReport {
 
     /// `max_tokens 100` (defaults, line 5), as a step names a statement.
     pub fn describe_row(&self, row: &StatementRow) -> String {
-        let value = row.value.clone().unwrap_or_else(|| unset_text(row));
-        format!("`{value}` ({})", self.origin_text(row))
+        format!("`{}` ({})", value_text(row), self.origin_text(row))
     }
 
     fn origin_text(&self, row: &StatementRow) -> String {
@@ -336,21 +335,12 @@ fn rows_without_provenance(block: &mcpolicy_runtime::table::EffectiveBlock) -> V
     rows
 }
 
+/// A row's value; unset: what the runtime applies then (from the statement
+/// table, as hover and `mcpc diff` show it), or `models (not set)`.
 fn value_text(row: &StatementRow) -> String {
-    row.value.clone().unwrap_or_else(|| unset_text(row))
-}
-
-/// A statement no block states: `retry_alert` still has the runtime's
-/// built-in setting (`runtime::alert::DEFAULT_SETTING`), which the reader
-/// should see; every other such statement is simply not set.
-fn unset_text(row: &StatementRow) -> String {
-    let keyword = row.statement.keyword();
-    if keyword == "retry_alert" {
-        let setting = mcpolicy_runtime::alert::DEFAULT_SETTING;
-        let window = mcpolicy_compiler::statements::duration(setting.window_ms);
-        return format!("{keyword} {} per {window}", setting.count);
-    }
-    format!("{keyword} (not set)")
+    row.value
+        .clone()
+        .unwrap_or_else(|| row.statement.unset_text())
 }
 
 /// Why a pattern does not match, as a sentence.

@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -27,50 +26,46 @@ defaults {
 server "asker" { consent first }
 "#;
 
-/// The same policy with `guard` given a block of its own: its decisions go
+/// `guard` given a block of its own, added to [`POLICY`]: its decisions go
 /// stale, `asker`'s stay live.
-const EDITED: &str = r#"mcpolicy 1
-protocol 2025-11-25
-identity systemPrompt, messages
+const GUARD_BLOCK: &str = "server \"guard\" { max_messages 5 }\n";
 
-reason user.denied { retryable false; ttl forever }
-reason policy.rate_limit { retryable true; ttl 60s }
+/// The requests the fixture sends, by file name: (messages, text).
+const REQUESTS: [(&str, usize, &str); 5] = [
+    ("long.json", 3, "a"),
+    ("b.json", 1, "b"),
+    ("c.json", 1, "c"),
+    ("d.json", 1, "d"),
+    ("e.json", 1, "e"),
+];
 
-defaults {
-  max_messages 2
-  rate 2 per 1m
-  budget 5 requests per day
-  consent never
-}
-
-server "asker" { consent first }
-server "guard" { max_messages 5 }
-"#;
-
+/// A temporary directory with the store, [`POLICY`] and its edit.
 struct Fixture {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     store: String,
     policy: String,
     edited: String,
 }
 
-fn mcpc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mcpc"))
+/// `mcpc ARGS…`: exit code, stdout, stderr.
+fn mcpc(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcpc"))
         .args(args)
         .output()
-        .unwrap()
+        .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (
+        output.status.code().unwrap(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn request(dir: &Path, name: &str, messages: usize, text: &str) -> PathBuf {
-    let message = serde_json::json!({"role": "user", "content": {"type": "text", "text": text}});
-    let body = serde_json::json!({"messages": vec![message; messages], "maxTokens": 10});
-    let path = dir.join(name);
-    std::fs::write(&path, body.to_string()).unwrap();
-    path
+/// `mcpc store SUB --store SPEC ARGS…`.
+fn store(spec: &str, sub: &str, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["store", sub, "--store", spec];
+    all.extend_from_slice(args);
+    mcpc(&all)
 }
 
 /// A store holding, at 2026-03-10T12:00:0xZ: `guard`'s max_messages denial
@@ -78,87 +73,100 @@ fn request(dir: &Path, name: &str, messages: usize, text: &str) -> PathBuf {
 /// `guard` (3 s, 4 s), then its rate denial (5 s), replayed once (6 s).
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.mcpolicy");
-    std::fs::write(&policy, POLICY).unwrap();
-    let edited = dir.path().join("edited.mcpolicy");
-    std::fs::write(&edited, EDITED).unwrap();
-    let store = dir.path().join("store.sqlite3");
-    let steps: [(&str, PathBuf, &str, Option<&str>); 7] = [
-        (
-            "guard",
-            request(dir.path(), "long.json", 3, "a"),
-            "00",
-            None,
-        ),
-        (
-            "asker",
-            request(dir.path(), "b.json", 1, "b"),
-            "01",
-            Some("deny"),
-        ),
-        (
-            "asker",
-            request(dir.path(), "e.json", 1, "e"),
-            "02",
-            Some("approve"),
-        ),
-        ("guard", dir.path().join("b.json"), "03", None),
-        ("guard", request(dir.path(), "c.json", 1, "c"), "04", None),
-        ("guard", request(dir.path(), "d.json", 1, "d"), "05", None),
-        ("guard", dir.path().join("d.json"), "06", None),
+    let mut f = Fixture {
+        store: dir.path().join("store.sqlite3").display().to_string(),
+        policy: String::new(),
+        edited: String::new(),
+        dir,
+    };
+    f.policy = f.file("policy.mcpolicy", POLICY);
+    f.edited = f.file("edited.mcpolicy", &format!("{POLICY}{GUARD_BLOCK}"));
+    for (name, messages, text) in REQUESTS {
+        let message =
+            serde_json::json!({"role": "user", "content": {"type": "text", "text": text}});
+        let body = serde_json::json!({"messages": vec![message; messages], "maxTokens": 10});
+        f.file(name, &body.to_string());
+    }
+    // (server, request, second, consent): b.json and d.json are sent again.
+    let steps = [
+        ("guard", "long.json", "00", None),
+        ("asker", "b.json", "01", Some("deny")),
+        ("asker", "e.json", "02", Some("approve")),
+        ("guard", "b.json", "03", None),
+        ("guard", "c.json", "04", None),
+        ("guard", "d.json", "05", None),
+        ("guard", "d.json", "06", None),
     ];
     for (server, request, second, consent) in steps {
         let now = format!("2026-03-10T12:00:{second}Z");
+        let request = f.path(request);
         let mut args = vec![
             "eval",
-            policy.to_str().unwrap(),
+            &f.policy,
             "--server",
             server,
             "--request",
-            request.to_str().unwrap(),
+            &request,
             "--store",
-            store.to_str().unwrap(),
+            &f.store,
             "--now",
             &now,
         ];
         if let Some(answer) = consent {
             args.extend(["--consent", answer]);
         }
-        let output = mcpc(&args);
-        assert!(
-            output.status.code().unwrap() <= 1,
-            "{}",
-            text(&output.stderr)
-        );
+        let (code, _, stderr) = mcpc(&args);
+        assert!(code <= 1, "{stderr}");
     }
-    Fixture {
-        store: store.display().to_string(),
-        policy: policy.display().to_string(),
-        edited: edited.display().to_string(),
-        _dir: dir,
-    }
+    f
 }
 
 impl Fixture {
+    /// The path of `name` in the fixture's directory.
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// Writes `name` in the fixture's directory; its path.
+    fn file(&self, name: &str, contents: &str) -> String {
+        let path = self.path(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
     /// `mcpc store SUB --store S ARGS…`: exit code, stdout, stderr.
     fn run(&self, sub: &str, args: &[&str]) -> (i32, String, String) {
-        let mut all = vec!["store", sub, "--store", &self.store];
-        all.extend_from_slice(args);
-        let output = mcpc(&all);
-        (
-            output.status.code().unwrap(),
-            text(&output.stdout),
-            text(&output.stderr),
-        )
+        store(&self.store, sub, args)
+    }
+
+    /// The same, exit code 0 expected: stdout.
+    fn stdout(&self, sub: &str, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.run(sub, args);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+    }
+
+    /// The same, exit code `code` expected: stderr.
+    fn fails(&self, code: i32, sub: &str, args: &[&str]) -> String {
+        let (got, _, stderr) = self.run(sub, args);
+        assert_eq!(got, code, "{sub} {args:?}: {stderr}");
+        stderr
     }
 
     /// The same with `--format json`, parsed (exit code 0 expected).
     fn json(&self, sub: &str, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["--format", "json"]);
-        let (code, stdout, stderr) = self.run(sub, &all);
-        assert_eq!(code, 0, "{stderr}");
+        let stdout = self.stdout(sub, &all);
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    }
+
+    /// `guard`'s budgets under [`POLICY`] at `now`, as JSON.
+    fn guard_budgets(&self, now: &str) -> Value {
+        self.json(
+            "budgets",
+            &["--policy", &self.policy, "--server", "guard", "--now", now],
+        )
     }
 }
 
@@ -171,8 +179,7 @@ fn decisions(value: &Value) -> &Vec<Value> {
 #[test]
 fn ls_lists_every_decision_with_its_columns() {
     let f = fixture();
-    let (code, stdout, stderr) = f.run("ls", &["--now", AT]);
-    assert_eq!(code, 0, "{stderr}");
+    let stdout = f.stdout("ls", &["--now", AT]);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 5, "{stdout}");
     for header in [
@@ -317,21 +324,18 @@ fn ls_filters_combine() {
         pairs(&[("asker", "user.denied"), ("asker", "user.approved")])
     );
     assert!(decisions(&live).iter().all(|d| d["current"] == true));
-    let (code, stdout, _) = f.run("ls", &["--policy", &f.edited, "--now", AT]);
-    assert_eq!(code, 0);
+    let stdout = f.stdout("ls", &["--policy", &f.edited, "--now", AT]);
     assert!(stdout.lines().next().unwrap().ends_with("CURRENT"));
     assert_eq!(stdout.matches("  stale").count(), 2, "{stdout}");
     assert_eq!(stdout.matches("  yes").count(), 2, "{stdout}");
 
     // --stale needs --policy; --stale and --live exclude each other.
-    let (code, _, stderr) = f.run("ls", &["--stale"]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = f.fails(2, "ls", &["--stale"]);
     assert!(stderr.contains("--policy"), "{stderr}");
-    let (code, _, _) = f.run("ls", &["--policy", &f.policy, "--stale", "--live"]);
-    assert_eq!(code, 2);
+    f.fails(2, "ls", &["--policy", &f.policy, "--stale", "--live"]);
     // Nothing matching is not an error for ls.
-    let (code, stdout, _) = f.run("ls", &["--server", "nobody"]);
-    assert_eq!((code, stdout.trim()), (0, "no stored decisions match"));
+    let stdout = f.stdout("ls", &["--server", "nobody"]);
+    assert_eq!(stdout.trim(), "no stored decisions match");
 }
 
 #[test]
@@ -339,8 +343,7 @@ fn show_prints_everything_about_one_decision() {
     let f = fixture();
     let all = f.json("ls", &[]);
     let identity = decisions(&all)[3]["identity"].as_str().unwrap().to_owned();
-    let (code, stdout, stderr) = f.run("show", &[&identity, "--policy", &f.policy, "--now", AT]);
-    assert_eq!(code, 0, "{stderr}");
+    let stdout = f.stdout("show", &[&identity, "--policy", &f.policy, "--now", AT]);
     let field = |name: &str| -> String {
         stdout
             .lines()
@@ -395,8 +398,7 @@ fn show_prints_everything_about_one_decision() {
 fn forget_asks_for_yes_before_removing_more_than_one() {
     let f = fixture();
     // Nothing selected at all is a usage error.
-    let (code, _, stderr) = f.run("forget", &[]);
-    assert_eq!(code, 2, "{stderr}");
+    f.fails(2, "forget", &[]);
     // Two match: refused, nothing removed, the count named.
     let (code, stdout, stderr) = f.run("forget", &["--server", "guard"]);
     assert_eq!((code, stdout.as_str()), (2, ""));
@@ -404,12 +406,10 @@ fn forget_asks_for_yes_before_removing_more_than_one() {
     assert!(stderr.contains("--yes"), "{stderr}");
     assert_eq!(decisions(&f.json("ls", &[])).len(), 4);
     // Nothing matches: exit 1.
-    let (code, _, stderr) = f.run("forget", &["--reason", "no.such"]);
-    assert_eq!(code, 1);
+    let stderr = f.fails(1, "forget", &["--reason", "no.such"]);
     assert!(stderr.contains("nothing removed"), "{stderr}");
     // One matches: removed without --yes, and said so.
-    let (code, stdout, stderr) = f.run("forget", &["--reason", "user.denied"]);
-    assert_eq!(code, 0, "{stderr}");
+    let stdout = f.stdout("forget", &["--reason", "user.denied"]);
     assert!(stdout.starts_with("removed 1 stored decision;"), "{stdout}");
     assert!(
         stdout.contains("asker") && stdout.contains("user.denied"),
@@ -436,8 +436,7 @@ fn forget_asks_for_yes_before_removing_more_than_one() {
 #[test]
 fn budgets_show_spend_what_remains_and_the_reset() {
     let f = fixture();
-    let (code, stdout, stderr) = f.run("budgets", &["--policy", &f.policy, "--now", AT]);
-    assert_eq!(code, 0, "{stderr}");
+    let stdout = f.stdout("budgets", &["--policy", &f.policy, "--now", AT]);
     let lines: Vec<Vec<&str>> = stdout
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -493,17 +492,7 @@ fn budgets_show_spend_what_remains_and_the_reset() {
         ]
     );
 
-    let json = f.json(
-        "budgets",
-        &[
-            "--policy",
-            &f.policy,
-            "--server",
-            "guard",
-            "--now",
-            "2026-03-10T12:01:30Z",
-        ],
-    );
+    let json = f.guard_budgets("2026-03-10T12:01:30Z");
     assert_eq!(json["now"], "2026-03-10T12:01:30Z");
     let servers = json["servers"].as_array().unwrap();
     assert_eq!(servers.len(), 1);
@@ -535,32 +524,20 @@ fn budgets_show_spend_what_remains_and_the_reset() {
     assert_eq!(budget["resetsAt"], "2026-03-11T00:00:00Z");
     assert_eq!(budget["availableAt"], Value::Null);
     // The next day the budget is whole again.
-    let json = f.json(
-        "budgets",
-        &[
-            "--policy",
-            &f.policy,
-            "--server",
-            "guard",
-            "--now",
-            "2026-03-11T00:00:00Z",
-        ],
-    );
+    let json = f.guard_budgets("2026-03-11T00:00:00Z");
     assert_eq!(json["servers"][0]["limits"][1]["spent"], 0);
     assert_eq!(
         json["servers"][0]["limits"][1]["resetsAt"],
         "2026-03-12T00:00:00Z"
     );
     // --policy is required.
-    let (code, _, stderr) = f.run("budgets", &[]);
-    assert_eq!(code, 2, "{stderr}");
+    f.fails(2, "budgets", &[]);
 }
 
 #[test]
 fn stats_list_denials_retry_loops_and_size() {
     let f = fixture();
-    let (code, stdout, stderr) = f.run("stats", &[]);
-    assert_eq!(code, 0, "{stderr}");
+    let stdout = f.stdout("stats", &[]);
     assert!(stdout.contains(": 4 decisions, 8 spend rows, "), "{stdout}");
     assert!(stdout.contains("most-denied servers"), "{stdout}");
     assert!(
@@ -611,25 +588,14 @@ fn prune_drops_expired_decisions_old_spend_and_with_a_policy_stale_ones() {
     // Ten minutes on: the rate denial has expired, and the four rate spend
     // rows of both servers (kept a minute past their window) go; the
     // day's budget spend stays.
-    let (code, stdout, stderr) = f.run("prune", &["--now", "2026-03-10T12:10:00Z"]);
-    assert_eq!(code, 0, "{stderr}");
+    let stdout = f.stdout("prune", &["--now", "2026-03-10T12:10:00Z"]);
     assert_eq!(
         stdout,
         "removed 1 expired decisions and 4 spend rows past their retention\n"
     );
     let left = f.json("ls", &[]);
     assert_eq!(decisions(&left).len(), 3);
-    let budgets = f.json(
-        "budgets",
-        &[
-            "--policy",
-            &f.policy,
-            "--server",
-            "guard",
-            "--now",
-            "2026-03-10T12:10:00Z",
-        ],
-    );
+    let budgets = f.guard_budgets("2026-03-10T12:10:00Z");
     assert_eq!(budgets["servers"][0]["limits"][1]["spent"], 2);
     // With the edited policy, guard's remaining decision is stale.
     let json = f.json(
@@ -644,46 +610,39 @@ fn prune_drops_expired_decisions_old_spend_and_with_a_policy_stale_ones() {
     let left = f.json("ls", &[]);
     assert!(decisions(&left).iter().all(|d| d["server"] == "asker"));
     assert_eq!(decisions(&left).len(), 2);
-    let (code, stdout, _) = f.run("prune", &["--policy", &f.edited]);
-    assert_eq!(code, 0);
+    let stdout = f.stdout("prune", &["--policy", &f.edited]);
     assert!(stdout.contains("removed 0 stale decisions"), "{stdout}");
 }
 
 #[test]
 fn a_bad_store_spec_is_a_usage_error() {
     let f = fixture();
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("none.sqlite3");
+    let missing = f.path("none.sqlite3");
     for (spec, says) in [
         ("redis://localhost/0", "unknown store scheme `redis://`"),
-        (missing.to_str().unwrap(), "no decision store at"),
+        (missing.as_str(), "no decision store at"),
     ] {
-        let output = mcpc(&["store", "ls", "--store", spec]);
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        let (code, _, stderr) = store(spec, "ls", &[]);
+        assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains(says), "{stderr}");
     }
-    assert!(!missing.exists(), "inspecting never creates a store");
-    let garbage = dir.path().join("garbage");
-    std::fs::write(&garbage, b"not a database at all, not even close....").unwrap();
-    let output = mcpc(&["store", "stats", "--store", garbage.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(2));
     assert!(
-        text(&output.stderr).contains("corrupt"),
-        "{}",
-        text(&output.stderr)
+        !std::path::Path::new(&missing).exists(),
+        "inspecting never creates a store"
     );
-    let (code, _, stderr) = f.run("ls", &["--now", "yesterday"]);
+    let garbage = f.file("garbage", "not a database at all, not even close....");
+    let (code, _, stderr) = store(&garbage, "stats", &[]);
     assert_eq!(code, 2);
+    assert!(stderr.contains("corrupt"), "{stderr}");
+    let stderr = f.fails(2, "ls", &["--now", "yesterday"]);
     assert!(stderr.contains("RFC 3339"), "{stderr}");
 }
 
 #[test]
 fn help_documents_the_exit_codes() {
     for sub in ["ls", "show", "forget", "budgets", "stats", "prune"] {
-        let output = mcpc(&["store", sub, "--help"]);
-        assert_eq!(output.status.code(), Some(0));
-        let help = text(&output.stdout);
+        let (code, help, _) = mcpc(&["store", sub, "--help"]);
+        assert_eq!(code, 0);
         assert!(
             help.contains(
                 "Exit codes: 0 ok; 1 nothing matched (show, forget); 2 usage or store error"

@@ -5,11 +5,14 @@
 //! the grammar rule that reads it, the [`Shape`] of its values (which decides
 //! how they are read, checked, laid out, completed and re-read when they are
 //! wrong), the built-in reason its denial carries, its field of the runtime's
-//! `EffectiveBlock` with the built-in default, and its documentation. Everything
-//! else is derived from that entry: the keyword lists, hover and explain
-//! text, completion, [`PartialBlock`] and the merge of `defaults` into each
-//! server block ([`merge`]), the effective block written back as statements
-//! ([`effective_lines`]), and the checker's handling of the statement.
+//! `EffectiveBlock` with the built-in default (and, where the runtime fills in
+//! an unset field itself, what it applies, for display), and its
+//! documentation. Everything else is derived from that entry: the keyword
+//! lists, hover and explain text, completion, [`PartialBlock`] and the merge
+//! of `defaults` into each server block ([`merge`]), the effective block
+//! written back as statements ([`effective_lines`]), what an unset statement
+//! shows ([`Statement::unset_text`]), and the checker's handling of the
+//! statement.
 //!
 //! Adding a statement whose values have an existing shape and whose runtime
 //! field has an existing type is one entry here, plus the grammar rule
@@ -21,6 +24,7 @@
 //! is fixed by the reason table and the file layout, not by a block.
 
 use std::fmt::Debug;
+use std::sync::LazyLock;
 
 use mcpolicy_grammar::Rule;
 use mcpolicy_runtime::table::{
@@ -566,6 +570,16 @@ pub fn budget(budget: &Budget) -> String {
     budget_line(budget, Statement::Budget.decl())
 }
 
+/// An entry's `applied:` value when it has one, else its built-in default.
+macro_rules! applied_or_built_in {
+    ($built_in:expr) => {
+        $built_in
+    };
+    ($built_in:expr, $applied:expr) => {
+        $applied
+    };
+}
+
 macro_rules! statements {
     ($(
         $(#[$attr:meta])*
@@ -573,6 +587,7 @@ macro_rules! statements {
             keyword: $keyword:literal,
             rule: $rule:ident,
             field: $field:ident: $ty:ty = $default:expr,
+            $(applied: $applied:expr,)?
             shape: $shape:expr,
             reason: $reason:expr,
             syntax: $syntax:literal,
@@ -689,6 +704,14 @@ macro_rules! statements {
             EffectiveBlock { $($field: $default,)* }
         }
 
+        /// What the runtime applies for each statement no block states, for
+        /// display ([`Statement::unset_text`]): [`built_in_defaults`], except
+        /// the fields the runtime fills in itself when the table leaves them
+        /// unset (an entry's `applied:`). Merge and lowering never read it.
+        pub fn applied_defaults() -> EffectiveBlock {
+            EffectiveBlock { $($field: applied_or_built_in!($default $(, $applied)?),)* }
+        }
+
         /// `over` applied on top of `base`, statement by statement.
         pub fn merge(base: &EffectiveBlock, over: &PartialBlock) -> EffectiveBlock {
             merge_traced(base, over).0
@@ -742,6 +765,30 @@ impl Statement {
     /// The statement `word` names, if any.
     pub fn from_keyword(word: &str) -> Option<Statement> {
         Self::ALL.iter().copied().find(|s| s.keyword() == word)
+    }
+
+    /// What the runtime applies when no block states it, as statement
+    /// lines (`retry_alert 40 per 10m`, `consent first`); empty when that
+    /// imposes nothing (`max_tokens`, `budget`).
+    pub fn applied_default_lines(self) -> Vec<String> {
+        static APPLIED: LazyLock<Vec<(Statement, String)>> =
+            LazyLock::new(|| effective_lines(&applied_defaults()));
+        APPLIED
+            .iter()
+            .filter(|(s, _)| *s == self)
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+
+    /// A statement no block states, as shown (`mcpc show`): what the
+    /// runtime applies (`retry_alert 40 per 10m`), or `models (not set)`.
+    pub fn unset_text(self) -> String {
+        let lines = self.applied_default_lines();
+        if lines.is_empty() {
+            format!("{} (not set)", self.keyword())
+        } else {
+            lines.join(", ")
+        }
     }
 }
 
@@ -941,11 +988,13 @@ statements! {
     RetryAlert {
         keyword: "retry_alert",
         rule: retry_alert_stmt,
-        // `None`: the runtime's built-in 40 per 10m (`mcpolicy_runtime::alert`).
+        // Lowered as `None` (no member in the table, and the digest ignores
+        // it); the engine then applies `alert::DEFAULT_SETTING`.
         field: retry_alert: Option<RetryAlert> = None,
+        applied: Some(mcpolicy_runtime::alert::DEFAULT_SETTING),
         shape: Shape::Rate,
         reason: None,
-        syntax: "retry_alert COUNT per DURATION    (40 per 10m, the built-in default)",
+        syntax: "retry_alert COUNT per DURATION    (40 per 10m)",
         meaning: "When an identity re-presented more than COUNT times within DURATION is a retry loop, raised once per identity per window; the same window measures the trim alert (90 % of at least 20 calls trimmed). An alert decides nothing and is not part of the block's digest: changing it forgets no stored decision.",
         outcome: "an alert: a warning in the proxy's log and an `alert` audit line",
         example: "retry_alert 40 per 10m",
@@ -1252,6 +1301,105 @@ pub fn fill_explanation(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lowered table of `text` (its fallback block is what the engine
+    /// applies to an id no server block matches).
+    fn lowered(text: &str) -> mcpolicy_runtime::table::Table {
+        let db = crate::db::Database::default();
+        let source = crate::db::SourceText::new(&db, "p.mcpolicy".into(), text.into());
+        crate::db::lower_file(&db, source)
+            .clone()
+            .expect("the policy compiles")
+    }
+
+    fn lines_of(block: &EffectiveBlock, statement: Statement) -> Vec<String> {
+        effective_lines(block)
+            .into_iter()
+            .filter(|(s, _)| *s == statement)
+            .map(|(_, line)| line)
+            .collect()
+    }
+
+    /// What `mcpc show`, hover and `mcpc diff` print for an unset
+    /// `retry_alert` is what the engine applies: the threshold and window of
+    /// the first retry-loop alert under a policy that leaves it unset.
+    #[test]
+    fn an_unset_retry_alert_shows_what_the_engine_applies() {
+        use std::sync::Arc;
+
+        use mcpolicy_runtime::alert::Alert;
+        use mcpolicy_runtime::clock::ManualClock;
+        use mcpolicy_runtime::engine::ClientContext;
+        use mcpolicy_runtime::store::MemoryStore;
+        use mcpolicy_runtime::{Engine, Policy, request};
+
+        let table = lowered("mcpolicy 1\n\ndefaults {\n  sampling off\n}\n");
+        assert_eq!(table.fallback.block.retry_alert, None, "left unset");
+        let shown = Statement::RetryAlert.unset_text();
+        let clock = Arc::new(ManualClock::new(0));
+        let policy = Policy::verify(table.clone()).expect("a compiled table verifies");
+        let engine = Engine::new(policy, Arc::new(MemoryStore::new()), clock.clone());
+        let request = request::validate_sampling(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "sampling/createMessage",
+            "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": "again"}}],
+                "maxTokens": 10,
+            },
+        }))
+        .expect("a valid request");
+        let mut applied = None;
+        // The same refused request again every millisecond, until the
+        // engine calls it a loop.
+        for decision in 1..=100_000u64 {
+            clock.advance(1);
+            let decided = engine
+                .decide_request("any-server", &request, &ClientContext::default())
+                .expect("the memory store does not fail");
+            if let Some(Alert::RetryLoop(r)) = decided.alert() {
+                // Re-presented one time more than the threshold.
+                assert_eq!(decision - 1, r.threshold + 1, "{r:?}");
+                applied = Some(RetryAlert {
+                    count: r.threshold,
+                    window_ms: r.window_ms,
+                });
+                break;
+            }
+        }
+        let applied = applied.expect("the engine raises a retry loop");
+        let mut block = table.fallback.block;
+        block.retry_alert = Some(applied);
+        let engine_lines = lines_of(&block, Statement::RetryAlert);
+        assert_eq!(Statement::RetryAlert.applied_default_lines(), engine_lines);
+        assert_eq!(shown, engine_lines.join(", "));
+    }
+
+    /// For every statement a policy leaves unset, the text shown is what
+    /// the engine reads from the lowered table (its lines, or `(not set)`
+    /// when it imposes nothing), except for a field the runtime fills in
+    /// itself, whose shown value is the engine's (test above).
+    #[test]
+    fn every_unset_statement_shows_what_the_table_applies() {
+        let block = lowered("mcpolicy 1\n").fallback.block;
+        for &statement in Statement::ALL {
+            let table_lines = lines_of(&block, statement);
+            let applied = statement.applied_default_lines();
+            match statement {
+                Statement::RetryAlert => {
+                    assert!(table_lines.is_empty());
+                    assert_eq!(applied.len(), 1);
+                }
+                _ => assert_eq!(applied, table_lines, "{}", statement.keyword()),
+            }
+            let shown = statement.unset_text();
+            if applied.is_empty() {
+                assert_eq!(shown, format!("{} (not set)", statement.keyword()));
+            } else {
+                assert_eq!(shown, applied.join(", "));
+            }
+        }
+    }
 
     #[test]
     fn declarations_are_consistent() {

@@ -10,18 +10,17 @@
 //! `MCPOLICY_BENCH_EDITS` sets the number of edits (default 200);
 //! `MCPOLICY_BENCH_LINES` the size of the policy (default 10,000);
 //! `MCPOLICY_BENCH_EDIT=server` edits a `server` block in the middle of the
-//! file instead of `defaults`.
+//! file instead of `defaults`; `MCPOLICY_LSP_BIN` drives another build of
+//! the server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+mod support;
+
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
-const URI: &str = "file:///bench/policy.mcpolicy";
+use serde_json::json;
+use support::{Server, URI, cpu_time, env_usize, percentile, status_kib};
 
 /// A policy of `lines` lines: reasons, defaults, and server blocks using
 /// every statement. Most blocks name one server; one in ten is a glob, as in
@@ -56,118 +55,15 @@ fn policy(lines: usize) -> String {
     text
 }
 
-fn write(stdin: &mut ChildStdin, value: &Value) {
-    let body = value.to_string();
-    write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-    stdin.flush().unwrap();
-}
-
-fn read(reader: &mut impl BufRead) -> Option<Value> {
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(n) = line.strip_prefix("Content-Length: ") {
-            length = n.parse().ok()?;
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
-}
-
-fn rss_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// The server's CPU time so far (user + system), from `/proc/PID/stat`.
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which is in parentheses): utime is the
-    // 12th and stime the 13th of them, in clock ticks (100 per second here).
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse.
-    let edits: usize = std::env::var("MCPOLICY_BENCH_EDITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let lines: usize = std::env::var("MCPOLICY_BENCH_LINES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let binary = env!("CARGO_BIN_EXE_mcpolicy-lsp");
+    let edits = env_usize("MCPOLICY_BENCH_EDITS", 200);
+    let lines = env_usize("MCPOLICY_BENCH_LINES", 10_000);
     let text = policy(lines);
 
-    let mut child = Command::new(binary)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn mcpolicy-lsp");
-    let pid = child.id();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (sender, receiver) = mpsc::channel::<(Instant, Value)>();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        while let Some(message) = read(&mut reader) {
-            if sender.send((Instant::now(), message)).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_for = |pred: &dyn Fn(&Value) -> bool| -> Instant {
-        loop {
-            let (at, message) = receiver
-                .recv_timeout(Duration::from_secs(120))
-                .expect("server answered");
-            if pred(&message) {
-                return at;
-            }
-        }
-    };
-
-    write(
-        &mut stdin,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}),
-    );
-    wait_for(&|m| m["id"] == 1);
-    write(
-        &mut stdin,
-        &json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}),
-    );
-    let opened = Instant::now();
-    write(
-        &mut stdin,
-        &json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-            "uri": URI, "languageId": "mcpolicy", "version": 1, "text": text }}}),
-    );
-    let first = wait_for(&|m| m["method"] == "textDocument/publishDiagnostics");
-    let open_latency = first - opened;
+    let mut server = Server::start(json!({}));
+    let pid = server.pid();
+    let open_latency = server.open(&text);
 
     // Each edit types or deletes one character inside `max_tokens 4096`
     // (line 12, in `defaults`): 4096 → 40960 → 4096 → …, so every other
@@ -209,12 +105,11 @@ fn main() {
                              "end": {"line": target_line, "character": column + 1}}, "text": ""})
         };
         let sent = Instant::now();
-        write(
-            &mut stdin,
-            &json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-                "textDocument": {"uri": URI, "version": version}, "contentChanges": [change]}}),
+        server.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": URI, "version": version}, "contentChanges": [change]}),
         );
-        let at = wait_for(&|m| {
+        let (at, _, _) = server.wait(|m| {
             m["method"] == "textDocument/publishDiagnostics" && m["params"]["version"] == version
         });
         samples.push(at - sent);
@@ -223,16 +118,9 @@ fn main() {
         (Some(before), Some(after)) => Some((after - before) / edits.max(1) as u32),
         _ => None,
     };
-    let rss = rss_kib(pid, "VmRSS:").unwrap_or(0);
-    let peak = rss_kib(pid, "VmHWM:").unwrap_or(0);
-
-    write(
-        &mut stdin,
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}),
-    );
-    wait_for(&|m| m["id"] == 2);
-    write(&mut stdin, &json!({"jsonrpc": "2.0", "method": "exit"}));
-    let status = child.wait().expect("exit");
+    let rss = status_kib(pid, "VmRSS:").unwrap_or(0);
+    let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+    let code = server.stop();
 
     samples.sort();
     let mean = samples.iter().sum::<Duration>() / samples.len().max(1) as u32;
@@ -257,5 +145,5 @@ fn main() {
         rss as f64 / 1024.0,
         peak as f64 / 1024.0
     );
-    println!("exit code: {:?}", status.code());
+    println!("exit code: {code:?}");
 }

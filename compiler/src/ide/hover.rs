@@ -6,7 +6,7 @@ use super::render::ttl;
 use super::symbols::symbol_index;
 use super::{docs, effective_blocks, item_at, policy_model};
 use crate::db::{SourceText, analyze};
-use crate::statements;
+use crate::statements::{self, Statement};
 use crate::syntax::*;
 
 /// A hover: the span it describes and Markdown text.
@@ -132,6 +132,16 @@ fn keyword_markdown(doc: &docs::KeywordDoc) -> String {
     let mut md = format!("```mcpolicy\n{}\n```\n\n{}", doc.syntax, doc.meaning);
     if !doc.outcome.is_empty() {
         md.push_str(&format!("\n\nOutcome: {}.", doc.outcome));
+    }
+    // What a block that does not state it gets (`mcpc show` prints the same).
+    if let Some(statement) = Statement::from_keyword(doc.keyword) {
+        let applied = statement.applied_default_lines();
+        if !applied.is_empty() {
+            md.push_str(&format!(
+                "\n\nBuilt-in default: `{}`.",
+                applied.join("`, `")
+            ));
+        }
     }
     md
 }
@@ -352,7 +362,20 @@ fn pattern_hover(
         (blocks.servers.get(index), model.servers.get(index))
     {
         md.push_str("\n\nEffective block:\n\n```mcpolicy\n");
-        let lines = statements::effective_lines(effective);
+        let mut lines = statements::effective_lines(effective);
+        // A statement no block states has what the runtime applies to it
+        // (`retry_alert`), as `mcpc show` prints it.
+        for &statement in Statement::ALL {
+            if !lines.iter().any(|(s, _)| *s == statement) {
+                lines.extend(
+                    statement
+                        .applied_default_lines()
+                        .into_iter()
+                        .map(|line| (statement, line)),
+                );
+            }
+        }
+        lines.sort_by_key(|(s, _)| *s);
         let width = lines.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
         for (statement, line) in lines {
             let from = if own.states_line(statement, &line) {
