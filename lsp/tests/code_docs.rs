@@ -135,13 +135,8 @@ fn log_line(client: &mut Client) -> String {
     }
 }
 
-/// `codeDocsUrl` in `initializationOptions` and in
-/// `workspace/didChangeConfiguration` changes the links of the next
-/// diagnostics; `null` restores the built-in page.
-#[test]
-fn the_code_docs_url_setting_changes_the_links() {
-    let first = "https://docs.example.org/mcpolicy/codes.html";
-    let second = "file:///usr/share/doc/mcpolicy/codes.html";
+/// A server over stdio, initialised with `options` and no capabilities.
+fn initialized_with(options: Value) -> Client {
     let mut client = Client::stdio();
     client.ok(
         "initialize",
@@ -149,10 +144,21 @@ fn the_code_docs_url_setting_changes_the_links() {
             "processId": null,
             "rootUri": null,
             "capabilities": {},
-            "initializationOptions": { "mcpolicy": { "codeDocsUrl": first } },
+            "initializationOptions": options,
         }),
     );
     client.notify("initialized", json!({}));
+    client
+}
+
+/// `codeDocsUrl` in `initializationOptions` and in
+/// `workspace/didChangeConfiguration` changes the links of the next
+/// diagnostics; `null` restores the built-in page.
+#[test]
+fn the_code_docs_url_setting_changes_the_links() {
+    let first = "https://docs.example.org/mcpolicy/codes.html";
+    let second = "file:///usr/share/doc/mcpolicy/codes.html";
+    let mut client = initialized_with(json!({ "mcpolicy": { "codeDocsUrl": first } }));
     client.open(URI, FINDINGS);
     let published = links(&client.diagnostics_for(URI, 1));
     assert!(all_into(&published, first), "{published:?}");
@@ -182,17 +188,7 @@ fn the_code_docs_url_setting_changes_the_links() {
 #[test]
 fn an_invalid_code_docs_url_is_logged_and_changes_nothing() {
     let page = "https://docs.example.org/mcpolicy/codes.html";
-    let mut client = Client::stdio();
-    client.ok(
-        "initialize",
-        json!({
-            "processId": null,
-            "rootUri": null,
-            "capabilities": {},
-            "initializationOptions": { "codeDocsUrl": "codes.html" },
-        }),
-    );
-    client.notify("initialized", json!({}));
+    let mut client = initialized_with(json!({ "codeDocsUrl": "codes.html" }));
     let line = log_line(&mut client);
     assert!(
         line.contains("initializationOptions") && line.contains("`codeDocsUrl`"),

@@ -124,10 +124,7 @@ fn result_ids_follow_the_findings_not_the_version() {
     assert_ne!(fixed["resultId"], json!(id));
 
     assert!(
-        !client
-            .transcript
-            .iter()
-            .any(|m| m["method"] == "textDocument/publishDiagnostics"),
+        !client.was_pushed_diagnostics(),
         "diagnostics pushed to a client that pulls"
     );
     assert!(client.shutdown());

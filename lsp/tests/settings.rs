@@ -287,10 +287,7 @@ fn a_pulling_client_is_asked_to_pull_again_when_a_setting_changes() {
     assert_eq!(warned["kind"], "full", "{warned}");
     assert_eq!(report_severities(&warned), [("W0410".to_owned(), 2)]);
     assert!(
-        !client
-            .transcript
-            .iter()
-            .any(|m| m["method"] == "textDocument/publishDiagnostics"),
+        !client.was_pushed_diagnostics(),
         "diagnostics pushed to a client that pulls"
     );
     assert!(client.shutdown());

@@ -300,6 +300,14 @@ impl Client {
         );
     }
 
+    /// Whether any `publishDiagnostics` has been received: a client that
+    /// pulls diagnostics must be pushed none.
+    pub fn was_pushed_diagnostics(&self) -> bool {
+        self.transcript
+            .iter()
+            .any(|m| m["method"] == "textDocument/publishDiagnostics")
+    }
+
     pub fn change(&mut self, uri: &str, version: i64, changes: Value) {
         self.notify(
             "textDocument/didChange",
