@@ -121,10 +121,10 @@ pub fn open_postgres(spec: &str, create: Create) -> Result<PostgresStore, OpenEr
         create: create != Create::MustExist,
         ..PostgresOptions::default()
     };
-    if let Some(schema) = parsed.schema {
-        options.schema = schema;
+    if let Some(schema) = &parsed.schema {
+        options.schema.clone_from(schema);
     }
-    PostgresStore::open_config(parsed.config, &options).map_err(OpenError::Store)
+    PostgresStore::open_spec(parsed, &options).map_err(OpenError::Store)
 }
 
 fn open_sqlite(path: &Path, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
