@@ -372,8 +372,7 @@ mod tests {
             split_url("postgres://u@h:5433/db?schema=team_a&connect_timeout=3").expect("url");
         assert_eq!(split.rest, "postgres://u@h:5433/db?connect_timeout=3");
         assert_eq!(split.schema.as_deref(), Some("team_a"));
-        let split =
-            split_pairs("host=/tmp/x  schema=b dbname='my db' passfile=/p").expect("pairs");
+        let split = split_pairs("host=/tmp/x  schema=b dbname='my db' passfile=/p").expect("pairs");
         assert_eq!(split.rest, "host=/tmp/x dbname='my db'");
         assert_eq!(split.schema.as_deref(), Some("b"));
         assert_eq!(split.passfile, Some(PathBuf::from("/p")));
@@ -388,8 +387,9 @@ mod tests {
         assert_eq!(split.rest, "postgres://u@h/db?sslnegotiation=postgres");
         assert_eq!(split.tls.sslmode.as_deref(), Some("verify-full"));
         assert_eq!(split.tls.sslrootcert.as_deref(), Some("/etc/ca x.pem"));
-        let split = split_pairs("host=h sslmode=verify-ca sslrootcert='/a b.pem' sslcert=/c sslkey=/k")
-            .expect("pairs");
+        let split =
+            split_pairs("host=h sslmode=verify-ca sslrootcert='/a b.pem' sslcert=/c sslkey=/k")
+                .expect("pairs");
         assert_eq!(split.rest, "host=h");
         assert_eq!(split.tls.sslrootcert.as_deref(), Some("/a b.pem"));
         assert_eq!(split.tls.sslkey.as_deref(), Some("/k"));
@@ -403,7 +403,10 @@ mod tests {
         for (spec, want) in [
             ("host=h sslmode=verify", "sslmode=verify is not a mode"),
             ("postgres://h/db?sslcrl=/x", "`sslcrl` is not supported"),
-            ("host=h sslmode=verify-full sslrootcert=system sslcert=/c", "sslkey"),
+            (
+                "host=h sslmode=verify-full sslrootcert=system sslcert=/c",
+                "sslkey",
+            ),
         ] {
             let error = StoreSpec::parse(spec).expect_err(spec).to_string();
             assert!(error.contains(want), "{spec}: {error}");

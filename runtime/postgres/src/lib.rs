@@ -285,7 +285,10 @@ impl PostgresStore {
 
     /// [`PostgresStore::open_with`] from a parsed connection string; its
     /// `schema=`, if any, has been put in `options` by the caller.
-    pub fn open_spec(spec: StoreSpec, options: &PostgresOptions) -> Result<PostgresStore, StoreError> {
+    pub fn open_spec(
+        spec: StoreSpec,
+        options: &PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
         let StoreSpec {
             mut config,
             tls: tls_spec,
@@ -648,15 +651,17 @@ impl PostgresStore {
     ) -> String {
         let tls = tls::describe(&self.tls_spec);
         if let Some(handshake) = source.downcast_ref::<native_tls::Error>() {
-            let what = match self.tls_spec.mode {
-                SslMode::VerifyFull => "the server's certificate does not verify against the root \
-                     certificates or does not name the host",
-                SslMode::VerifyCa => "the server's certificate does not verify against the root \
-                     certificates",
-                _ if self.tls_spec.root_cert.is_some() => {
-                    "the server's certificate does not verify against the root certificates"
-                }
-                _ => "the TLS handshake failed",
+            // OpenSSL's verify results: "hostname mismatch", "IP address mismatch".
+            let text = handshake.to_string();
+            let what = if self.tls_spec.mode == SslMode::VerifyFull && text.contains("mismatch)") {
+                "the server's certificate does not name the host connected to (verify-ca checks \
+                 the chain alone)"
+            } else if self.tls_spec.root_cert.is_some()
+                && text.contains("certificate verify failed")
+            {
+                "the server's certificate does not verify against the root certificates"
+            } else {
+                "the TLS handshake failed"
             };
             return format!("{tls}: {what}: {handshake}");
         }

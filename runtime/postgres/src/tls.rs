@@ -321,7 +321,10 @@ mod tests {
     fn unsupported_tls_parameters_are_refused_not_ignored() {
         let mut taken = TlsParams::default();
         assert_eq!(taken.take("sslcrl", "/x"), Err("sslcrl".to_owned()));
-        assert_eq!(taken.take("sslpassword", "x"), Err("sslpassword".to_owned()));
+        assert_eq!(
+            taken.take("sslpassword", "x"),
+            Err("sslpassword".to_owned())
+        );
         assert_eq!(taken.take("sslnegotiation", "direct"), Ok(false));
         assert_eq!(taken.take("sslmode", "require"), Ok(true));
         let only_cert = TlsParams {
