@@ -358,10 +358,7 @@ fn tls_spec(prefix: &str) -> Option<(String, String)> {
         .unwrap()
         .subsec_nanos();
     Some((
-        format!(
-            "{tls} schema=t_cli_{prefix}_{}_{nanos}",
-            std::process::id()
-        ),
+        format!("{tls} schema=t_cli_{prefix}_{}_{nanos}", std::process::id()),
         certs,
     ))
 }
@@ -411,6 +408,9 @@ fn a_store_over_verified_tls_works_and_a_wrong_ca_or_mode_is_refused_by_name() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success() && stderr.contains(&want), "{stderr}");
+        assert!(
+            !output.status.success() && stderr.contains(&want),
+            "{stderr}"
+        );
     }
 }
