@@ -5,8 +5,9 @@
 //! - a path (anything without a `scheme://` prefix): the SQLite store file;
 //! - a PostgreSQL store: a `postgres://` / `postgresql://` URL or a libpq
 //!   `key=value` string (`host=… dbname=…`), with `schema=NAME` to pick the
-//!   store's schema; never with a password in it (`PGPASSWORD` or a
-//!   password file give it);
+//!   store's schema and libpq's `sslmode`/`sslrootcert`/`sslcert`/`sslkey`
+//!   for TLS; never with a password in it (`PGPASSWORD` or a password file
+//!   give it);
 //! - any other `scheme://…`: refused, naming the schemes that are known.
 
 use std::fmt;
