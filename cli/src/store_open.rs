@@ -5,8 +5,9 @@
 //! - a path (anything without a `scheme://` prefix): the SQLite store file;
 //! - a PostgreSQL store: a `postgres://` / `postgresql://` URL or a libpq
 //!   `key=value` string (`host=… dbname=…`), with `schema=NAME` to pick the
-//!   store's schema; never with a password in it (`PGPASSWORD` or a
-//!   password file give it);
+//!   store's schema and libpq's `sslmode`/`sslrootcert`/`sslcert`/`sslkey`
+//!   for TLS; never with a password in it (`PGPASSWORD` or a password file
+//!   give it);
 //! - any other `scheme://…`: refused, naming the schemes that are known.
 
 use std::fmt;
@@ -121,10 +122,10 @@ pub fn open_postgres(spec: &str, create: Create) -> Result<PostgresStore, OpenEr
         create: create != Create::MustExist,
         ..PostgresOptions::default()
     };
-    if let Some(schema) = parsed.schema {
-        options.schema = schema;
+    if let Some(schema) = &parsed.schema {
+        options.schema.clone_from(schema);
     }
-    PostgresStore::open_config(parsed.config, &options).map_err(OpenError::Store)
+    PostgresStore::open_spec(parsed, &options).map_err(OpenError::Store)
 }
 
 fn open_sqlite(path: &Path, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {

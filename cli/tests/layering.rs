@@ -8,7 +8,10 @@
 //! - the language library (`mcpolicy-compiler`) links none of those either;
 //! - the proxy links neither clap nor SQLite (the CLI opens the store) nor
 //!   tokio/rmcp (std threads);
-//! - the runtime never links the compiler, pest, salsa, or an async runtime.
+//! - the runtime never links the compiler, pest, salsa, or an async runtime;
+//! - TLS (OpenSSL through native-tls, for the PostgreSQL store) is linked by
+//!   the store crate and `mcpc` alone: never the runtime, the proxy, the
+//!   language library or the language server.
 //!
 //! Runs `cargo tree --offline --locked`: the lock file and the downloaded
 //! sources are already there when this test has been built.
@@ -71,6 +74,30 @@ const CLI_ONLY: &[&str] = &["clap", "clap_builder", "toml", "tempfile", "mcpc"];
 const SQLITE: &[&str] = &["rusqlite", "libsqlite3-sys"];
 /// An async runtime and the MCP SDK (examples and end-to-end tests only).
 const ASYNC: &[&str] = &["tokio", "rmcp"];
+/// TLS to PostgreSQL (`mcpolicy-store-postgres` only).
+const TLS: &[&str] = &[
+    "native-tls",
+    "postgres-native-tls",
+    "openssl",
+    "openssl-sys",
+];
+
+#[test]
+fn only_the_postgres_store_links_tls() {
+    for package in [
+        "mcpolicy-runtime",
+        "mcpolicy-proxy",
+        "mcpolicy-compiler",
+        "mcpolicy-lsp",
+    ] {
+        assert_links_none(package, TLS);
+    }
+    let linked = normal_dependencies("mcpolicy-store-postgres");
+    assert!(
+        TLS.iter().all(|name| linked.contains(*name)),
+        "the PostgreSQL store does not link {TLS:?}: {linked:?}"
+    );
+}
 
 #[test]
 fn the_language_server_links_no_cli_no_sqlite_no_proxy_no_async() {
@@ -121,6 +148,7 @@ fn the_command_line_links_what_the_libraries_must_not() {
         "rusqlite",
         "mcpolicy-proxy",
         "mcpolicy-compiler",
+        "native-tls",
     ] {
         assert!(
             linked.contains(name),

@@ -336,3 +336,81 @@ fn a_password_on_the_command_line_is_refused_everywhere() {
         );
     }
 }
+
+/// The TLS test cluster (`pg-test-cluster.sh start-tls DIR`) as a spec with
+/// a fresh `schema=`, and its certificate directory; None (the test
+/// returns) unless configured, and a failure under `MCPOLICY_REQUIRE_POSTGRES=1`.
+fn tls_spec(prefix: &str) -> Option<(String, String)> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let (Some(tls), Some(certs)) = (
+        var("MCPOLICY_TEST_POSTGRES_TLS"),
+        var("MCPOLICY_TEST_POSTGRES_TLS_CERTS"),
+    ) else {
+        assert!(
+            std::env::var("MCPOLICY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "MCPOLICY_REQUIRE_POSTGRES=1 but MCPOLICY_TEST_POSTGRES_TLS(_CERTS) is not set"
+        );
+        eprintln!("note: MCPOLICY_TEST_POSTGRES_TLS is not set; PostgreSQL TLS test not run");
+        return None;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    Some((
+        format!("{tls} schema=t_cli_{prefix}_{}_{nanos}", std::process::id()),
+        certs,
+    ))
+}
+
+#[test]
+fn a_store_over_verified_tls_works_and_a_wrong_ca_or_mode_is_refused_by_name() {
+    let Some((store, certs)) = tls_spec("tls") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(dir.path(), "p.mcpolicy", POLICY);
+    let big = write(dir.path(), "big.json", &request(&"x".repeat(200)));
+    let verified = format!("{store} sslmode=verify-full sslrootcert={certs}/ca.crt");
+    let output = mcpc()
+        .args(["eval", &policy, "--server", "fake", "--request", &big])
+        .args(["--store", &verified, "--now", NOW])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = json(
+        &mcpc()
+            .args(["store", "ls", "--store", &verified, "--format", "json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(listed["decisions"].as_array().unwrap().len(), 1, "{listed}");
+    for (spec, want) in [
+        (
+            format!("{store} sslmode=verify-full sslrootcert={certs}/other-ca.crt"),
+            format!(
+                "sslmode=verify-full sslrootcert={certs}/other-ca.crt: the server's certificate \
+                 does not verify"
+            ),
+        ),
+        (
+            format!("{store} sslmode=verify-everything"),
+            "--store: sslmode=verify-everything is not a mode".to_owned(),
+        ),
+    ] {
+        let output = mcpc()
+            .args(["store", "ls", "--store", &spec])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(&want),
+            "{stderr}"
+        );
+    }
+}

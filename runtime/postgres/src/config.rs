@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use crate::tls::{self, TlsParams, TlsSpec};
+
 /// Why a store's connection string was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -25,16 +27,40 @@ pub enum ConfigError {
          with a digit, at most 63 bytes)"
     )]
     BadSchema(String),
+    /// A TLS parameter (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) that
+    /// cannot be used; the message names it.
+    #[error("{0}")]
+    Tls(String),
+    /// A TLS parameter of libpq's that this store does not support.
+    #[error(
+        "`{0}` is not supported by the mcpolicy PostgreSQL store (it reads sslmode, \
+         sslrootcert, sslcert, sslkey and sslnegotiation); remove it"
+    )]
+    UnsupportedTls(String),
 }
 
 /// A parsed store location: the client configuration (password filled in
-/// from the environment or a password file) and the schema it names, if any.
+/// from the environment or a password file), the schema it names, if any,
+/// and how it uses TLS.
 #[derive(Debug, Clone)]
 pub struct StoreSpec {
     /// The client's configuration.
     pub config: postgres::Config,
     /// `schema=NAME` (key=value form) or `?schema=NAME` (URL form).
     pub schema: Option<String>,
+    /// `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (or `PGSSLMODE`, …),
+    /// with libpq's meaning (`src/tls.rs`).
+    pub tls: TlsSpec,
+}
+
+/// What [`split_url`] and [`split_pairs`] take out of a string: the rest,
+/// for the client, and the parameters this crate reads itself.
+#[derive(Debug, Default)]
+struct Split {
+    rest: String,
+    schema: Option<String>,
+    passfile: Option<PathBuf>,
+    tls: TlsParams,
 }
 
 impl StoreSpec {
@@ -54,12 +80,16 @@ impl StoreSpec {
     /// from `PGPASSWORD` or the password file.
     pub fn parse(spec: &str) -> Result<StoreSpec, ConfigError> {
         let spec = spec.trim();
-        let (rest, schema, passfile) =
-            if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-                split_url(spec)?
-            } else {
-                split_pairs(spec)?
-            };
+        let Split {
+            rest,
+            schema,
+            passfile,
+            tls,
+        } = if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+            split_url(spec)?
+        } else {
+            split_pairs(spec)?
+        };
         if let Some(schema) = &schema
             && !valid_schema(schema)
         {
@@ -70,17 +100,35 @@ impl StoreSpec {
         if config.get_password().is_some() {
             return Err(ConfigError::PasswordInString);
         }
+        let unix_only = config.get_hostaddrs().is_empty()
+            && !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|host| !matches!(host, postgres::config::Host::Tcp(_)));
+        let tls = tls::resolve(tls, unix_only).map_err(ConfigError::Tls)?;
+        config.ssl_mode(match tls.mode {
+            tls::SslMode::Disable | tls::SslMode::Allow => postgres::config::SslMode::Disable,
+            tls::SslMode::Prefer => postgres::config::SslMode::Prefer,
+            tls::SslMode::Require | tls::SslMode::VerifyCa | tls::SslMode::VerifyFull => {
+                postgres::config::SslMode::Require
+            }
+        });
         if let Some(password) = std::env::var_os("PGPASSWORD").filter(|p| !p.is_empty()) {
             config.password(password.as_encoded_bytes());
         } else if let Some(password) = from_passfile(&config, passfile) {
             config.password(password);
         }
-        Ok(StoreSpec { config, schema })
+        Ok(StoreSpec {
+            config,
+            schema,
+            tls,
+        })
     }
 }
 
-/// `(the URL without schema= and passfile=, schema, passfile)`.
-fn split_url(spec: &str) -> Result<(String, Option<String>, Option<PathBuf>), ConfigError> {
+/// The URL without `schema=`, `passfile=` and the TLS parameters, and those.
+fn split_url(spec: &str) -> Result<Split, ConfigError> {
     let (head, query) = match spec.split_once('?') {
         Some((head, query)) => (head, Some(query)),
         None => (spec, None),
@@ -95,28 +143,58 @@ fn split_url(spec: &str) -> Result<(String, Option<String>, Option<PathBuf>), Co
     {
         return Err(ConfigError::PasswordInString);
     }
-    let (mut schema, mut passfile, mut kept) = (None, None, Vec::new());
+    let (mut split, mut kept) = (Split::default(), Vec::new());
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
-            "schema" => schema = Some(value.to_owned()),
-            "passfile" => passfile = Some(PathBuf::from(value)),
+            "schema" => split.schema = Some(value.to_owned()),
+            "passfile" => split.passfile = Some(PathBuf::from(percent_decode(value))),
             "password" => return Err(ConfigError::PasswordInString),
-            _ => kept.push(pair),
+            _ => match split.tls.take(key, &percent_decode(value)) {
+                Ok(true) => {}
+                Ok(false) => kept.push(pair),
+                Err(key) => return Err(ConfigError::UnsupportedTls(key)),
+            },
         }
     }
-    let rest = if kept.is_empty() {
+    split.rest = if kept.is_empty() {
         head.to_owned()
     } else {
         format!("{head}?{}", kept.join("&"))
     };
-    Ok((rest, schema, passfile))
+    Ok(split)
 }
 
-/// `(the key=value string without schema= and passfile=, schema, passfile)`.
-/// Values may be single-quoted with `\'` and `\\` escapes, as libpq's.
-fn split_pairs(spec: &str) -> Result<(String, Option<String>, Option<PathBuf>), ConfigError> {
-    let (mut schema, mut passfile, mut kept) = (None, None, Vec::new());
+/// A URL query value with its `%XX` escapes decoded (as the client decodes
+/// the values it reads itself); an invalid escape is kept as written.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The key=value string without `schema=`, `passfile=` and the TLS
+/// parameters, and those. Values may be single-quoted with `\'` and `\\`
+/// escapes, as libpq's.
+fn split_pairs(spec: &str) -> Result<Split, ConfigError> {
+    let (mut split, mut kept) = (Split::default(), Vec::new());
     let mut chars = spec.char_indices().peekable();
     loop {
         while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
@@ -157,17 +235,18 @@ fn split_pairs(spec: &str) -> Result<(String, Option<String>, Option<PathBuf>), 
         }
         let end = chars.peek().map_or(spec.len(), |&(at, _)| at);
         match key.as_str() {
-            "schema" => schema = Some(value),
-            "passfile" => passfile = Some(PathBuf::from(value)),
+            "schema" => split.schema = Some(value),
+            "passfile" => split.passfile = Some(PathBuf::from(value)),
             "password" => return Err(ConfigError::PasswordInString),
-            _ => kept.push(&spec[start..end]),
+            _ => match split.tls.take(&key, &value) {
+                Ok(true) => {}
+                Ok(false) => kept.push(&spec[start..end]),
+                Err(key) => return Err(ConfigError::UnsupportedTls(key)),
+            },
         }
     }
-    Ok((
-        kept.iter().map(|s| s.trim()).collect::<Vec<_>>().join(" "),
-        schema,
-        passfile,
-    ))
+    split.rest = kept.iter().map(|s| s.trim()).collect::<Vec<_>>().join(" ");
+    Ok(split)
 }
 
 /// Whether `name` may be used unquoted as the store's schema.
@@ -289,15 +368,49 @@ mod tests {
 
     #[test]
     fn urls_and_pairs_lose_schema_and_keep_the_rest() {
-        let (rest, schema, _) =
+        let split =
             split_url("postgres://u@h:5433/db?schema=team_a&connect_timeout=3").expect("url");
-        assert_eq!(rest, "postgres://u@h:5433/db?connect_timeout=3");
-        assert_eq!(schema.as_deref(), Some("team_a"));
-        let (rest, schema, passfile) =
-            split_pairs("host=/tmp/x  schema=b dbname='my db' passfile=/p").expect("pairs");
-        assert_eq!(rest, "host=/tmp/x dbname='my db'");
-        assert_eq!(schema.as_deref(), Some("b"));
-        assert_eq!(passfile, Some(PathBuf::from("/p")));
+        assert_eq!(split.rest, "postgres://u@h:5433/db?connect_timeout=3");
+        assert_eq!(split.schema.as_deref(), Some("team_a"));
+        let split = split_pairs("host=/tmp/x  schema=b dbname='my db' passfile=/p").expect("pairs");
+        assert_eq!(split.rest, "host=/tmp/x dbname='my db'");
+        assert_eq!(split.schema.as_deref(), Some("b"));
+        assert_eq!(split.passfile, Some(PathBuf::from("/p")));
+    }
+
+    #[test]
+    fn tls_parameters_are_read_here_and_kept_from_the_client() {
+        let split = split_url(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20x.pem&sslnegotiation=postgres",
+        )
+        .expect("url");
+        assert_eq!(split.rest, "postgres://u@h/db?sslnegotiation=postgres");
+        assert_eq!(split.tls.sslmode.as_deref(), Some("verify-full"));
+        assert_eq!(split.tls.sslrootcert.as_deref(), Some("/etc/ca x.pem"));
+        let split =
+            split_pairs("host=h sslmode=verify-ca sslrootcert='/a b.pem' sslcert=/c sslkey=/k")
+                .expect("pairs");
+        assert_eq!(split.rest, "host=h");
+        assert_eq!(split.tls.sslrootcert.as_deref(), Some("/a b.pem"));
+        assert_eq!(split.tls.sslkey.as_deref(), Some("/k"));
+        let spec = StoreSpec::parse("host=db.example sslmode=verify-ca sslrootcert=/ca.pem")
+            .expect("parse");
+        assert_eq!(spec.tls.mode, tls::SslMode::VerifyCa);
+        assert_eq!(
+            spec.config.get_ssl_mode(),
+            postgres::config::SslMode::Require
+        );
+        for (spec, want) in [
+            ("host=h sslmode=verify", "sslmode=verify is not a mode"),
+            ("postgres://h/db?sslcrl=/x", "`sslcrl` is not supported"),
+            (
+                "host=h sslmode=verify-full sslrootcert=system sslcert=/c",
+                "sslkey",
+            ),
+        ] {
+            let error = StoreSpec::parse(spec).expect_err(spec).to_string();
+            assert!(error.contains(want), "{spec}: {error}");
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod batch;
 mod config;
 mod import;
 mod schema;
+mod tls;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -51,6 +52,7 @@ pub use import::{ImportError, Imported};
 #[doc(hidden)]
 pub use schema::MIGRATIONS;
 pub use schema::SCHEMA_VERSION;
+pub use tls::{RootCert, SslMode, TlsSpec};
 
 /// How a [`PostgresStore`] connects and behaves.
 #[derive(Debug, Clone)]
@@ -109,9 +111,12 @@ impl Default for PostgresOptions {
 
 /// A [`DecisionStore`] in a PostgreSQL schema, shared by every process that
 /// opens the same database and schema.
-#[derive(Debug)]
 pub struct PostgresStore {
     config: postgres::Config,
+    /// `sslmode` and the rest, for messages and `allow`'s second try.
+    tls_spec: TlsSpec,
+    /// The TLS connector; `None` under `sslmode=disable` (or a Unix socket).
+    tls: Option<postgres_native_tls::MakeTlsConnector>,
     /// Where the store is, for messages: hosts, database and schema, never the password.
     target: String,
     max_per_server: i64,
@@ -244,6 +249,16 @@ fn connection_lost(error: &postgres::Error) -> bool {
     }
 }
 
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .field("tls", &self.tls_spec)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PostgresStore {
     /// Connects to `spec` (a `postgres://` URL or a libpq `key=value`
     /// string, see [`StoreSpec`]) and opens the store with default options.
@@ -265,15 +280,25 @@ impl PostgresStore {
         if let Some(schema) = &parsed.schema {
             options.schema.clone_from(schema);
         }
-        Self::open_config(parsed.config, &options)
+        Self::open_spec(parsed, &options)
     }
 
-    /// [`PostgresStore::open_with`] from a parsed configuration.
-    pub fn open_config(
-        mut config: postgres::Config,
+    /// [`PostgresStore::open_with`] from a parsed connection string; its
+    /// `schema=`, if any, has been put in `options` by the caller.
+    pub fn open_spec(
+        spec: StoreSpec,
         options: &PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
+        let StoreSpec {
+            mut config,
+            tls: tls_spec,
+            ..
+        } = spec;
         let target = config::describe(&config, &options.schema);
+        let tls = tls::connector(&tls_spec).map_err(|detail| StoreError::Unavailable {
+            store: target.clone(),
+            detail,
+        })?;
         if !config::valid_schema(&options.schema) {
             return Err(StoreError::Backend {
                 store: target,
@@ -300,6 +325,8 @@ impl PostgresStore {
         ));
         let store = PostgresStore {
             config,
+            tls_spec,
+            tls,
             target,
             max_per_server: int(options.max_decisions_per_server.max(1)),
             wait: options.connect_timeout,
@@ -391,10 +418,7 @@ impl PostgresStore {
 
     /// Creates or migrates the schema in one transaction.
     fn migrate(&self, schema: &str, create: bool) -> Result<(), StoreError> {
-        let mut client = self
-            .config
-            .connect(postgres::NoTls)
-            .map_err(|e| self.map_pg(&e))?;
+        let mut client = self.connect_client().map_err(|e| self.map_pg(&e))?;
         let result = (|| -> Result<(), Fail> {
             let mut tx = client.transaction()?;
             // One opener at a time per schema, across every process.
@@ -532,11 +556,42 @@ impl PostgresStore {
         }
     }
 
+    /// A new session, in TLS as `sslmode` says: under `allow`, in plain
+    /// text first and in TLS only when the server refuses that.
+    fn connect_client(&self) -> Result<Client, postgres::Error> {
+        let Some(tls) = &self.tls else {
+            return self.config.connect(postgres::NoTls);
+        };
+        if self.tls_spec.mode != SslMode::Allow {
+            return self.config.connect(tls.clone());
+        }
+        match self.config.connect(postgres::NoTls) {
+            Err(error) if error.as_db_error().is_some() => {
+                let mut config = self.config.clone();
+                config.ssl_mode(postgres::config::SslMode::Require);
+                config.connect(tls.clone())
+            }
+            plain => plain,
+        }
+    }
+
+    /// Whether this store's sessions are encrypted: PostgreSQL's own view
+    /// (`pg_stat_ssl`) of a pooled connection, `Some(TLS version)` or
+    /// `None` in plain text.
+    #[doc(hidden)]
+    pub fn session_tls(&self) -> Result<Option<String>, StoreError> {
+        self.run(|conn| {
+            let row = conn.client.query_one(
+                "SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )?;
+            let ssl: bool = row.try_get(0)?;
+            Ok(if ssl { row.try_get(1)? } else { None })
+        })
+    }
+
     fn connect(&self) -> Result<Conn, StoreError> {
-        let mut client = self
-            .config
-            .connect(postgres::NoTls)
-            .map_err(|e| self.map_pg(&e))?;
+        let mut client = self.connect_client().map_err(|e| self.map_pg(&e))?;
         let st = Statements::prepare(&mut client).map_err(|e| self.map_pg(&e))?;
         Ok(Conn { client, st })
     }
@@ -569,7 +624,7 @@ impl PostgresStore {
                 // The client's own text plus its cause (the I/O error): "error connecting
                 // to server: No such file or directory".
                 match std::error::Error::source(error) {
-                    Some(source) => format!("{error}: {source}"),
+                    Some(source) => self.tls_detail(error, source),
                     None => error.to_string(),
                 }
             }
@@ -585,6 +640,42 @@ impl PostgresStore {
                 detail,
             }
         }
+    }
+
+    /// The message of a client error with a cause; a TLS failure names the
+    /// parameters it comes from (`sslmode=verify-full sslrootcert=…`).
+    fn tls_detail(
+        &self,
+        error: &postgres::Error,
+        source: &(dyn std::error::Error + 'static),
+    ) -> String {
+        let tls = tls::describe(&self.tls_spec);
+        if let Some(handshake) = source.downcast_ref::<native_tls::Error>() {
+            // OpenSSL's verify results: "hostname mismatch", "IP address mismatch".
+            let text = handshake.to_string();
+            let what = if self.tls_spec.mode == SslMode::VerifyFull && text.contains("mismatch)") {
+                "the server's certificate does not name the host connected to (verify-ca checks \
+                 the chain alone)"
+            } else if self.tls_spec.root_cert.is_some()
+                && text.contains("certificate verify failed")
+            {
+                "the server's certificate does not verify against the root certificates"
+            } else {
+                "the TLS handshake failed"
+            };
+            return format!("{tls}: {what}: {handshake}");
+        }
+        let cause = source.to_string();
+        if cause == "server does not support TLS" {
+            return format!(
+                "{tls}: the server does not offer TLS (its `ssl` setting is off); turn it on, \
+                 or lower sslmode to prefer to allow plain text"
+            );
+        }
+        if cause == "no hostname provided for TLS handshake" {
+            return format!("{tls}: TLS needs host=NAME to check the certificate against");
+        }
+        format!("{error}: {source}")
     }
 
     fn finish(&self, fail: Fail) -> StoreError {

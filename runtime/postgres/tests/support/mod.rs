@@ -50,3 +50,50 @@ pub fn fresh_store(spec: &str, prefix: &str, max_per_server: u64) -> PostgresSto
     };
     PostgresStore::open_with(spec, &options).expect("open a PostgreSQL store")
 }
+
+/// The TLS test clusters (`scripts/pg-test-cluster.sh start-tls DIR`).
+#[derive(Debug, Clone)]
+pub struct TlsClusters {
+    /// `MCPOLICY_TEST_POSTGRES_TLS`: a server with `ssl = on` that accepts
+    /// TCP in TLS only, as `host=localhost port=…`.
+    pub tls: String,
+    /// `MCPOLICY_TEST_POSTGRES_TLS_CERTS`: `ca.crt`, `other-ca.crt`,
+    /// `client.crt`, `client.key`.
+    pub certs: std::path::PathBuf,
+    /// `MCPOLICY_TEST_POSTGRES_TCP`: a server without TLS on 127.0.0.1.
+    pub tcp: String,
+}
+
+impl TlsClusters {
+    /// A certificate or key file of the test CA's directory.
+    pub fn cert(&self, name: &str) -> String {
+        self.certs.join(name).display().to_string()
+    }
+}
+
+/// The TLS test clusters, or None (the test returns early) when they are not
+/// configured and CI does not require them.
+pub fn tls_clusters() -> Option<TlsClusters> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    match (
+        var("MCPOLICY_TEST_POSTGRES_TLS"),
+        var("MCPOLICY_TEST_POSTGRES_TLS_CERTS"),
+        var("MCPOLICY_TEST_POSTGRES_TCP"),
+    ) {
+        (Some(tls), Some(certs), Some(tcp)) => Some(TlsClusters {
+            tls,
+            certs: certs.into(),
+            tcp,
+        }),
+        _ => {
+            assert!(
+                std::env::var("MCPOLICY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "MCPOLICY_REQUIRE_POSTGRES=1 but MCPOLICY_TEST_POSTGRES_TLS, \
+                 MCPOLICY_TEST_POSTGRES_TLS_CERTS or MCPOLICY_TEST_POSTGRES_TCP is not set: \
+                 start the clusters with runtime/postgres/scripts/pg-test-cluster.sh start-tls"
+            );
+            eprintln!("note: MCPOLICY_TEST_POSTGRES_TLS is not set; PostgreSQL TLS test not run");
+            None
+        }
+    }
+}
