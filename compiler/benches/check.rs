@@ -13,6 +13,12 @@
 //!   (`json`, `sarif`, `github`, `human`). Every finding has a column on the
 //!   same long line; the time must grow linearly with the number of findings.
 //!
+//! - `keystroke`: an editor's database (`Database::incremental`) on the
+//!   1,000-server policy (about 10,000 lines); each iteration types or
+//!   deletes a digit in a `server` block in the middle of the file, sets the
+//!   text and takes `db::diagnostics`: what the language server's check
+//!   costs per keystroke on one thread.
+//!
 //! Run: `CARGO_TARGET_DIR=target-perf cargo bench -p mcpolicy-compiler --bench check`
 //! (figures in `compiler/PERF.md`). Criterion measures wall time, which on a
 //! shared machine counts other processes' turns too; with `MCPC_BENCH_CPU=1`
@@ -99,6 +105,39 @@ fn front_end<M: Measurement>(c: &mut Criterion<M>, name: &str) {
             );
         });
     }
+    group.finish();
+}
+
+fn keystroke<M: Measurement>(c: &mut Criterion<M>, name: &str) {
+    let mut group = c.benchmark_group(name);
+    group.warm_up_time(Duration::from_secs(1));
+    let text = policy(1_000);
+    let middle = text.len() / 2;
+    let Some(at) = text[middle..].find("max_tokens ") else {
+        panic!("the generated policy has a max_tokens in its second half");
+    };
+    let at = middle + at + "max_tokens ".len();
+    let mut typed = text.clone();
+    typed.insert(at, '1');
+    let mut db = Database::incremental();
+    let source = SourceText::new(&db, "bench.mcpolicy".into(), text.clone());
+    assert!(db::diagnostics(&db, source).is_empty());
+    let versions = [typed, text];
+    let mut next = 0;
+    group.bench_function(BenchmarkId::new("set_text_and_diagnostics", 1_000), |b| {
+        b.iter_batched(
+            || {
+                next = 1 - next;
+                versions[next].clone()
+            },
+            |version| {
+                use salsa::Setter;
+                source.set_text(&mut db).to(version);
+                black_box(db::diagnostics(&db, source).len())
+            },
+            BatchSize::LargeInput,
+        );
+    });
     group.finish();
 }
 
@@ -207,11 +246,13 @@ fn main() {
             .with_measurement(ThreadCpu)
             .configure_from_args();
         front_end(&mut c, "front_end_cpu");
+        keystroke(&mut c, "keystroke_cpu");
         findings_one_line(&mut c, "findings_one_line_cpu");
         c.final_summary();
     } else {
         let mut c = Criterion::default().configure_from_args();
         front_end(&mut c, "front_end");
+        keystroke(&mut c, "keystroke");
         findings_one_line(&mut c, "findings_one_line");
         c.final_summary();
     }

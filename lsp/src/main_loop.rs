@@ -11,9 +11,10 @@
 //! the input; salsa raises the cancellation flag and waits until every clone
 //! is dropped; the worker unwinds with `Cancelled` at its next query (each
 //! item's parse is one, and `diagnostics::all` checks between conversions)
-//! and publishes nothing. The whole-file checker (`check::check`) is one
-//! function with no query inside it, so an edit that arrives during it waits
-//! for it to end (a few milliseconds for 10,000 lines, ~30 ms for 100,000).
+//! and publishes nothing. The file-level rules (`check::check_with`, over
+//! the pieces, `db::analyze_pieces`) read no query but each block's
+//! memoised check, so an edit that arrives during them waits for them to
+//! end (about a millisecond for 10,000 lines).
 //!
 //! The worker publishes a check's diagnostics itself, so that typing
 //! latency does not include the requests this thread answers meanwhile (an
