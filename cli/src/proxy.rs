@@ -27,7 +27,8 @@ pub struct Args {
     policy: String,
     /// The decision store: a SQLite file path, or a PostgreSQL store shared by a fleet
     /// (postgres://USER@HOST/DB?schema=NAME or host=… dbname=…; the password from PGPASSWORD
-    /// or a password file, never here) [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
+    /// or a password file, never here; TLS as libpq: sslmode=verify-full sslrootcert=CA.pem)
+    /// [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
     /// ~/.local/state/mcpolicy/… on Linux, ~/Library/Application Support/mcpolicy/… on macOS,
     /// %LOCALAPPDATA%\mcpolicy\… on Windows].
     #[arg(long, value_name = "SPEC")]

@@ -144,14 +144,38 @@ fn editor(text: &str, clean: bool) {
     let b = db::lower_file(&incremental, source);
     assert!(a == b, "the editor's database lowers to another table");
     assert_eq!(a.is_some(), clean, "lower_file disagrees with the findings");
+    // The editor checks piece by piece, with the file-level rules over a
+    // tree without the blocks' statements (`db::analyze_pieces`): the
+    // findings and the model are `mcpc check`'s.
+    let (a, b) = (
+        db::analyze(&batch, batch_source),
+        db::analyze(&incremental, source),
+    );
+    assert!(
+        a.diagnostics == b.diagnostics,
+        "the editor's database finds other diagnostics"
+    );
+    assert!(
+        a.model == b.model,
+        "the editor's database has another model"
+    );
     let _ = ide::semantic_tokens(&incremental, source);
     let _ = ide::document_symbols(&incremental, source);
     let _ = ide::folding_ranges(&incremental, source);
     let whole = Span::new(0, text.len());
-    let _ = ide::inlay_hints(&incremental, source, whole);
+    // Read from the pieces' trees in the editor's database, from the whole
+    // tree in the batch one.
+    assert!(
+        ide::inlay_hints(&incremental, source, whole)
+            == ide::inlay_hints(&batch, batch_source, whole),
+        "inlay hints differ between the editor's database and the batch one"
+    );
+    assert!(
+        ide::comment_blocks(&incremental, source) == ide::comment_blocks(&batch, batch_source),
+        "comment folds differ between the editor's database and the batch one"
+    );
     let _ = ide::code_actions(&incremental, source, whole);
     let _ = ide::fix_all(&incremental, source);
-    let _ = ide::comment_blocks(&incremental, source);
     let _ = ide::item_symbols(&incremental, source, "a");
     // A few offsets spread over the text, snapped to a character's start
     // as the language server's position conversion does.

@@ -24,7 +24,8 @@ pub struct MigrateArgs {
     from: PathBuf,
     /// The PostgreSQL store to copy into: `postgres://USER@HOST/DB?schema=NAME` or
     /// `host=… dbname=… user=… schema=NAME`; the password comes from PGPASSWORD or a
-    /// password file, never from here. Its schema must hold no decisions or spend yet.
+    /// password file, never from here; TLS as libpq (`sslmode=verify-full
+    /// sslrootcert=CA.pem`). Its schema must hold no decisions or spend yet.
     #[arg(long, value_name = "POSTGRES")]
     to: String,
     /// Output format.

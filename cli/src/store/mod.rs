@@ -78,7 +78,8 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 pub struct Common {
     /// The decision store: a SQLite file path or a PostgreSQL store (postgres://… or
-    /// host=… dbname=…, password from PGPASSWORD or a password file) [default: the proxy's,
+    /// host=… dbname=…, password from PGPASSWORD or a password file, TLS as libpq:
+    /// sslmode=verify-full sslrootcert=CA.pem) [default: the proxy's,
     /// $XDG_STATE_HOME/mcpolicy/decisions.sqlite3, ~/.local/state/mcpolicy/… on Linux,
     /// ~/Library/Application Support/mcpolicy/… on macOS, %LOCALAPPDATA%\mcpolicy\… on Windows].
     #[arg(long, value_name = "SPEC")]
