@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../../tests/common/frame.rs"]
+mod frame;
+
 /// The document the benches open.
 pub const URI: &str = "file:///bench/policy.mcpolicy";
 
@@ -35,22 +38,7 @@ fn write(stdin: &mut ChildStdin, value: &Value) {
 /// to parse, which is not the server's time, and must not delay the
 /// stamping of the messages behind it.
 fn read(reader: &mut impl BufRead) -> Option<(Instant, Vec<u8>)> {
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(n) = line.strip_prefix("Content-Length: ") {
-            length = n.parse().ok()?;
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
+    let body = frame::read_body(reader)?;
     Some((Instant::now(), body))
 }
 

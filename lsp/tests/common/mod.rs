@@ -16,6 +16,8 @@ use mcpolicy_lsp::Exit;
 use mcpolicy_lsp::main_loop::Hooks;
 use serde_json::{Value, json};
 
+mod frame;
+
 /// Repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -372,23 +374,7 @@ impl Client {
 
 /// One frame of the server's output.
 fn read_frame(reader: &mut impl std::io::BufRead) -> Option<Value> {
-    let mut length = None;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(value) = line.strip_prefix("Content-Length: ") {
-            length = value.parse::<usize>().ok();
-        }
-    }
-    let mut body = vec![0; length?];
-    std::io::Read::read_exact(reader, &mut body).ok()?;
-    serde_json::from_slice(&body).ok()
+    serde_json::from_slice(&frame::read_body(reader)?).ok()
 }
 
 /// A `textDocument/position` params object.
