@@ -68,21 +68,27 @@ pub struct ParseMode {
 /// spans shifted to the whole text.
 #[salsa::tracked(returns(ref), no_eq)]
 pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
-    let text = source.text(db);
+    match piece_parses(db, source) {
+        Some(pieces) => parse::assemble(&pieces),
+        None => parse::parse(source.text(db)),
+    }
+}
+
+/// Each piece's parse ([`parse_item`]) with the offset it starts at, in a
+/// [`Database::incremental`] database; `None` in a database that parses in
+/// one pass, and for a file of one piece (nothing to reuse another time
+/// that the whole-file memo does not already reuse, so no interned copy).
+fn piece_parses(db: &dyn salsa::Database, source: SourceText) -> Option<Vec<(usize, &ChunkParse)>> {
     if !ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db)) {
-        return parse::parse(text);
+        return None;
     }
     let pieces = file_pieces(db, source);
-    if pieces.len() <= 1 {
-        // One piece: nothing to reuse another time that the whole-file
-        // memo does not already reuse, so skip the interned copy.
-        return parse::parse(text);
-    }
-    let pieces: Vec<(usize, &ChunkParse)> = pieces
-        .iter()
-        .map(|&(start, item)| (start, parse_item(db, item)))
-        .collect();
-    parse::assemble(&pieces)
+    (pieces.len() > 1).then(|| {
+        pieces
+            .iter()
+            .map(|&(start, item)| (start, parse_item(db, item)))
+            .collect()
+    })
 }
 
 /// The file cut into pieces (`parse::item_starts`): each piece's offset
@@ -107,19 +113,13 @@ pub fn file_pieces(db: &dyn salsa::Database, source: SourceText) -> Vec<(usize, 
 /// is built), else the whole file's at offset 0. For a reader that looks
 /// at a few items or comments, or shifts the spans it keeps.
 pub fn trees(db: &dyn salsa::Database, source: SourceText) -> Vec<(usize, &SourceFile)> {
-    let by_items = ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db));
-    let pieces = if by_items {
-        file_pieces(db, source).as_slice()
-    } else {
-        &[]
-    };
-    if pieces.len() <= 1 {
-        return vec![(0, &parse_file(db, source).file)];
+    match piece_parses(db, source) {
+        Some(pieces) => pieces
+            .into_iter()
+            .map(|(start, piece)| (start, &piece.parsed.file))
+            .collect(),
+        None => vec![(0, &parse_file(db, source).file)],
     }
-    pieces
-        .iter()
-        .map(|&(start, piece)| (start, &parse_item(db, piece).parsed.file))
-        .collect()
 }
 
 /// A [`BlockContext`], interned so that a query can take it.
@@ -192,17 +192,9 @@ pub fn analyze_pieces(
     source: SourceText,
     extra: Option<Item>,
 ) -> Option<Analysis> {
-    if !ParseMode::try_get(db).is_some_and(|mode| mode.by_items(db)) {
-        return None;
-    }
+    let parsed = piece_parses(db, source)?;
+    // Where each block's check is found.
     let pieces = file_pieces(db, source);
-    if pieces.len() <= 1 {
-        return None;
-    }
-    let parsed: Vec<(usize, &ChunkParse)> = pieces
-        .iter()
-        .map(|&(start, item)| (start, parse_item(db, item)))
-        .collect();
     let mut parsed = parse::assemble_with(&parsed, &|piece, item| {
         piece.parsed.file.comments.iter().any(|comment| {
             item.span.start <= comment.span.start
