@@ -39,6 +39,13 @@ impl Span {
     pub fn contains(self, offset: usize) -> bool {
         self.start <= offset && offset <= self.end
     }
+
+    /// The span moved `by` bytes on ([`Shift`] by value): a span of a
+    /// piece's tree placed in the whole text.
+    pub fn shifted(mut self, by: usize) -> Span {
+        self.shift(by);
+        self
+    }
 }
 
 impl From<pest::Span<'_>> for Span {

@@ -44,8 +44,7 @@ pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) ->
         })
     });
     for (index, (start, item, server)) in servers.enumerate() {
-        let shift = |span: Span| Span::new(span.start + start, span.end + start);
-        let item_span = shift(item.span);
+        let item_span = item.span.shifted(start);
         if !overlaps(item_span, range) {
             continue;
         }
@@ -64,7 +63,7 @@ pub fn inlay_hints(db: &dyn salsa::Database, source: SourceText, range: Span) ->
         let offset = server
             .body
             .close
-            .map_or(item_span.end, |close| shift(close).end);
+            .map_or(item_span.end, |close| close.shifted(start).end);
         hints.push(InlayHint {
             offset,
             label: format!("defaults: {}", lines.join(" · ")),

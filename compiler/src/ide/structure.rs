@@ -198,11 +198,7 @@ pub fn comment_blocks(db: &dyn salsa::Database, source: SourceText) -> Vec<Span>
     // From each piece's tree: no whole-file tree for an editor's folds.
     let comments = crate::db::trees(db, source)
         .into_iter()
-        .flat_map(|(start, tree)| {
-            tree.comments
-                .iter()
-                .map(move |c| Span::new(c.span.start + start, c.span.end + start))
-        });
+        .flat_map(|(start, tree)| tree.comments.iter().map(move |c| c.span.shifted(start)));
     let mut blocks = Vec::new();
     let mut current: Option<(Span, usize)> = None; // (block, comments in it)
     for comment in comments {

@@ -242,7 +242,7 @@ pub fn folding_ranges(db: &dyn salsa::Database, source: SourceText) -> Vec<Span>
         .flat_map(|&(start, item)| {
             piece_folds(db, item)
                 .iter()
-                .map(move |span| Span::new(span.start + start, span.end + start))
+                .map(move |span| span.shifted(start))
         })
         .collect()
 }
