@@ -14,13 +14,7 @@ pub fn effective_defaults(model: &PolicyModel) -> EffectiveBlock {
 
 /// The effective block of one server block.
 pub fn effective_server(model: &PolicyModel, block: &PartialBlock) -> EffectiveBlock {
-    effective_over(&effective_defaults(model), block)
-}
-
-/// The effective block of one server block over `defaults`, the model's
-/// [`effective_defaults`] (computed once for many blocks).
-pub fn effective_over(defaults: &EffectiveBlock, block: &PartialBlock) -> EffectiveBlock {
-    merge(defaults, block)
+    merge(&effective_defaults(model), block)
 }
 
 /// Lowers a checked model into the decision table.

@@ -474,7 +474,7 @@ impl Checker {
             .iter()
             .enumerate()
             .filter(|(i, _)| every_block || with_tools.contains(&(1 + i)))
-            .map(|(i, (_, b))| (1 + i, crate::lower::effective_over(&defaults, b)))
+            .map(|(i, (_, b))| (1 + i, crate::statements::merge(&defaults, b)))
             .collect();
         let mut blocks = Vec::with_capacity(1 + servers.len());
         if every_block {
