@@ -165,29 +165,13 @@ fn split_url(spec: &str) -> Result<Split, ConfigError> {
     Ok(split)
 }
 
-/// A URL query value with its `%XX` escapes decoded (as the client decodes
-/// the values it reads itself); an invalid escape is kept as written.
+/// A URL query value with its `%XX` escapes decoded, as the client decodes
+/// the values it reads itself (with the same crate); an invalid escape is
+/// kept as written.
 fn percent_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(value)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The key=value string without `schema=`, `passfile=` and the TLS
@@ -387,6 +371,9 @@ mod tests {
         assert_eq!(split.rest, "postgres://u@h/db?sslnegotiation=postgres");
         assert_eq!(split.tls.sslmode.as_deref(), Some("verify-full"));
         assert_eq!(split.tls.sslrootcert.as_deref(), Some("/etc/ca x.pem"));
+        // An escape that is not one is kept as written.
+        let split = split_url("postgres://u@h/db?sslrootcert=/ca%zz%2.pem").expect("url");
+        assert_eq!(split.tls.sslrootcert.as_deref(), Some("/ca%zz%2.pem"));
         let split =
             split_pairs("host=h sslmode=verify-ca sslrootcert='/a b.pem' sslcert=/c sslkey=/k")
                 .expect("pairs");
