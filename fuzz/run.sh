@@ -6,7 +6,7 @@
 #   fuzz/run.sh merge [TARGET]   add what the last runs found that adds coverage to fuzz/corpus/
 #   fuzz/run.sh build            build the instrumented binaries only
 #
-# Targets: policy_check policy_ide policy_fmt request proxy lsp_transport (default: all,
+# Targets: policy_check policy_ide policy_fmt request proxy reader_differential lsp_transport (default: all,
 # one after another: one core). New inputs go to target/fuzz-scratch/TARGET;
 # crashes to target/fuzz-artifacts/TARGET/. See fuzz/README.md.
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-short}
 only=${2:-}
-targets=(policy_check policy_ide policy_fmt request proxy lsp_transport)
+targets=(policy_check policy_ide policy_fmt request proxy reader_differential lsp_transport)
 if [[ -n "$only" ]]; then
   if [[ ! " ${targets[*]} " =~ " $only " ]]; then
     echo "fuzz/run.sh: no target '$only' (targets: ${targets[*]})" >&2

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use super::identity::read_request;
 use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
 use super::show::{BlockReport, Format};
-use super::store_open::{self, Create};
+use super::store_open::{self, Create, Now};
 use super::{ColorChoice, emit, emit_line, fail};
 
 const EVAL_HELP: &str = "\
@@ -138,7 +138,7 @@ pub fn run(args: Args) -> ExitCode {
         None => Arc::new(SystemClock),
     };
     let store: Arc<dyn DecisionStore> = match &args.store {
-        Some(spec) => match store_open::open(spec, Create::IfMissing) {
+        Some(spec) => match store_open::open(spec, Create::IfMissing, given(&args.now)) {
             Ok(store) => store,
             // The store's error names the path already.
             Err(error) => return fail(error),
@@ -193,7 +193,7 @@ pub fn run(args: Args) -> ExitCode {
             },
             ConsentAnswer::Deny => {
                 let lowered = pending.lowered().clone();
-                match pending.refuse() {
+                match pending.refuse().recorded() {
                     Ok(denial) => {
                         return denied(
                             &denial,
@@ -644,5 +644,13 @@ fn step_name(step: Step) -> &'static str {
         Step::Budgets => "budgets",
         Step::Consent => "consent",
         Step::Allow => "allow",
+    }
+}
+
+/// Whose clock `--now` makes the decision by.
+fn given(now: &Option<String>) -> Now {
+    match now {
+        Some(_) => Now::Given,
+        None => Now::System,
     }
 }

@@ -1,6 +1,6 @@
 //! `mcpc identity --server ID [--policy POLICY] FILE|-`
 //!
-//! Prints a request's identity on stdout. A request the runtime refuses is
+//! Prints a request's identity, its refusal key (`docs/spec/identity.md`), on stdout. A request the runtime refuses is
 //! answered as `mcpc eval` answers it: the JSON-RPC error frame on stdout
 //! (what would be sent back), a one-line summary on stderr, exit code 1.
 
@@ -67,7 +67,7 @@ pub fn run(args: Args) -> ExitCode {
         Ok(sampling) => {
             emit(&format!(
                 "{}\n",
-                identity::request_identity(&args.server, &sampling.params, &fields)
+                identity::refusal_key(&args.server, &sampling.params, &fields)
             ));
             ExitCode::SUCCESS
         }

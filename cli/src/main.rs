@@ -78,6 +78,9 @@ enum Command {
     /// Explain a diagnostic code, e.g. `mcpc explain E0103`.
     Explain(explain::Args),
     /// Run an MCP server behind a policy: a stdio proxy the client launches in its place.
+    #[command(
+        after_help = "Exit codes: the server's own when it exits (128 + N when signal N ended it); 130, 143 or 129 when SIGINT, SIGTERM or SIGHUP stopped the proxy: the server's input is closed, then it gets SIGTERM after 2 s and SIGKILL after 2 s more, and the log says why it stopped; 2 when the proxy cannot start (usage, policy, store, server command)."
+    )]
     Proxy(proxy::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
     #[command(

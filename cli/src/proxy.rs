@@ -3,7 +3,9 @@
 //!
 //! A stdio MCP proxy for clients that cannot embed the runtime: the client
 //! launches `mcpc proxy … -- SERVER_CMD` in place of the server. Exit status:
-//! the server's (128 + n if a signal ended it); 2 if the proxy could not start.
+//! the server's (128 + n if a signal ended it); 130, 143 or 129 when SIGINT,
+//! SIGTERM or SIGHUP stopped the proxy (the server stopped first); 2 if the
+//! proxy could not start.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -17,7 +19,7 @@ use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::SystemClock;
 
 use super::policy::{LoadFailure, load_policy};
-use super::store_open::{self, Create};
+use super::store_open::{self, Create, Now};
 use super::{ColorChoice, fail};
 
 #[derive(Debug, clap::Args)]
@@ -74,7 +76,7 @@ pub fn run(args: Args) -> ExitCode {
     let Some(store_spec) = args.store.clone().or_else(store_open::default_spec) else {
         return fail("no home directory to put the decision store in; pass --store PATH");
     };
-    let store = match store_open::open(&store_spec, Create::WithDirectory) {
+    let store = match store_open::open(&store_spec, Create::WithDirectory, Now::System) {
         Ok(store) => store,
         // The store's error names its path.
         Err(error) => return fail(error),
@@ -98,11 +100,23 @@ pub fn run(args: Args) -> ExitCode {
     log.line(format_args!("policy {}, store {}", args.policy, store_spec));
     let engine = Engine::new(policy, store, Arc::new(SystemClock));
     let stdout: proxy::session::Sink = Box::new(std::io::stdout());
-    let outcome = proxy::run(&args.command, move |to_server| {
+    // A PostgreSQL store may have read its password from PGPASSWORD: that
+    // secret is the proxy's, and the server it polices must not inherit it.
+    let withheld: &[&str] = if mcpolicy_store_postgres::StoreSpec::looks_like_postgres(&store_spec)
+        && std::env::var_os("PGPASSWORD").is_some()
+    {
+        log.line(format_args!(
+            "PGPASSWORD is withheld from the server: it is the decision store's password"
+        ));
+        &["PGPASSWORD"]
+    } else {
+        &[]
+    };
+    let outcome = proxy::run(&args.command, withheld, move |to_server| {
         Session::new(engine, server_id, to_server, stdout, log, audit)
     });
     match outcome {
-        Ok(status) => ExitCode::from(proxy::exit_code(status)),
+        Ok(ended) => ExitCode::from(ended.exit_code()),
         Err(error) => fail(error),
     }
 }

@@ -32,6 +32,18 @@ pub enum Create {
     MustExist,
 }
 
+/// Whose clock the caller decides by: what a PostgreSQL store checks a
+/// caller's `now` against (`docs/spec/store.md`, "One clock for a fleet").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Now {
+    /// The machine's clock (a proxy, or a command without `--now`): a fleet
+    /// store refuses it past `max_clock_skew` from the database's clock.
+    System,
+    /// An instant the operator gave (`--now`), on purpose not the
+    /// database's: not checked.
+    Given,
+}
+
 /// Why a store spec could not be opened.
 #[derive(Debug)]
 pub enum OpenError {
@@ -101,9 +113,9 @@ fn scheme(spec: &str) -> Option<&str> {
 }
 
 /// Opens the store `spec` names (see the module documentation).
-pub fn open(spec: &str, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
+pub fn open(spec: &str, create: Create, now: Now) -> Result<Arc<dyn StoreAdmin>, OpenError> {
     if StoreSpec::looks_like_postgres(spec) {
-        return Ok(Arc::new(open_postgres(spec, create)?));
+        return Ok(Arc::new(open_postgres(spec, create, now)?));
     }
     match scheme(spec) {
         None => open_sqlite(Path::new(spec), create),
@@ -115,12 +127,19 @@ pub fn open(spec: &str, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError
 }
 
 /// Opens the PostgreSQL store `spec` names (see [`StoreSpec`]); with
-/// [`Create::MustExist`] a schema that holds no store is refused.
-pub fn open_postgres(spec: &str, create: Create) -> Result<PostgresStore, OpenError> {
+/// [`Create::MustExist`] a schema that holds no store is refused; with
+/// [`Now::Given`] the caller's instants are not checked against the
+/// database's clock.
+pub fn open_postgres(spec: &str, create: Create, now: Now) -> Result<PostgresStore, OpenError> {
     let parsed = StoreSpec::parse(spec).map_err(OpenError::Postgres)?;
+    let defaults = PostgresOptions::default();
     let mut options = PostgresOptions {
         create: create != Create::MustExist,
-        ..PostgresOptions::default()
+        max_clock_skew: match now {
+            Now::System => defaults.max_clock_skew,
+            Now::Given => None,
+        },
+        ..defaults
     };
     if let Some(schema) = &parsed.schema {
         options.schema.clone_from(schema);
@@ -169,7 +188,7 @@ mod tests {
             "postgres://u:secret@db/x",
             "host=db dbname=x password=secret",
         ] {
-            let error = open(spec, Create::IfMissing).expect_err("refused");
+            let error = open(spec, Create::IfMissing, Now::System).expect_err("refused");
             assert!(matches!(error, OpenError::Postgres(_)), "{spec}");
             assert!(error.to_string().contains("PGPASSWORD"), "{error}");
             assert!(!error.to_string().contains("secret"), "{error}");
@@ -178,7 +197,8 @@ mod tests {
 
     #[test]
     fn an_unknown_scheme_is_refused_by_name() {
-        let error = open("redis://localhost/0", Create::IfMissing).expect_err("refused");
+        let error =
+            open("redis://localhost/0", Create::IfMissing, Now::System).expect_err("refused");
         assert!(matches!(error, OpenError::UnknownScheme { .. }));
         assert!(error.to_string().contains("`redis://`"), "{error}");
     }

@@ -299,3 +299,38 @@ fn real_audit_lines_match_the_json_schema() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Server-chosen text (a server id and model hint names carrying ANSI
+/// escapes, a newline and bidi controls) reaches the human report as
+/// escapes: no control character, no forged line, no reordering.
+#[test]
+fn the_human_report_shows_server_text_inert() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(run_dir().join("audit.jsonl")).unwrap();
+    let hostile_hint = "gpt\u{1b}[2J\u{1b}]8;;http://x\u{7}\u{202e}o4\nserver \"forged\"";
+    let hostile_server = "greedy\u{1b}[31m\u{2066}\r\n  ! forged";
+    let hint = serde_json::to_string(hostile_hint).unwrap();
+    let server = serde_json::to_string(hostile_server).unwrap();
+    let edited = original
+        .replace("\"gpt-4o\"", &hint)
+        .replace("\"greedy\"", &server);
+    assert_ne!(edited, original);
+    let file = dir.path().join("hostile.jsonl");
+    std::fs::write(&file, edited).unwrap();
+    let out = audit(&[file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let acts = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    assert!(!text.chars().any(acts), "{text:?}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("server \"forged\"")),
+        "{text}"
+    );
+    assert!(!text.lines().any(|l| l.starts_with("  ! forged")), "{text}");
+    assert!(text.contains("gpt\\u{001b}[2J"), "{text}");
+}

@@ -105,3 +105,55 @@ fn a_closed_log_pipe_is_not_fatal() {
         "the proxy exits with the server's status"
     );
 }
+
+/// `docs/threat-model.md`, "Scope: what a local server can reach": on
+/// Linux the proxy is non-dumpable, so the server it starts (same user)
+/// cannot read the proxy's `/proc/PID/environ` (nor its memory, nor attach
+/// with ptrace). Root may read any process's, so as root both run as
+/// `nobody` under `setpriv`, as any user's proxy and server would.
+#[test]
+#[cfg(target_os = "linux")]
+fn the_server_cannot_read_the_proxys_environment() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let policy = dir.path().join("p.mcpolicy");
+    std::fs::write(&policy, "mcpolicy 1\n").unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let mut command = if root {
+        let mut setpriv = Command::new("setpriv");
+        setpriv
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_mcpc"));
+        setpriv
+    } else {
+        mcpc()
+    };
+    let server = r#"{ if tr '\0' '\n' < /proc/$PPID/environ 2>/dev/null | grep -q '^MCPOLICY_SCOPE_CANARY='; then echo "server: read the proxy's environ"; elif [ -r /proc/$PPID/environ ]; then echo "server: environ readable but empty"; else echo "server: proxy's environ unreadable"; fi; } >&2"#;
+    let out = command
+        .arg("proxy")
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--store")
+        .arg(dir.path().join("store.sqlite3"))
+        .args(["--server-id", "s", "--", "sh", "-c", server])
+        .env("MCPOLICY_SCOPE_CANARY", "1")
+        .env("HOME", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Whole lines: the proxy's log quotes the server's command, script and all.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == "server: proxy's environ unreadable"),
+        "{stderr}"
+    );
+}

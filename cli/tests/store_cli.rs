@@ -213,9 +213,12 @@ fn ls_lists_every_decision_with_its_columns() {
             .iter()
             .map(|c| (c[0], c[2], c[3], c[4], c[5]))
             .collect::<Vec<_>>(),
+        // Ordered by (server, key): the approval is stored under its
+        // approval key (`asker:approval:…`), which sorts before this
+        // refusal key (`docs/spec/identity.md`, "Two keys").
         [
-            ("asker", "deny", "user.denied", "consent", "0"),
             ("asker", "allow", "user.approved", "consent", "0"),
+            ("asker", "deny", "user.denied", "consent", "0"),
             (
                 "guard",
                 "deny",
@@ -229,7 +232,7 @@ fn ls_lists_every_decision_with_its_columns() {
     assert_eq!(cells[3][6], "2026-03-10T12:00:05Z");
     // Rate denial: stored until the retry (60 s after the first admission).
     assert_eq!(cells[3][7], "2026-03-10T12:01:03Z");
-    assert_eq!(cells[0][7], "never");
+    assert_eq!(cells[1][7], "never");
 
     let json = f.json("ls", &["--now", AT]);
     assert_eq!(json["store"], f.store.as_str());
@@ -259,8 +262,8 @@ fn ls_lists_every_decision_with_its_columns() {
     assert_eq!(long["statement"], "max_messages");
     assert_eq!(long["recomputable"], true);
     assert_eq!(long["expiresAt"], Value::Null);
-    assert_eq!(rows[1]["verdict"], "allow");
-    assert_eq!(rows[1]["data"], Value::Null);
+    assert_eq!(rows[0]["verdict"], "allow");
+    assert_eq!(rows[0]["data"], Value::Null);
 }
 
 #[test]
@@ -321,7 +324,7 @@ fn ls_filters_combine() {
     let live = f.json("ls", &["--policy", &f.edited, "--live"]);
     assert_eq!(
         servers(&live),
-        pairs(&[("asker", "user.denied"), ("asker", "user.approved")])
+        pairs(&[("asker", "user.approved"), ("asker", "user.denied")])
     );
     assert!(decisions(&live).iter().all(|d| d["current"] == true));
     let stdout = f.stdout("ls", &["--policy", &f.edited, "--now", AT]);
@@ -538,7 +541,12 @@ fn budgets_show_spend_what_remains_and_the_reset() {
 fn stats_list_denials_retry_loops_and_size() {
     let f = fixture();
     let stdout = f.stdout("stats", &[]);
-    assert!(stdout.contains(": 4 decisions, 8 spend rows, "), "{stdout}");
+    // 8 rows of rate and budgets, and asker's two prompts on the consent
+    // cooldown counter (`docs/spec/evaluation.md`, "Consent cooldown").
+    assert!(
+        stdout.contains(": 4 decisions, 10 spend rows, "),
+        "{stdout}"
+    );
     assert!(stdout.contains("most-denied servers"), "{stdout}");
     assert!(
         stdout.contains("highest represented counts (retry loops)"),
@@ -554,7 +562,7 @@ fn stats_list_denials_retry_loops_and_size() {
 
     let json = f.json("stats", &[]);
     assert_eq!(json["size"]["decisions"], 4);
-    assert_eq!(json["size"]["spendRows"], 8);
+    assert_eq!(json["size"]["spendRows"], 10);
     assert!(json["size"]["bytes"].as_u64().unwrap() > 0);
     let servers = json["servers"].as_array().unwrap();
     assert_eq!(servers.len(), 2);

@@ -212,7 +212,7 @@ fn eval_and_store_work_on_postgres_like_on_sqlite() {
 }
 
 #[test]
-fn migrate_copies_decisions_and_live_spend_from_sqlite() {
+fn migrate_copies_decisions_and_spend_from_sqlite() {
     let Some(store) = store_spec("migrate") else {
         return;
     };
@@ -239,7 +239,7 @@ fn migrate_copies_decisions_and_live_spend_from_sqlite() {
     let migrate = |format: &str| {
         mcpc()
             .args(["store", "migrate", "--from", &sqlite, "--to", &store])
-            .args(["--now", NOW, "--format", format])
+            .args(["--format", format])
             .output()
             .unwrap()
     };
@@ -413,4 +413,51 @@ fn a_store_over_verified_tls_works_and_a_wrong_ca_or_mode_is_refused_by_name() {
             "{stderr}"
         );
     }
+}
+
+/// `docs/threat-model.md`, "Scope: what a local server can reach": a
+/// proxy whose PostgreSQL store reads its password from `PGPASSWORD` does
+/// not hand it to the server (the server's other variables pass). The
+/// server here is a shell that reports on its standard error and exits.
+#[test]
+fn the_server_does_not_inherit_the_store_password() {
+    let Some(store) = store_spec("scope") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.mcpolicy");
+    std::fs::write(&policy, POLICY).unwrap();
+    let server = r#"{ if [ -n "${PGPASSWORD+set}" ]; then echo "server: PGPASSWORD=$PGPASSWORD"; else echo "server: no PGPASSWORD"; fi
+echo "server: MY_OWN=$MY_OWN"; } >&2"#;
+    let out = mcpc()
+        .args(["proxy", "--policy"])
+        .arg(&policy)
+        .args([
+            "--store",
+            &store,
+            "--server-id",
+            "fake",
+            "--",
+            "sh",
+            "-c",
+            server,
+        ])
+        // Trust authentication ignores it; what matters is who can read it.
+        .env("PGPASSWORD", "store-secret")
+        .env("MY_OWN", "kept")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Whole lines: the proxy's log quotes the server's command, script and all.
+    let said = |line: &str| stderr.lines().any(|l| l == line);
+    assert!(said("server: no PGPASSWORD"), "{stderr}");
+    assert!(!stderr.contains("store-secret"), "{stderr}");
+    assert!(said("server: MY_OWN=kept"), "{stderr}");
+    assert!(
+        stderr.contains("PGPASSWORD is withheld from the server"),
+        "{stderr}"
+    );
 }

@@ -242,7 +242,8 @@ remove it.",
     E0411 Error "property does not apply to this reason" =>
 "Trim reasons (`policy.max_scope`, `policy.max_tokens`, `policy.model`) never deny and
 are never stored, so `retryable`, `ttl` and `code` mean nothing for them; only
-`message` may be set.",
+`message` may be set. `policy.consent_cooldown` is built in and fixed: no property
+may be set (no block's digest would cover it).",
     E0412 Error "invalid reason name" =>
 "A reason name is one or more dotted parts, each an ASCII identifier: a letter or
 `_`, then letters, digits or `_` (`acme.too_big`, `policy.rate_limit`). Servers

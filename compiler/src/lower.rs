@@ -23,7 +23,7 @@ pub fn lower(model: &PolicyModel) -> Table {
     let entry = |pattern: &str, block: EffectiveBlock| ServerEntry {
         // NFC: the table's patterns are in the form server ids are matched in.
         pattern: mcpolicy_runtime::table::pattern::nfc(pattern).into_owned(),
-        digest: table::block_digest(&block, &model.reasons),
+        digest: table::entry_digest(&block, &model.reasons, &model.identity, model.protocol),
         block,
     };
     Table {

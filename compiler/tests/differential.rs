@@ -197,14 +197,19 @@ fn engine_step(
     request: &Value,
     ctx: &ClientContext,
     answer: Answer,
-) -> (Observed, Option<Grant>, Option<DecisionKey>) {
+) -> (
+    Observed,
+    Option<Grant>,
+    Option<DecisionKey>,
+    Option<DecisionKey>,
+) {
     let (request, decision) = match path {
         Path::Request => {
             let bytes = serde_json::to_vec(request).expect("a Value serialises");
             match engine.decide(server, &bytes, ctx) {
                 EngineAnswer::Invalid(rejection) => {
                     let code = i64::from(rejection.code());
-                    return (Observed::Invalid { code }, None, None);
+                    return (Observed::Invalid { code }, None, None, None);
                 }
                 EngineAnswer::Failed { error, .. } => panic!("the store failed: {error}"),
                 EngineAnswer::Decided { request, decision } => (request, decision),
@@ -227,7 +232,7 @@ fn engine_step(
             match decided.remove(0).outcome {
                 InputOutcome::Invalid(error) => {
                     let code = i64::from(error.code());
-                    return (Observed::Invalid { code }, None, None);
+                    return (Observed::Invalid { code }, None, None, None);
                 }
                 InputOutcome::Decided { request, decision } => (request, decision),
                 InputOutcome::NotSampling => panic!("a sampling entry read as another method"),
@@ -238,6 +243,13 @@ fn engine_step(
     let key = DecisionKey::new(
         server,
         engine.identity(server, &request.params).into_string(),
+    );
+    // Where an approval of it is stored (`consent first`): the approval key.
+    let approval = DecisionKey::new(
+        server,
+        engine
+            .approval_key(server, &request.params, ctx)
+            .into_string(),
     );
     let table = engine.policy().table();
     let (decision, asked) = match decision {
@@ -251,14 +263,17 @@ fn engine_step(
                 };
                 trims(&mut view, pending.annotations());
                 view.params = Value::Object(pending.params(&request.params));
-                return (Observed::Grant(view), None, Some(key));
+                return (Observed::Grant(view), None, Some(key), Some(approval));
             }
             Answer::Approve => (
                 Ok(pending.approve().expect("the store does not fail")),
                 true,
             ),
             Answer::Refuse => (
-                Err(pending.refuse().expect("the store does not fail")),
+                Err(pending
+                    .refuse()
+                    .recorded()
+                    .expect("the store does not fail")),
                 true,
             ),
         },
@@ -270,10 +285,16 @@ fn engine_step(
             Observed::Deny(deny_view(table, &denial, asked)),
             None,
             Some(key),
+            Some(approval),
         ),
         Ok(grant) => {
             let view = grant_view(table, &grant, &request.params, asked);
-            (Observed::Grant(view), Some(grant), Some(key))
+            (
+                Observed::Grant(view),
+                Some(grant),
+                Some(key),
+                Some(approval),
+            )
         }
     }
 }
@@ -522,6 +543,11 @@ fn differential(
             if let (Some(ikey), Some(ekey)) = (mine.key.clone(), theirs.2.clone()) {
                 keys.insert(ikey, ekey);
             }
+            // The approval keys, where the interpreter says approvals are
+            // stored (`consent first`): both sides' memories are compared there too.
+            if let (Some(ikey), Some(ekey)) = (mine.approval.clone(), theirs.3.clone()) {
+                keys.insert(ikey, ekey);
+            }
             // What a granted request reports back: its deadline missed, or
             // its usage (a grant ends one way).
             let (Some(grant), Observed::Grant(view)) = (theirs.1.take(), &mine.observed) else {
@@ -635,6 +661,7 @@ fn outcome_coverage() {
         "deny policy.rate_limit",
         "deny policy.budget_exhausted",
         "deny user.denied",
+        "deny policy.consent_cooldown",
         "deny acme.",
         "replayed policy.",
         "replayed user.denied",

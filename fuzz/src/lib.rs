@@ -11,6 +11,7 @@ pub mod bytes;
 pub mod lsp;
 pub mod policy;
 pub mod proxy;
+pub mod readers;
 pub mod request;
 
 /// A fuzz target: its name (the binary, the corpus directory) and its body.
@@ -43,6 +44,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "proxy",
         run: proxy::run,
+    },
+    Target {
+        name: "reader_differential",
+        run: readers::run,
     },
     Target {
         name: "lsp_transport",

@@ -1,8 +1,12 @@
 //! The proxy's line handling: `mcpc proxy`'s `Session` with in-memory sinks,
 //! fed a script of server and client lines. Structure-aware: most lines are
 //! JSON-RPC templates (sampling requests, answers, cancellations, MCP
-//! 2026-07-28 `input_required` results and retries) with fuzzer-chosen ids
-//! and mutations; the rest are raw bytes.
+//! 2026-07-28 `input_required` results and retries, the 2026-07-28 tasks
+//! extension's `tasks/get`, `tasks/update`, `notifications/tasks` and task
+//! creations) with fuzzer-chosen ids and mutations; the rest are raw bytes.
+//! The server shares every key it may choose: ids, `requestState`s (also
+//! tokens the proxy gave another call), `inputRequests` keys and task ids
+//! come from small pools.
 //!
 //! Thin on purpose: it drives only `Session::new`, `from_server`,
 //! `from_client` and `expire`, so it follows the session's refactoring.
@@ -31,7 +35,7 @@ const SERVERS: &[&str] = &["off", "asks", "first", "slow", "tight", "unknown"];
 
 /// The fuzz policy, compiled and verified once (an `Engine` per input is
 /// cheap: it shares this).
-fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     static POLICY_ONCE: OnceLock<Policy> = OnceLock::new();
     POLICY_ONCE
         .get_or_init(|| {
@@ -171,9 +175,55 @@ fn sampling_params(bytes: &mut Bytes<'_>) -> Value {
 }
 
 /// One template line for the server (`true`) or the client side.
-fn template(bytes: &mut Bytes<'_>) -> (bool, Value) {
+fn template(bytes: &mut Bytes<'_>, states: &[String]) -> (bool, Value) {
     let id = id(bytes);
-    match bytes.below(10) {
+    let task = *bytes.pick(&["t1", "t2"]);
+    match bytes.below(15) {
+        10 => (
+            false,
+            json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": task}}),
+        ),
+        11 | 12 => {
+            let mut requests = serde_json::Map::new();
+            for i in 0..=bytes.below(2) {
+                requests.insert(
+                    format!("k{i}"),
+                    json!({"method": "sampling/createMessage", "params": sampling_params(bytes)}),
+                );
+            }
+            let status = *bytes.pick(&["input_required", "working", "completed"]);
+            let body = json!({"taskId": task, "status": status, "ttlMs": 60000,
+                "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z",
+                "inputRequests": requests});
+            if bytes.below(2) == 0 {
+                let mut result = body;
+                result["resultType"] = json!("complete");
+                (true, json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            } else {
+                (
+                    true,
+                    json!({"jsonrpc": "2.0", "method": "notifications/tasks", "params": body}),
+                )
+            }
+        }
+        13 => (
+            true,
+            json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "task", "taskId": task,
+                "status": "working", "ttlMs": 60000}}),
+        ),
+        14 => {
+            let mut responses = serde_json::Map::new();
+            for i in 0..bytes.below(3) {
+                responses.insert(
+                    format!("k{i}"),
+                    json!({"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"}),
+                );
+            }
+            (
+                false,
+                json!({"jsonrpc": "2.0", "id": id, "method": "tasks/update", "params": {"taskId": task, "inputResponses": responses}}),
+            )
+        }
         0 | 1 => (
             true,
             json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": sampling_params(bytes)}),
@@ -211,7 +261,11 @@ fn template(bytes: &mut Bytes<'_>) -> (bool, Value) {
             )
         }
         6 => {
-            let state = *bytes.pick(&["s1", "s2", ""]);
+            // The server's own states, or a token the proxy gave a call.
+            let state = match bytes.below(4) {
+                0 if !states.is_empty() => bytes.pick(states).clone(),
+                _ => (*bytes.pick(&["s1", "s2", ""])).to_owned(),
+            };
             let mut responses = serde_json::Map::new();
             for i in 0..bytes.below(3) {
                 responses.insert(
@@ -241,8 +295,8 @@ fn template(bytes: &mut Bytes<'_>) -> (bool, Value) {
 
 /// A template, mutated, serialised, sometimes with a textual twist serde
 /// cannot produce (a duplicate member, an escaped method name).
-fn line(bytes: &mut Bytes<'_>) -> (bool, Vec<u8>) {
-    let (to_server, mut value) = template(bytes);
+fn line(bytes: &mut Bytes<'_>, states: &[String]) -> (bool, Vec<u8>) {
+    let (to_server, mut value) = template(bytes, states);
     for _ in 0..bytes.below(4) {
         mutate(&mut value, bytes);
     }
@@ -259,11 +313,11 @@ fn line(bytes: &mut Bytes<'_>) -> (bool, Vec<u8>) {
 
 /// Whether a line the client receives asks it to sample (as a JSON reader
 /// that keeps the last of duplicate members sees it).
-fn asks_to_sample(line: &[u8]) -> bool {
+fn asks_to_sample(line: &[u8], polls: &mut HashSet<String>) -> bool {
     let Ok(value) = serde_json::from_slice::<Value>(line) else {
         return false;
     };
-    let one = |v: &Value| {
+    let mut one = |v: &Value| {
         if v.get("method").and_then(Value::as_str) == Some(jsonrpc::SAMPLING_METHOD) {
             return true;
         }
@@ -276,12 +330,56 @@ fn asks_to_sample(line: &[u8]) -> bool {
             .and_then(|r| r.get("resultType"))
             .and_then(Value::as_str)
             == Some("input_required");
-        input_required && result.is_some_and(asks_for_sampling_input)
+        if input_required && result.is_some_and(asks_for_sampling_input) {
+            return true;
+        }
+        // A task of the 2026-07-28 tasks extension waiting for input, as a
+        // `tasks/get` answer or a `notifications/tasks` (a terminal task's
+        // input requests are not read).
+        // A result answers a `tasks/get` the client has pending (the
+        // first answer to its id; the client drops any later one).
+        let polled = result.filter(|_| v.get("id").is_some_and(|id| polls.remove(&id_text(id))));
+        let task = polled.or_else(|| {
+            (v.get("method").and_then(Value::as_str) == Some("notifications/tasks"))
+                .then(|| v.get("params"))
+                .flatten()
+        });
+        task.is_some_and(|t| {
+            let terminal = matches!(
+                t.get("status").and_then(Value::as_str),
+                Some("completed" | "failed" | "cancelled")
+            );
+            !terminal && t.get("inputRequests").is_some_and(asks_for_sampling_input)
+        })
     };
     match &value {
-        Value::Array(items) => items.iter().any(one),
+        Value::Array(items) => {
+            // Every item is read (a client answers each of a batch).
+            let mut any = false;
+            for item in items {
+                any |= one(item);
+            }
+            any
+        }
         other => one(other),
     }
+}
+
+/// An id as a client compares it (a number by value, a string as text).
+fn id_text(id: &Value) -> String {
+    match id {
+        Value::Number(n) => n.as_f64().map_or_else(|| n.to_string(), |f| f.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// The id of a client `tasks/get` line, if it is one.
+fn poll_id(line: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    if value.get("method")?.as_str()? != "tasks/get" {
+        return None;
+    }
+    Some(id_text(value.get("id")?))
 }
 
 /// Whether an MCP 2026-07-28 `InputRequiredResult` has a sampling entry
@@ -323,6 +421,10 @@ pub fn run(data: &[u8]) {
         Some(Audit::to(Box::new(audit.clone()))),
     );
     let mut from_client: HashSet<Vec<u8>> = HashSet::new();
+    // `requestState`s the proxy gave the client: retries reuse them on any call.
+    let mut states: Vec<String> = Vec::new();
+    // Ids of the client's `tasks/get` calls not answered yet.
+    let mut polls: HashSet<String> = HashSet::new();
     let start = Instant::now();
     for _ in 0..64 {
         if bytes.is_empty() {
@@ -330,11 +432,12 @@ pub fn run(data: &[u8]) {
         }
         match bytes.below(8) {
             0..=3 => {
-                let (to_server_side, text) = line(&mut bytes);
+                let (to_server_side, text) = line(&mut bytes, &states);
                 if to_server_side {
                     session.from_server(&text);
                 } else {
                     from_client.insert(trim(&text).to_vec());
+                    polls.extend(poll_id(trim(&text)));
                     session.from_client(&text);
                 }
             }
@@ -347,6 +450,7 @@ pub fn run(data: &[u8]) {
                         session.from_server(&raw);
                     } else {
                         from_client.insert(trim(&raw).to_vec());
+                        polls.extend(poll_id(trim(&raw)));
                         session.from_client(&raw);
                     }
                 }
@@ -360,10 +464,26 @@ pub fn run(data: &[u8]) {
                 session.expire(start + later);
             }
         }
-        check_outputs(server_id, &server, &client, &audit, &log, &from_client);
+        states.extend(check_outputs(
+            server_id,
+            &server,
+            &client,
+            &audit,
+            &log,
+            &from_client,
+            &mut polls,
+        ));
     }
     session.expire(start + Duration::from_secs(3600));
-    check_outputs(server_id, &server, &client, &audit, &log, &from_client);
+    check_outputs(
+        server_id,
+        &server,
+        &client,
+        &audit,
+        &log,
+        &from_client,
+        &mut polls,
+    );
 }
 
 fn trim(line: &[u8]) -> &[u8] {
@@ -382,13 +502,22 @@ fn check_outputs(
     audit: &Buf,
     log: &Buf,
     from_client: &HashSet<Vec<u8>>,
-) {
+    polls: &mut HashSet<String>,
+) -> Vec<String> {
+    let mut states = Vec::new();
     for line in client.take_lines() {
         let shown = String::from_utf8_lossy(&line);
         assert!(is_json(&line), "to the client, not JSON: {shown}");
+        if let Ok(value) = serde_json::from_slice::<Value>(&line)
+            && let Some(state) = value
+                .pointer("/result/requestState")
+                .and_then(Value::as_str)
+        {
+            states.push(state.to_owned());
+        }
         if server_id == "off" {
             assert!(
-                !asks_to_sample(&line),
+                !asks_to_sample(&line, polls),
                 "under `sampling off` the client was asked to sample: {shown}"
             );
         }
@@ -416,4 +545,5 @@ fn check_outputs(
             "a log line the proxy did not start (a forged line?): {text}"
         );
     }
+    states
 }

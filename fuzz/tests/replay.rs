@@ -75,6 +75,11 @@ fn proxy() {
 }
 
 #[test]
+fn reader_differential() {
+    run("reader_differential");
+}
+
+#[test]
 fn lsp_transport() {
     run("lsp_transport");
 }
@@ -90,6 +95,7 @@ fn every_target_has_a_test() {
             "policy_fmt",
             "request",
             "proxy",
+            "reader_differential",
             "lsp_transport"
         ]
     );

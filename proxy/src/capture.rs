@@ -30,6 +30,12 @@ impl Captured {
             .collect()
     }
 
+    /// Every byte written since the last take, as written (the stream a
+    /// client reader frames for itself).
+    pub fn take_bytes(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.bytes())
+    }
+
     /// [`Captured::take_lines`] as text (invalid UTF-8 replaced).
     pub fn take(&self) -> Vec<String> {
         self.take_lines()

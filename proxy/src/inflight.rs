@@ -16,6 +16,8 @@
 //!     └─ client answers with a task handle ─► task running
 //!                         ├─ status completed ─► task approved ─ tasks/result ─► answered
 //!                         ├─ status failed ────► task refused ── tasks/result ─► answered (policy frame)
+//!                         │   (MCP's rejection message; any other failure waits: task failed ─
+//!                         │    tasks/result -1 ─► refused, other answer / ttl ─► abandoned)
 //!                         ├─ status cancelled ─► gone (consent abandoned, budget refunded)
 //!                         └─ deadline passes ──► task missed ─── tasks/result ─► answered (policy frame)
 //! ```
@@ -25,7 +27,7 @@
 //! entry is gone: a server that reuses it earlier is refused, because the
 //! client's answer could not be told apart.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::engine::{Denial, Grant, PendingConsent};
@@ -45,9 +47,25 @@ pub const TASK_TTL_DEFAULT: Duration = Duration::from_secs(3600);
 /// See [`TASK_TTL_DEFAULT`].
 pub const TASK_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 
-/// At most this many requests and tasks are tracked; beyond it a new server
-/// request is answered with an error (lapsed entries are dropped first).
+/// At most this many requests, tasks and remembered `inputRequests` rounds
+/// are tracked; beyond it a new server request (or `input_required`
+/// result) is answered with a retryable error (lapsed entries are dropped
+/// first; nothing pending is evicted).
 pub const MAX_TRACKED: usize = 65_536;
+
+/// At most this many bytes of server text are held for requests, tasks and
+/// rounds in flight (each is charged the length of the line it came in,
+/// an upper bound of what is kept of it); beyond it a new one is answered
+/// as at [`MAX_TRACKED`]. A request the runtime accepts (16 MiB at most)
+/// always fits an empty table.
+pub const MAX_RETAINED_BYTES: usize = 64 << 20;
+
+/// How long an `InputRequiredResult`'s remembered entries wait for the
+/// client's retry, and how long a settled round's server `requestState` is
+/// kept for a repeated retry. A round never retried lapses then: its
+/// grants keep their reservations, its consent stays unresolved (nothing
+/// stored).
+pub const ROUND_LINGER: Duration = Duration::from_secs(3600);
 
 /// What the proxy waits for from the client on a sampling request.
 #[derive(Debug)]
@@ -69,6 +87,9 @@ pub struct Sampling {
     pub deadline: Option<Instant>,
     /// `params.task` was present: the client may answer with a task handle.
     pub task: bool,
+    /// The length of the request's line: what it is charged against
+    /// [`MAX_RETAINED_BYTES`].
+    pub bytes: usize,
 }
 
 /// Which task request the server sent about a task the proxy follows.
@@ -140,6 +161,9 @@ pub enum TaskState {
     Running(Awaiting),
     /// Completed (approved, when consent was asked): `tasks/result` settles and is annotated.
     Approved(Grant),
+    /// Failed without the user's rejection: its `tasks/result` decides (`-1`
+    /// refuses, anything else abandons); its `ttl` abandons it.
+    Failed(Awaiting),
     /// Refused by the user (recorded): `tasks/result` is answered with the policy's frame.
     Refused(Denial),
     /// The deadline passed while it ran (recorded): `tasks/result` is answered with the policy's frame.
@@ -156,6 +180,8 @@ pub struct Task {
     pub deadline: Option<Instant>,
     /// Followed until then (the task's `ttl`); afterwards it is dropped.
     pub until: Instant,
+    /// Charged against [`MAX_RETAINED_BYTES`] (its sampling request's).
+    pub bytes: usize,
 }
 
 /// A reason a server request cannot be tracked.
@@ -163,7 +189,7 @@ pub struct Task {
 pub enum Refusal {
     /// The id is still in flight (forwarded, cancelled or expired and not yet answered).
     InFlight,
-    /// [`MAX_TRACKED`] requests are in flight.
+    /// [`MAX_TRACKED`] entries or [`MAX_RETAINED_BYTES`] bytes are held.
     Full,
 }
 
@@ -174,7 +200,31 @@ impl Refusal {
             Refusal::InFlight => {
                 "Invalid request: id already in flight (the client has not answered the earlier request with this id)"
             }
-            Refusal::Full => "Invalid request: too many requests in flight",
+            Refusal::Full => {
+                "Request refused: too many requests in flight at the proxy (retry later)"
+            }
+        }
+    }
+
+    /// The JSON-RPC error code: -32600 for a reused id (the request is
+    /// invalid), -32603 for the bound (the proxy cannot hold it now).
+    pub fn code(self) -> i32 {
+        match self {
+            Refusal::InFlight => -32600,
+            Refusal::Full => -32603,
+        }
+    }
+
+    /// The error's `data`: the bound is retryable (`runtime.in_flight_bound`,
+    /// `docs/spec/frames.md`); a reused id carries none.
+    pub fn data(self, server: &str) -> Option<serde_json::Value> {
+        match self {
+            Refusal::InFlight => None,
+            Refusal::Full => Some(serde_json::json!({
+                "reason": "runtime.in_flight_bound",
+                "server": server,
+                "retryable": true,
+            })),
         }
     }
 }
@@ -188,51 +238,200 @@ pub struct Swept {
     pub missed: Vec<(String, Task)>,
     /// Entries dropped because their linger or ttl ended (logged).
     pub lapsed: Vec<String>,
+    /// Consent of tasks that lapsed undecided (the client never said):
+    /// abandon them (nothing stored, budget refunded).
+    pub abandoned: Vec<(Value, PendingConsent)>,
 }
 
-/// Every server → client request in flight, by the JSON text of its id, and
-/// every task followed, by task id.
+/// A 2026-07-28 `inputRequests` sampling entry forwarded to the client.
+#[derive(Debug)]
+pub struct InputEntry {
+    pub awaiting: Awaiting,
+    /// The entry's key, for the audit.
+    pub id: Value,
+    pub deadline: Option<Instant>,
+    /// The params the server asked for (before trims), for the audit.
+    pub requested: Map<String, Value>,
+}
+
+/// One `InputRequiredResult` forwarded with remembered sampling entries,
+/// held under the `requestState` token the proxy minted for it.
+#[derive(Debug)]
+pub enum Round {
+    /// Forwarded; the client's retry (carrying the token) settles exactly
+    /// these entries.
+    Asked {
+        /// The server's own `requestState` (`None`: it sent none), restored
+        /// in the retry before it is forwarded.
+        server_state: Option<Value>,
+        entries: Vec<(String, InputEntry)>,
+    },
+    /// Retried and settled: only the server's state is kept, for a
+    /// repeated retry (which settles nothing).
+    Settled { server_state: Option<Value> },
+}
+
+/// A sampling entry of a task's `inputRequests` (the 2026-07-28 tasks
+/// extension) forwarded to the client and not yet answered.
+#[derive(Debug)]
+pub struct TaskInput {
+    pub entry: InputEntry,
+    /// The entry as the server wrote it: a later poll must repeat it
+    /// exactly under this key (the extension: a key names one request for
+    /// the task's lifetime).
+    pub request: Value,
+    /// The params the client was shown, when a trim changed them.
+    pub shown: Option<Map<String, Value>>,
+}
+
+/// A task of the 2026-07-28 tasks extension (`io.modelcontextprotocol/tasks`)
+/// whose `inputRequests` the proxy decided, by task id.
 #[derive(Debug, Default)]
+pub struct ExtTask {
+    /// The client call the proxy saw create it (`CreateTaskResult` on it),
+    /// by the call id's text; `None` when first seen polled.
+    pub created_by: Option<String>,
+    /// Entries forwarded and not answered yet, by key.
+    pub pending: BTreeMap<String, TaskInput>,
+    /// Keys already answered: the server must not reuse them.
+    pub answered: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+struct HeldTask {
+    task: ExtTask,
+    bytes: usize,
+    until: Instant,
+}
+
+/// A retried round: the server's `requestState` to restore (`None`: it
+/// sent none) and the round's own entries to settle.
+pub type Retried = (Option<Value>, Vec<(String, InputEntry)>);
+
+#[derive(Debug)]
+struct Held<T> {
+    item: T,
+    /// Charged against [`MAX_RETAINED_BYTES`].
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct HeldRound {
+    round: Round,
+    bytes: usize,
+    until: Instant,
+}
+
+/// Every server → client request in flight, by the JSON text of its id,
+/// every task followed, by task id, and every 2026-07-28 round remembered,
+/// by the proxy's own `requestState` token; bounded together by count
+/// ([`MAX_TRACKED`]) and by bytes ([`MAX_RETAINED_BYTES`]).
+#[derive(Debug)]
 pub struct InFlight {
-    requests: HashMap<String, Flight>,
+    requests: HashMap<String, Held<Flight>>,
     tasks: HashMap<String, Task>,
+    rounds: HashMap<String, HeldRound>,
+    /// Tasks of the 2026-07-28 tasks extension with entries decided.
+    ext_tasks: HashMap<String, HeldTask>,
+    /// Bytes charged by everything held.
+    retained: usize,
+    /// [`MAX_RETAINED_BYTES`], lowered by tests.
+    max_bytes: usize,
+    /// Consent of tasks that lapsed undecided, until the next sweep hands
+    /// them out (with the id of the request that created the task).
+    abandoned: Vec<(Value, PendingConsent)>,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight::with_bytes_bound(MAX_RETAINED_BYTES)
+    }
 }
 
 impl InFlight {
-    /// `received`: may a server request with this id be forwarded? Lapsed
-    /// entries are dropped first.
-    pub fn admit(&mut self, key: &str, now: Instant) -> Result<(), Refusal> {
-        if let Some(flight) = self.requests.get(key) {
-            if !flight.lapsed(now) {
-                return Err(Refusal::InFlight);
-            }
-            self.requests.remove(key);
+    /// A table holding at most `max_bytes` (tests lower the bound).
+    pub fn with_bytes_bound(max_bytes: usize) -> Self {
+        InFlight {
+            requests: HashMap::new(),
+            tasks: HashMap::new(),
+            rounds: HashMap::new(),
+            ext_tasks: HashMap::new(),
+            retained: 0,
+            max_bytes,
+            abandoned: Vec::new(),
         }
-        if self.requests.len() + self.tasks.len() >= MAX_TRACKED {
+    }
+
+    fn count(&self) -> usize {
+        self.requests.len() + self.tasks.len() + self.rounds.len() + self.ext_tasks.len()
+    }
+
+    /// Whether one more entry of `bytes` fits; lapsed entries are dropped
+    /// first when it does not. Nothing pending is evicted.
+    fn room(&mut self, bytes: usize, now: Instant) -> Result<(), Refusal> {
+        let fits =
+            |t: &Self| t.count() < MAX_TRACKED && t.retained.saturating_add(bytes) <= t.max_bytes;
+        if !fits(self) {
             self.sweep_lapsed(now);
-            if self.requests.len() + self.tasks.len() >= MAX_TRACKED {
+            if !fits(self) {
                 return Err(Refusal::Full);
             }
         }
         Ok(())
     }
 
-    /// `forwarded`: the request went to the client. Call [`InFlight::admit`] first.
-    pub fn forward(&mut self, key: String, flight: Flight) {
-        self.requests.insert(key, flight);
+    /// `received`: may a server request with this id, `bytes` long, be
+    /// forwarded? Lapsed entries are dropped first.
+    pub fn admit(&mut self, key: &str, bytes: usize, now: Instant) -> Result<(), Refusal> {
+        if let Some(held) = self.requests.get(key) {
+            if !held.item.lapsed(now) {
+                return Err(Refusal::InFlight);
+            }
+            self.remove_request(key);
+        }
+        self.room(bytes, now)
+    }
+
+    fn remove_request(&mut self, key: &str) -> Option<Flight> {
+        let held = self.requests.remove(key)?;
+        self.retained -= held.bytes;
+        Some(held.item)
+    }
+
+    fn insert_request(&mut self, key: String, flight: Flight, bytes: usize) {
+        self.retained += bytes;
+        if let Some(old) = self.requests.insert(
+            key,
+            Held {
+                item: flight,
+                bytes,
+            },
+        ) {
+            self.retained -= old.bytes;
+        }
+    }
+
+    /// `forwarded`: the request, `bytes` long, went to the client. Call
+    /// [`InFlight::admit`] first.
+    pub fn forward(&mut self, key: String, flight: Flight, bytes: usize) {
+        self.insert_request(key, flight, bytes);
     }
 
     /// The client answered `key`: the entry leaves the table, whatever its
     /// state; `None` when the proxy tracks no such request.
     pub fn answer(&mut self, key: &str) -> Option<Flight> {
-        self.requests.remove(key)
+        self.remove_request(key)
     }
 
     /// The server cancelled `key`: it stays tracked as `cancelled` until
     /// the client answers or [`CANCELLED_LINGER`] passes. Returns whether
     /// it was tracked.
     pub fn cancel(&mut self, key: &str, now: Instant) -> bool {
-        let Some(flight) = self.requests.remove(key) else {
+        let Some(held) = self.requests.get(key) else {
+            return false;
+        };
+        let bytes = held.bytes;
+        let Some(flight) = self.remove_request(key) else {
             return false;
         };
         let until = now + CANCELLED_LINGER;
@@ -248,7 +447,7 @@ impl InFlight {
             // Already answered by the proxy, or already cancelled.
             other @ (Flight::Cancelled { .. } | Flight::Expired { .. }) => other,
         };
-        self.requests.insert(key.to_owned(), next);
+        self.insert_request(key.to_owned(), next, bytes);
         true
     }
 
@@ -268,9 +467,10 @@ impl InFlight {
             requested,
             awaiting,
             deadline,
+            bytes,
             ..
         } = sampling;
-        self.tasks.insert(
+        self.put_task(
             task_id,
             Task {
                 origin: id,
@@ -278,6 +478,7 @@ impl InFlight {
                 state: TaskState::Running(awaiting),
                 deadline,
                 until: now + ttl,
+                bytes,
             },
         );
     }
@@ -289,17 +490,113 @@ impl InFlight {
 
     /// Takes a followed task out to move it on (put it back with [`InFlight::put_task`]).
     pub fn take_task(&mut self, task_id: &str) -> Option<Task> {
-        self.tasks.remove(task_id)
+        let task = self.tasks.remove(task_id)?;
+        self.retained -= task.bytes;
+        Some(task)
     }
 
     /// Puts a task back after a transition that did not end it.
     pub fn put_task(&mut self, task_id: String, task: Task) {
-        self.tasks.insert(task_id, task);
+        self.retained += task.bytes;
+        if let Some(old) = self.tasks.insert(task_id, task) {
+            self.retained -= old.bytes;
+        }
+    }
+
+    /// May an `InputRequiredResult` of `bytes` have its entries remembered?
+    pub fn admit_round(&mut self, bytes: usize, now: Instant) -> Result<(), Refusal> {
+        self.room(bytes, now)
+    }
+
+    /// Remembers a forwarded round under the `token` the proxy minted as its
+    /// `requestState`. Call [`InFlight::admit_round`] first.
+    pub fn ask(
+        &mut self,
+        token: String,
+        server_state: Option<Value>,
+        entries: Vec<(String, InputEntry)>,
+        bytes: usize,
+        now: Instant,
+    ) {
+        self.retained += bytes;
+        let held = HeldRound {
+            round: Round::Asked {
+                server_state,
+                entries,
+            },
+            bytes,
+            until: now + ROUND_LINGER,
+        };
+        if let Some(old) = self.rounds.insert(token, held) {
+            self.retained -= old.bytes;
+        }
+    }
+
+    /// The client retried with `token`: the server's `requestState` to
+    /// restore and the round's own entries to settle (none on a repeated
+    /// retry). `None` when the token names no round (the server's own
+    /// state, or a token lapsed or never minted).
+    pub fn retry(&mut self, token: &str, now: Instant) -> Option<Retried> {
+        let held = self.rounds.remove(token)?;
+        self.retained -= held.bytes;
+        let (server_state, entries) = match held.round {
+            Round::Asked {
+                server_state,
+                entries,
+            } => (server_state, entries),
+            Round::Settled { server_state } => (server_state, Vec::new()),
+        };
+        let bytes = server_state.as_ref().map_or(0, |s| s.to_string().len()) + token.len();
+        self.retained += bytes;
+        self.rounds.insert(
+            token.to_owned(),
+            HeldRound {
+                round: Round::Settled {
+                    server_state: server_state.clone(),
+                },
+                bytes,
+                until: now + ROUND_LINGER,
+            },
+        );
+        Some((server_state, entries))
+    }
+
+    /// Takes out a 2026-07-28 extension task to move it on (put it back
+    /// with [`InFlight::put_ext_task`]); `None` when the proxy holds none.
+    pub fn take_ext_task(&mut self, task_id: &str) -> Option<ExtTask> {
+        let held = self.ext_tasks.remove(task_id)?;
+        self.retained -= held.bytes;
+        Some(held.task)
+    }
+
+    /// Holds `task` under `task_id`, charged `bytes`, for `ttl` from `now`;
+    /// at the bound it is handed back (nothing held is evicted).
+    pub fn put_ext_task(
+        &mut self,
+        task_id: String,
+        task: ExtTask,
+        bytes: usize,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<(), (ExtTask, Refusal)> {
+        if let Err(refusal) = self.room(bytes, now) {
+            return Err((task, refusal));
+        }
+        self.retained += bytes;
+        let held = HeldTask {
+            task,
+            bytes,
+            until: now + ttl.min(TASK_TTL_MAX),
+        };
+        if let Some(old) = self.ext_tasks.insert(task_id, held) {
+            self.retained -= old.bytes;
+        }
+        Ok(())
     }
 
     /// The earliest deadline of a request or task still running under a grant.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let requests = self.requests.values().filter_map(|f| match f {
+        let requests = self.requests.values().filter_map(|h| match &h.item {
             Flight::Sampling(s) if matches!(s.awaiting, Awaiting::Grant(_)) => s.deadline,
             _ => None,
         });
@@ -318,7 +615,7 @@ impl InFlight {
         let keys: Vec<String> = self
             .requests
             .iter()
-            .filter(|(_, f)| match f {
+            .filter(|(_, h)| match &h.item {
                 Flight::Sampling(s) => {
                     matches!(s.awaiting, Awaiting::Grant(_)) && s.deadline.is_some_and(|d| d <= now)
                 }
@@ -327,12 +624,15 @@ impl InFlight {
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            if let Some(Flight::Sampling(sampling)) = self.requests.insert(
-                key,
-                Flight::Expired {
-                    until: now + EXPIRED_LINGER,
-                },
-            ) {
+            if let Some(Flight::Sampling(sampling)) = self.remove_request(&key) {
+                let bytes = key.len();
+                self.insert_request(
+                    key,
+                    Flight::Expired {
+                        until: now + EXPIRED_LINGER,
+                    },
+                    bytes,
+                );
                 swept.expired.push(sampling);
             }
         }
@@ -346,11 +646,12 @@ impl InFlight {
             .map(|(k, _)| k.clone())
             .collect();
         for task_id in tasks {
-            if let Some(task) = self.tasks.remove(&task_id) {
+            if let Some(task) = self.take_task(&task_id) {
                 swept.missed.push((task_id, task));
             }
         }
         swept.lapsed = self.sweep_lapsed(now);
+        swept.abandoned = std::mem::take(&mut self.abandoned);
         swept
     }
 
@@ -358,11 +659,11 @@ impl InFlight {
         let mut lapsed: Vec<String> = self
             .requests
             .iter()
-            .filter(|(_, f)| f.lapsed(now))
+            .filter(|(_, h)| h.item.lapsed(now))
             .map(|(k, _)| k.clone())
             .collect();
         for key in &lapsed {
-            self.requests.remove(key);
+            self.remove_request(key);
         }
         let tasks: Vec<String> = self
             .tasks
@@ -371,8 +672,43 @@ impl InFlight {
             .map(|(k, _)| k.clone())
             .collect();
         for task_id in tasks {
-            self.tasks.remove(&task_id);
+            if let Some(task) = self.take_task(&task_id)
+                && let TaskState::Running(Awaiting::Consent(pending))
+                | TaskState::Failed(Awaiting::Consent(pending)) = task.state
+            {
+                self.abandoned.push((task.origin, pending));
+            }
             lapsed.push(format!("task {task_id}"));
+        }
+        let ext_tasks: Vec<String> = self
+            .ext_tasks
+            .iter()
+            .filter(|(_, t)| t.until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for task_id in ext_tasks {
+            if let Some(task) = self.take_ext_task(&task_id) {
+                for (key, input) in task.pending {
+                    if let Awaiting::Consent(pending) = input.entry.awaiting {
+                        self.abandoned.push((Value::from(key), pending));
+                    }
+                }
+            }
+            lapsed.push(format!("the input requests of task {task_id}"));
+        }
+        let rounds: Vec<String> = self
+            .rounds
+            .iter()
+            .filter(|(_, r)| r.until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for token in rounds {
+            if let Some(held) = self.rounds.remove(&token) {
+                self.retained -= held.bytes;
+                if matches!(held.round, Round::Asked { .. }) {
+                    lapsed.push(format!("the input requests of round {token}"));
+                }
+            }
         }
         lapsed
     }
@@ -382,30 +718,37 @@ impl InFlight {
         (self.requests.len(), self.tasks.len())
     }
 
+    /// How many rounds are held, and the bytes charged by everything held.
+    pub fn held(&self) -> (usize, usize) {
+        (self.rounds.len(), self.retained)
+    }
+
     /// The state of `key`, for tests and logs.
     pub fn state(&self, key: &str) -> Option<&'static str> {
-        self.requests.get(key).map(Flight::name)
+        self.requests.get(key).map(|h| h.item.name())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
     use super::*;
 
     #[test]
     fn an_id_is_refused_while_in_flight_and_free_after_its_linger() {
         let now = Instant::now();
         let mut table = InFlight::default();
-        assert_eq!(table.admit("5", now), Ok(()));
-        table.forward("5".into(), Flight::Passthrough);
-        assert_eq!(table.admit("5", now), Err(Refusal::InFlight));
+        assert_eq!(table.admit("5", 1, now), Ok(()));
+        table.forward("5".into(), Flight::Passthrough, 1);
+        assert_eq!(table.admit("5", 1, now), Err(Refusal::InFlight));
         assert!(table.cancel("5", now));
         assert_eq!(table.state("5"), Some("cancelled"));
         assert_eq!(
-            table.admit("5", now + CANCELLED_LINGER / 2),
+            table.admit("5", 1, now + CANCELLED_LINGER / 2),
             Err(Refusal::InFlight)
         );
-        assert_eq!(table.admit("5", now + CANCELLED_LINGER), Ok(()));
+        assert_eq!(table.admit("5", 1, now + CANCELLED_LINGER), Ok(()));
         assert_eq!(table.len(), (0, 0));
         assert!(!table.cancel("6", now), "an unknown id is not tracked");
     }
@@ -416,14 +759,14 @@ mod tests {
         let mut table = InFlight::default();
         for i in 0..MAX_TRACKED {
             let key = i.to_string();
-            assert_eq!(table.admit(&key, now), Ok(()));
-            table.forward(key, Flight::Passthrough);
+            assert_eq!(table.admit(&key, 1, now), Ok(()));
+            table.forward(key, Flight::Passthrough, 1);
         }
-        assert_eq!(table.admit("x", now), Err(Refusal::Full));
+        assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
         // A cancelled request lingers, then its slot is free again.
         assert!(table.cancel("0", now));
-        assert_eq!(table.admit("x", now), Err(Refusal::Full));
-        assert_eq!(table.admit("x", now + CANCELLED_LINGER), Ok(()));
+        assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
+        assert_eq!(table.admit("x", 1, now + CANCELLED_LINGER), Ok(()));
         assert_eq!(table.len(), (MAX_TRACKED - 1, 0));
     }
 
@@ -431,12 +774,13 @@ mod tests {
     fn an_answer_leaves_the_table_whatever_the_state() {
         let now = Instant::now();
         let mut table = InFlight::default();
-        table.forward("1".into(), Flight::Passthrough);
+        table.forward("1".into(), Flight::Passthrough, 1);
         table.forward(
             "2".into(),
             Flight::Expired {
                 until: now + EXPIRED_LINGER,
             },
+            1,
         );
         assert!(table.cancel("1", now));
         assert!(matches!(
@@ -445,17 +789,62 @@ mod tests {
         ));
         assert!(matches!(table.answer("2"), Some(Flight::Expired { .. })));
         assert!(table.answer("1").is_none(), "a second answer finds nothing");
-        assert_eq!(table.admit("1", now), Ok(()));
+        assert_eq!(table.admit("1", 1, now), Ok(()));
         // An expired request lapses after its linger.
         table.forward(
             "3".into(),
             Flight::Expired {
                 until: now + EXPIRED_LINGER,
             },
+            1,
         );
-        assert_eq!(table.admit("3", now), Err(Refusal::InFlight));
+        assert_eq!(table.admit("3", 1, now), Err(Refusal::InFlight));
         let swept = table.sweep(now + EXPIRED_LINGER);
         assert_eq!(swept.lapsed, ["3"]);
         assert_eq!(table.len(), (0, 0));
+    }
+
+    #[test]
+    fn the_table_is_bounded_by_bytes_and_nothing_pending_is_evicted() {
+        let now = Instant::now();
+        let mut table = InFlight::default();
+        let mib = 1 << 20;
+        let fit = MAX_RETAINED_BYTES / mib;
+        for i in 0..fit {
+            let key = i.to_string();
+            assert_eq!(table.admit(&key, mib, now), Ok(()));
+            table.forward(key, Flight::Passthrough, mib);
+        }
+        assert_eq!(table.held().1, MAX_RETAINED_BYTES);
+        assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
+        assert_eq!(table.admit_round(1, now), Err(Refusal::Full));
+        assert_eq!(table.len(), (fit, 0), "nothing was evicted");
+        // An answer frees its bytes.
+        assert!(table.answer("0").is_some());
+        assert_eq!(table.admit("x", mib, now), Ok(()));
+        assert_eq!(table.admit("x", mib + 1, now), Err(Refusal::Full));
+        assert_eq!(Refusal::Full.code(), -32603);
+        assert_eq!(
+            Refusal::Full.data("s").unwrap()["retryable"],
+            serde_json::Value::Bool(true)
+        );
+    }
+
+    #[test]
+    fn a_round_settles_once_and_lapses() {
+        let now = Instant::now();
+        let mut table = InFlight::default();
+        assert_eq!(table.admit_round(100, now), Ok(()));
+        table.ask("t1".into(), Some(Value::from("s")), Vec::new(), 100, now);
+        table.ask("t2".into(), None, Vec::new(), 100, now);
+        assert_eq!(table.held(), (2, 200));
+        let (state, entries) = table.retry("t1", now).unwrap();
+        assert_eq!(state, Some(Value::from("s")));
+        assert!(entries.is_empty());
+        assert_eq!(table.retry("t1", now).unwrap().0, Some(Value::from("s")));
+        assert!(table.retry("t3", now).is_none(), "never minted");
+        let swept = table.sweep(now + ROUND_LINGER);
+        assert_eq!(swept.lapsed, ["the input requests of round t2"]);
+        assert_eq!(table.held(), (0, 0));
     }
 }

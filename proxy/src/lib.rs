@@ -5,9 +5,10 @@
 //! [`session`]).
 //!
 //! Threads, no async runtime: one reads the client (our stdin), one reads
-//! the server (the child's stdout), one answers missed deadlines. A decision
-//! is taken on the server-reading thread, so the server's frames reach the
-//! client in the order it wrote them.
+//! the server (the child's stdout), one decides what needs the decision
+//! store (sampling requests and `input_required` results, in the order the
+//! server wrote them: `session/decider.rs`), one answers missed deadlines.
+//! Frames that need no store pass while a decision waits for the store.
 //!
 //! No command-line parsing and no store of its own: the caller (the `mcpc`
 //! crate) opens the decision store and builds the [`session::Session`].
@@ -17,14 +18,15 @@ pub mod inflight;
 pub mod log;
 pub mod server_id;
 pub mod session;
+pub mod wire;
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::jsonrpc;
 use session::Session;
@@ -120,17 +122,172 @@ pub fn read_line_capped<R: BufRead>(
     }
 }
 
-/// Runs the proxy: starts `command`, pumps both directions until the server
-/// exits, and returns its exit status. `session_for` builds the session once
-/// the child's stdin exists.
+/// How long the server is given at each step of a stop: after its input is
+/// closed, and again after SIGTERM, before SIGKILL (`proxy/PROXY.md`,
+/// "Signals and exit codes").
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How the proxy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The server exited (the client closed its input, or it stopped on
+    /// its own).
+    Server(ExitStatus),
+    /// SIGINT, SIGTERM or SIGHUP (the number) stopped the proxy; the server
+    /// was stopped first.
+    Signal(i32),
+}
+
+impl Ended {
+    /// The proxy's exit code: the server's ([`exit_code`]), or 128 + the
+    /// signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP), as a shell
+    /// reports a process a signal ended.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Ended::Server(status) => exit_code(status),
+            Ended::Signal(signal) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(1),
+        }
+    }
+}
+
+/// Locks the shared child (a poisoned lock still holds it).
+fn lock_child(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
+    child
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits up to `grace` for the child to exit; its status if it did. The
+/// child is only ever reaped under its lock, so its pid is never signalled
+/// once it may have been reused.
+fn exited_within(child: &Mutex<Child>, grace: Duration) -> Option<ExitStatus> {
+    let until = Instant::now() + grace;
+    loop {
+        if let Ok(Some(status)) = lock_child(child).try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The signals that stop the proxy, and their names for the log.
+#[cfg(unix)]
+const STOP_SIGNALS: [(i32, &str); 3] = [
+    (signal_hook::consts::SIGINT, "SIGINT"),
+    (signal_hook::consts::SIGTERM, "SIGTERM"),
+    (signal_hook::consts::SIGHUP, "SIGHUP"),
+];
+
+/// Stops the server and the proxy on the first stop signal: the server's
+/// input is closed, then after [`STOP_GRACE`] it gets SIGTERM, after another
+/// SIGKILL; each step is logged, and the proxy exits with 128 + the signal.
+#[cfg(unix)]
+fn on_stop_signals(
+    session: Arc<Session>,
+    child: Arc<Mutex<Child>>,
+    stopping: Arc<std::sync::atomic::AtomicI32>,
+) -> io::Result<()> {
+    use signal_hook::iterator::Signals;
+    use std::sync::atomic::Ordering;
+
+    let mut signals = Signals::new(STOP_SIGNALS.map(|(number, _)| number))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let Some(signal) = signals.forever().next() else {
+                return;
+            };
+            stopping.store(signal, Ordering::SeqCst);
+            let name = STOP_SIGNALS
+                .iter()
+                .find(|(number, _)| *number == signal)
+                .map_or("a signal", |(_, name)| name);
+            let log = session.log();
+            log.line(format_args!(
+                "received {name}: stopping the server (its input closed, SIGTERM after {} s, SIGKILL after {} s more)",
+                STOP_GRACE.as_secs(),
+                STOP_GRACE.as_secs()
+            ));
+            session.close_server_input();
+            let status = exited_within(&child, STOP_GRACE)
+                .or_else(|| {
+                    let guard = lock_child(&child);
+                    let pid = rustix::process::Pid::from_child(&guard);
+                    let sent = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                    drop(guard);
+                    log.line(format_args!(
+                        "the server did not exit within {} s of its input closing: sent SIGTERM{}",
+                        STOP_GRACE.as_secs(),
+                        sent.err().map(|e| format!(" (failed: {e})")).unwrap_or_default()
+                    ));
+                    exited_within(&child, STOP_GRACE)
+                })
+                .or_else(|| {
+                    let mut guard = lock_child(&child);
+                    let sent = guard.kill();
+                    log.line(format_args!(
+                        "the server did not exit within {} s of SIGTERM: sent SIGKILL{}",
+                        STOP_GRACE.as_secs(),
+                        sent.err().map(|e| format!(" (failed: {e})")).unwrap_or_default()
+                    ));
+                    guard.wait().ok()
+                });
+            let code = Ended::Signal(signal).exit_code();
+            match status {
+                Some(status) => log.line(format_args!(
+                    "stopped by {name}: server exited: {status}; exit code {code}"
+                )),
+                None => log.line(format_args!(
+                    "stopped by {name}: the server's exit could not be awaited; exit code {code}"
+                )),
+            }
+            // The server is gone; a grandchild may still hold its stdout
+            // open, so the reading threads are not waited for.
+            std::process::exit(i32::from(code));
+        })?;
+    Ok(())
+}
+
+/// Makes the proxy non-dumpable (Linux): a process of the same user, the
+/// server it starts included, can then neither read the proxy's
+/// `/proc/PID/environ` or memory nor attach to it with ptrace
+/// (`docs/threat-model.md`, "Scope: what a local server can reach"). The
+/// server itself is unaffected: `execve` makes it dumpable again.
+fn not_dumpable() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        // Not fatal: the guarantee is then the operating system's default.
+        eprintln!("mcpc proxy: cannot make the proxy non-dumpable: {error}");
+    }
+}
+
+/// Runs the proxy: starts `command` (without the environment variables
+/// named in `withheld_env`), pumps both directions until the server
+/// exits, and returns how it ended. `session_for` builds the session once
+/// the child's stdin exists. On SIGINT, SIGTERM or SIGHUP (Unix) the server
+/// is stopped (its input closed, then SIGTERM, then SIGKILL, each after
+/// [`STOP_GRACE`]) and the process exits with 128 + the signal's number.
 pub fn run(
     command: &[OsString],
+    withheld_env: &[&str],
     session_for: impl FnOnce(session::Sink) -> Session,
-) -> Result<ExitStatus, ProxyError> {
+) -> Result<Ended, ProxyError> {
     let Some(program) = command.first() else {
         return Err(ProxyError::NoCommand);
     };
-    let mut child: Child = Command::new(program)
+    not_dumpable();
+    let mut server = Command::new(program);
+    // The proxy's own secrets (its store's password) are not the server's
+    // (`docs/threat-model.md`, "Scope: what a local server can reach").
+    for name in withheld_env {
+        server.env_remove(name);
+    }
+    let mut child: Child = server
         .args(&command[1..])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -157,9 +314,28 @@ pub fn run(
         child.id(),
         session.server_id()
     ));
+    let child = Arc::new(Mutex::new(child));
+    let stopping = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    #[cfg(unix)]
+    if let Err(error) = on_stop_signals(session.clone(), child.clone(), stopping.clone()) {
+        session.log().line(format_args!(
+            "cannot handle SIGINT/SIGTERM/SIGHUP ({error}): a signal ends the proxy without stopping the server"
+        ));
+    }
 
-    // Deadlines: woken whenever a line from the server added one.
+    // Deadlines: woken whenever a line from the server, or a decision,
+    // added one.
     let (wake, woken) = mpsc::channel::<()>();
+    // Decisions that need the store go to a thread of their own, so that
+    // the server's other frames pass while one waits (session/decider.rs).
+    {
+        let wake = wake.clone();
+        session
+            .spawn_decider(Box::new(move || {
+                let _ = wake.send(());
+            }))
+            .map_err(ProxyError::Wait)?;
+    }
     {
         let session = session.clone();
         std::thread::Builder::new()
@@ -194,10 +370,31 @@ pub fn run(
     }
 
     pump_server(&session, child_out, &wake);
+    session.finish_decisions();
     drop(wake);
-    let status = child.wait().map_err(ProxyError::Wait)?;
+    // The user's refusals the store could not take yet: a last try.
+    let owed = session.record_unrecorded();
+    if owed > 0 {
+        session.log().line(format_args!(
+            "{owed} user refusal(s) could not be recorded before exit: the store is still failing"
+        ));
+    }
+    // Reaped under the lock, polling: the signal thread may need the lock
+    // to signal the child meanwhile.
+    let status = loop {
+        if let Some(status) = lock_child(&child).try_wait().map_err(ProxyError::Wait)? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if stopping.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+        // A stop is under way: the signal thread logs it and exits.
+        loop {
+            std::thread::park();
+        }
+    }
     session.log().line(format_args!("server exited: {status}"));
-    Ok(status)
+    Ok(Ended::Server(status))
 }
 
 fn pump_server(session: &Session, out: impl Read, wake: &mpsc::Sender<()>) {

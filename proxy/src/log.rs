@@ -2,6 +2,8 @@
 //! `--audit FILE` decision log. Never standard output, which is the client's
 //! JSON-RPC stream.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
@@ -12,6 +14,49 @@ use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
 use mcpolicy_runtime::engine::Cause;
 use mcpolicy_runtime::frame::Annotations;
 use serde_json::{Map, Value};
+
+/// `text` with every character that could change how a terminal or an
+/// editor shows it, or where a line ends, written as an escape: C0 and C1
+/// controls and DEL (`\n`, `\r`, `\t`, else `\u{…}`; ESC is how ANSI
+/// sequences start), the line and paragraph separators U+2028 and U+2029,
+/// and the bidirectional controls (U+061C, U+200E, U+200F, U+202A–U+202E,
+/// U+2066–U+2069), which can make text read in another order. A backslash
+/// is doubled, so an escape cannot be forged. Every text output of the
+/// proxy and `mcpc audit` writes what a server controls through this
+/// (`docs/threat-model.md`, "Server text in the operator's outputs").
+pub fn escape_text(text: &str) -> Cow<'_, str> {
+    fn escaped(c: char) -> bool {
+        c.is_control()
+            || c == '\\'
+            || matches!(
+                c,
+                '\u{2028}'
+                    | '\u{2029}'
+                    | '\u{061c}'
+                    | '\u{200e}'
+                    | '\u{200f}'
+                    | '\u{202a}'..='\u{202e}'
+                    | '\u{2066}'..='\u{2069}'
+            )
+    }
+    if !text.chars().any(escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if escaped(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 fn now_rfc3339() -> String {
     format_rfc3339(SystemClock.now())
@@ -61,9 +106,17 @@ impl Log {
         }
     }
 
-    /// Writes one line.
+    /// Writes one line. The message is written through [`escape_text`]:
+    /// whatever of it a server chose (a method, an id, a model name) can
+    /// neither end the line nor reach the terminal as a control.
     pub fn line(&self, message: impl std::fmt::Display) {
-        let text = format!("{} {}: {message}\n", now_rfc3339(), self.prefix);
+        let message = message.to_string();
+        let text = format!(
+            "{} {}: {}\n",
+            now_rfc3339(),
+            escape_text(&self.prefix),
+            escape_text(&message)
+        );
         let mut sink = match self.sink.lock() {
             Ok(sink) => sink,
             Err(poisoned) => poisoned.into_inner(),
@@ -318,5 +371,64 @@ impl Audit {
             Err(poisoned) => poisoned.into_inner(),
         };
         let _ = sink.write_all(text.as_bytes()).and_then(|()| sink.flush());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::capture::Captured;
+
+    /// A character a terminal or a line reader would act on.
+    fn acts(c: char) -> bool {
+        c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}'
+            )
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    }
+
+    proptest! {
+        /// For any server-chosen text in a message and in the server id,
+        /// each log entry is exactly one line with no character that acts.
+        #[test]
+        fn each_log_entry_is_one_inert_line(
+            server in any::<String>(),
+            chosen in proptest::collection::vec(
+                prop_oneof![
+                    any::<char>(),
+                    proptest::sample::select(vec![
+                        '\n', '\r', '\u{1b}', '\u{85}', '\u{2028}', '\u{2029}', '\u{202e}',
+                        '\u{2066}', '\u{7f}', '\u{b}', '\\',
+                    ]),
+                ],
+                0..40,
+            ),
+        ) {
+            let chosen: String = chosen.into_iter().collect();
+            let sink = Captured::default();
+            let log = Log::to(Box::new(sink.clone()), &server);
+            log.line(format_args!("server sent {chosen} with id 1"));
+            let text = String::from_utf8(sink.take_bytes()).unwrap();
+            let body = text.strip_suffix('\n').unwrap();
+            prop_assert!(!body.chars().any(acts), "{:?}", body);
+            // Nothing was lost: the escapes read back to the text.
+            let expected = format!("server sent {} with id 1", escape_text(&chosen));
+            prop_assert!(body.ends_with(&expected));
+        }
+    }
+
+    #[test]
+    fn escapes_are_unambiguous() {
+        assert_eq!(escape_text("a\nb"), "a\\nb");
+        assert_eq!(escape_text("a\\nb"), "a\\\\nb");
+        assert_eq!(escape_text("\u{1b}[2J\u{202e}"), "\\u{001b}[2J\\u{202e}");
+        assert!(matches!(escape_text("plain é"), Cow::Borrowed(_)));
     }
 }

@@ -28,26 +28,36 @@
 //! forwarded; malformed client frames are forwarded for the server to answer.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::alert::Alert;
 use mcpolicy_runtime::engine::{
-    Answer, ClientContext, Decision, Denial, Grant, InputOutcome, PendingConsent,
+    Answer, ClientContext, Decision, Denial, Grant, InputDecision, InputOutcome, PendingConsent,
+    Refused, UnrecordedRefusal,
 };
 use mcpolicy_runtime::frame;
 use mcpolicy_runtime::jsonrpc;
 use mcpolicy_runtime::request::{self, SamplingRequest};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::inflight::{Awaiting, Flight, InFlight, Refusal, Sampling, Task, TaskMethod, TaskState};
+use super::wire::{self, IdKey};
+
+use super::inflight::{
+    Awaiting, ExtTask, Flight, InFlight, InputEntry, MAX_TRACKED, Refusal, Sampling,
+    TASK_TTL_DEFAULT, Task, TaskInput, TaskMethod, TaskState,
+};
 use super::log::{Audit, Entry, Log, alert_message};
+
+mod decider;
+use decider::{Decider, Job};
 
 /// A line sink: the child's stdin or the proxy's stdout.
 pub type Sink = Box<dyn Write + Send>;
@@ -56,22 +66,41 @@ pub type Sink = Box<dyn Write + Send>;
 /// capabilities on each request.
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
-/// A 2026-07-28 `inputRequests` entry forwarded to the client.
-#[derive(Debug)]
-struct Pending {
-    awaiting: Awaiting,
-    /// The entry's key.
-    id: Value,
-    deadline: Option<Instant>,
-    requested: Map<String, Value>,
+/// MCP's message for the user's rejection of a sampling request (the text
+/// its sampling specification gives the `-1` error): the only form a
+/// 2025-11-25 task status can carry the user's word in (`statusMessage`).
+const USER_REJECTED_MESSAGE: &str = "User rejected sampling request";
+
+fn jsonrpc_user_rejected_message() -> &'static str {
+    USER_REJECTED_MESSAGE
+}
+
+/// At most this many user refusals wait for the store to take them; past
+/// it the oldest is dropped with a log line (`proxy/PROXY.md`, "Consent").
+pub const MAX_UNRECORDED: usize = 1024;
+
+/// The prefix of the `requestState` tokens the proxy mints (the rest is
+/// 128 random bits in hex): `docs/spec/frames.md`, "Local errors".
+const STATE_TOKEN_PREFIX: &str = "mcpolicy.";
+
+/// A fresh, unguessable `requestState` token for one forwarded
+/// `InputRequiredResult`; `None` when the OS has no randomness to give.
+fn mint_state_token() -> Option<String> {
+    let mut bits = [0u8; 16];
+    getrandom::fill(&mut bits).ok()?;
+    let hex: String = bits.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{STATE_TOKEN_PREFIX}{hex}"))
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Every server request forwarded to the client, and every task followed.
+    /// Every server request forwarded to the client, every task followed,
+    /// and every MCP 2026-07-28 round of entries remembered (by the
+    /// `requestState` token the proxy minted for it).
     flights: InFlight,
-    /// MCP 2026-07-28 entries forwarded to the client, by (requestState, key).
-    inputs: HashMap<(String, String), Pending>,
+    /// The client's pending `tasks/get` calls (2026-07-28 tasks extension),
+    /// by the call id's text: the task each one polls.
+    task_polls: HashMap<String, String>,
 }
 
 /// How the client answered a sampling request (or its task's result).
@@ -110,8 +139,10 @@ impl Reply {
 struct ServerProbe<'a> {
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(default)]
-    id: Option<Value>,
+    /// As written: its key and its echo are read from the text
+    /// (`wire::admit_id`).
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
     #[serde(default)]
     result: Option<ResultProbe<'a>>,
     #[serde(default)]
@@ -213,15 +244,52 @@ struct ParamsProbe {
     input_responses: Option<IgnoredAny>,
 }
 
-/// The text of an id, as the key of the pending maps.
-fn id_key(id: &Value) -> String {
-    id.to_string()
+/// The in-flight map's key of an id: its [`IdKey`] as text (a string id
+/// quoted, an integer bare, so `"1"` and `1` stay apart). Keys of ids the
+/// proxy admitted ([`wire::admit_id`]) and of ids a client echoes
+/// ([`wire::value_key`]) agree.
+fn flight_key(key: &IdKey) -> String {
+    key.to_string()
+}
+
+/// The key of a call the client made (a `tasks/get` it polls, a call a
+/// 2026-07-28 round answers): as the client reads its id when it can be
+/// read so ([`answer_key`]), else its JSON text, so that the server's
+/// answer finds it whichever way it spells the id.
+fn call_key(id: &Value) -> String {
+    answer_key(id).unwrap_or_else(|| id.to_string())
+}
+
+/// The in-flight key a client's answer (or a `requestId`) names, if any id
+/// the proxy could have admitted is read this way by a client.
+fn answer_key(id: &Value) -> Option<String> {
+    wire::value_key(id).as_ref().map(flight_key)
+}
+
+/// What settling a client's result did.
+enum Settled {
+    /// Settled; whether `_meta` was written.
+    Annotated(bool),
+    /// Withheld: the model is outside `models`; the denial answers instead.
+    Withheld(Box<Denial>),
+    /// Withheld, and the store failed: its error answers instead.
+    Failed(mcpolicy_runtime::Error),
 }
 
 /// A line without its terminator.
 fn body(raw: &[u8]) -> &[u8] {
     let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
     raw.strip_suffix(b"\r").unwrap_or(raw)
+}
+
+/// A line to the client as [`wire::for_readers`] writes it; a line that
+/// needs no change keeps its bytes (and its terminator) as they are.
+fn for_readers_line(text: &[u8]) -> Cow<'_, [u8]> {
+    let line = body(text);
+    match wire::for_readers(line) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        Cow::Owned(rewritten) => Cow::Owned(rewritten),
+    }
 }
 
 /// Tokens the client reports for a completion: `usage` or `_meta.usage` of
@@ -269,6 +337,11 @@ pub struct Session {
     new_deadline: AtomicBool,
     /// The monotonic clock of deadlines and lingers (a test steps its own).
     monotonic: Box<dyn Fn() -> Instant + Send + Sync>,
+    /// The decision thread, once the proxy starts it ([`Session::spawn_decider`]).
+    decider: OnceLock<Arc<Decider>>,
+    /// The user's refusals the store failed to take, oldest first: retried
+    /// before every later store call and at exit.
+    unrecorded: Mutex<VecDeque<UnrecordedRefusal>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -307,6 +380,8 @@ impl Session {
             sampling_context: AtomicBool::new(false),
             new_deadline: AtomicBool::new(false),
             monotonic: Box::new(Instant::now),
+            decider: OnceLock::new(),
+            unrecorded: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -359,9 +434,13 @@ impl Session {
         }
     }
 
+    /// Writes one line to the client, in the form no client reader splits
+    /// (`wire::for_readers`): every line the proxy forwards or writes is one
+    /// JSON text it read or made, so the rewrite keeps its value.
     fn send_client(&self, text: &[u8]) {
+        let text = for_readers_line(text);
         let mut sink = lock(&self.to_client);
-        if let Err(error) = self.write(sink.as_mut(), text) {
+        if let Err(error) = self.write(sink.as_mut(), &text) {
             self.log
                 .line(format_args!("writing to the client failed: {error}"));
         }
@@ -371,6 +450,52 @@ impl Session {
     /// instead of forwarding it, e.g. a line too long to hold.
     pub fn reject_server_line(&self, code: i32, message: &str) {
         self.send_server(&frame::request_error_response(None, code, message));
+    }
+
+    /// Records the user's refusals the store failed to take, oldest first,
+    /// until one fails again (the store is still down). Runs before every
+    /// store call a server or client line causes, and at exit. Returns how
+    /// many are still owed.
+    pub fn record_unrecorded(&self) -> usize {
+        let mut queue = lock(&self.unrecorded);
+        while let Some(refusal) = queue.pop_front() {
+            let identity = refusal.identity().to_owned();
+            match refusal.record() {
+                Ok(()) => self.log.line(format_args!(
+                    "recorded the user's refusal of {identity} (user.denied) that the store had failed to take"
+                )),
+                Err(refusal) => {
+                    queue.push_front(refusal);
+                    break;
+                }
+            }
+        }
+        queue.len()
+    }
+
+    /// The user refused (`-1`, or a task failed with MCP's rejection
+    /// message): the `user.denied` denial to answer with, whether or not
+    /// the store took it; a refusal the store failed to take is queued and
+    /// recorded as soon as it can be.
+    fn user_refused(&self, refused: Refused, origin: &Value) -> Denial {
+        let (denial, unrecorded) = refused.into_parts();
+        if let Some(unrecorded) = unrecorded {
+            self.log.line(format_args!(
+                "recording the user's refusal of request {origin} failed ({}): answered user.denied, to be recorded when the store recovers",
+                unrecorded.error()
+            ));
+            let mut queue = lock(&self.unrecorded);
+            if queue.len() >= MAX_UNRECORDED
+                && let Some(lost) = queue.pop_front()
+            {
+                self.log.line(format_args!(
+                    "dropped the unrecorded refusal of {} ({MAX_UNRECORDED} waiting): it will not be replayed",
+                    lost.identity()
+                ));
+            }
+            queue.push_back(unrecorded);
+        }
+        denial
     }
 
     /// The client closed its side: close the server's stdin so it can exit.
@@ -449,19 +574,87 @@ impl Session {
         self.audit(&grant_entry("consent", via, id, requested, grant, &applied));
     }
 
+    /// The frame answering a request the in-flight table cannot take:
+    /// -32600 for a reused id; at the bound, -32603 with the retryable
+    /// `runtime.in_flight_bound` data (`docs/spec/frames.md`).
+    /// [`Session::refusal_frame`] for a server's request id, echoed as
+    /// written (an id [`wire::admit_id`] admitted: a string or a plain integer).
+    fn refusal_frame_raw(&self, id: &RawValue, refusal: Refusal) -> Vec<u8> {
+        match refusal.data(&self.server_id) {
+            None => wire::refusal_frame(id.get(), refusal.code(), refusal.message()),
+            Some(data) => format!(
+                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":{},"message":{},"data":{}}}}}"#,
+                id.get(),
+                refusal.code(),
+                Value::from(refusal.message()),
+                data
+            )
+            .into_bytes(),
+        }
+    }
+
+    fn refusal_frame(&self, id: Option<&Value>, refusal: Refusal) -> Vec<u8> {
+        match refusal.data(&self.server_id) {
+            None => frame::request_error_response(id, refusal.code(), refusal.message()),
+            Some(data) => serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": refusal.code(), "message": refusal.message(), "data": data},
+            })
+            .to_string()
+            .into_bytes(),
+        }
+    }
+
     // ------------------------------------------------------------ server → client
 
     /// May an error frame for an unreadable server frame carry `id`? Only
     /// when no request of that id is in flight: the server would take the
     /// answer for that request's, and the answers would cross.
     fn answerable(&self, id: Option<&Value>) -> bool {
-        id.is_none_or(|id| lock(&self.state).flights.state(&id_key(id)).is_none())
+        id.is_none_or(|id| {
+            answer_key(id).is_none_or(|key| lock(&self.state).flights.state(&key).is_none())
+        })
+    }
+
+    /// [`Session::answerable`] for an id as written.
+    fn answerable_raw(&self, id: &RawValue) -> bool {
+        match wire::admit_id(id) {
+            Ok(key) => lock(&self.state).flights.state(&flight_key(&key)).is_none(),
+            Err(_) => serde_json::from_str::<Value>(id.get())
+                .map_or(true, |value| self.answerable(Some(&value))),
+        }
+    }
+
+    /// Answers a server frame with an error that echoes its id as written
+    /// (`None`: `null`).
+    fn refuse_server_frame(&self, id: Option<&RawValue>, code: i32, message: &str) {
+        let frame = match id {
+            Some(id) if matches!(id.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9')) => {
+                wire::refusal_frame(id.get(), code, message)
+            }
+            _ => frame::request_error_response(None, code, message),
+        };
+        self.send_server(&frame);
     }
 
     /// Handles one line read from the server (with or without its newline).
     pub fn from_server(&self, raw: &[u8]) {
         let line = body(raw);
         if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        if std::str::from_utf8(line).is_err() {
+            // JSON text is UTF-8; a client decodes other bytes its own way
+            // (replaced, or the whole stream refused), so it does not pass.
+            self.log.line(format_args!(
+                "server sent a frame that is not UTF-8; answered -32700, not forwarded"
+            ));
+            self.send_server(&frame::request_error_response(
+                None,
+                jsonrpc::PARSE_ERROR,
+                "Invalid frame from the server: not UTF-8",
+            ));
             return;
         }
         let probe: ServerProbe<'_> = match serde_json::from_slice(line) {
@@ -489,7 +682,17 @@ impl Session {
                         "server sent an unreadable sampling request ({error}); answered {}, not forwarded",
                         rejection.code()
                     ));
-                    self.send_server(&rejection.reply());
+                    // The id as written when it was read (`-0`, an integer
+                    // no double holds), else the runtime's frame.
+                    let reply = match (&rejection.id, request::recover_id_text(line)) {
+                        (Some(_), Some(text)) => wire::refusal_frame(
+                            &text,
+                            rejection.code(),
+                            &rejection.error.to_string(),
+                        ),
+                        _ => rejection.reply(),
+                    };
+                    self.send_server(&reply);
                     return;
                 }
                 self.log.line(format_args!(
@@ -502,7 +705,10 @@ impl Session {
                     .then(|| request::recover_id(line))
                     .flatten()
                     .filter(|id| self.answerable(Some(id)));
-                self.send_server(&frame::request_error_response(id.as_ref(), code, &message));
+                match id.and_then(|_| request::recover_id_text(line)) {
+                    Some(text) => self.send_server(&wire::refusal_frame(&text, code, &message)),
+                    None => self.send_server(&frame::request_error_response(None, code, &message)),
+                }
                 return;
             }
         };
@@ -510,57 +716,110 @@ impl Session {
             // A request and a response at once: the client may read it as
             // either, and as a response its `inputRequests` would go on
             // undecided. It is neither, so it does not pass.
-            let id = probe.id.as_ref().filter(|id| self.answerable(Some(id)));
+            let id = probe.id.filter(|id| self.answerable_raw(id));
             self.log.line(format_args!(
                 "server sent a frame with both `method` and `result`/`error`; answered -32600, not forwarded"
             ));
-            self.send_server(&frame::request_error_response(
+            self.refuse_server_frame(
                 id,
                 jsonrpc::INVALID_REQUEST,
                 "Invalid frame from the server: a message is a request or a response, not both",
-            ));
+            );
             return;
         }
-        match (probe.method.as_deref(), &probe.id) {
+        match (probe.method.as_deref(), probe.id) {
+            (Some("notifications/tasks"), None) => self.ext_task_notified(raw, line),
             (Some("notifications/cancelled"), _) => {
-                self.server_cancelled(line);
-                self.send_client(raw);
+                // Never ahead of a request still being decided.
+                let job = Job::Cancelled { raw: raw.to_vec() };
+                if let Some(job) = if self.deciding() {
+                    self.defer(job)
+                } else {
+                    Some(job)
+                } {
+                    self.run_job(job);
+                }
             }
             (Some(method), Some(id)) => {
+                // An id some client would take for another (`1.0` for
+                // `1`) is refused before it can alias one in flight.
+                let key = match wire::admit_id(id) {
+                    Ok(key) => flight_key(&key),
+                    Err(refusal) => {
+                        self.log.line(format_args!(
+                            "server sent {method} with id {}, which a client could take for another id: answered -32600, not forwarded",
+                            id.get()
+                        ));
+                        self.refuse_server_frame(
+                            Some(id),
+                            jsonrpc::INVALID_REQUEST,
+                            refusal.message(),
+                        );
+                        return;
+                    }
+                };
                 // `received`: an id the client has not answered yet cannot
                 // name a second request, whatever its method.
-                let key = id_key(id);
-                let admitted = lock(&self.state).flights.admit(&key, self.now());
+                let admitted = lock(&self.state)
+                    .flights
+                    .admit(&key, line.len(), self.now());
                 if let Err(refusal) = admitted {
                     self.log.line(format_args!(
-                        "server sent {method} with id {key}, {}: answered -32600, not forwarded",
+                        "server sent {method} with id {key}, {}: answered {}, not forwarded",
                         match refusal {
                             Refusal::InFlight => "still in flight",
-                            Refusal::Full => "with too many requests in flight",
-                        }
+                            Refusal::Full => "with the in-flight bound reached",
+                        },
+                        refusal.code()
                     ));
-                    self.send_server(&frame::request_error_response(
-                        Some(id),
-                        jsonrpc::INVALID_REQUEST,
-                        refusal.message(),
-                    ));
+                    self.send_server(&self.refusal_frame_raw(id, refusal));
                     return;
                 }
                 if method == jsonrpc::SAMPLING_METHOD {
-                    self.sampling_request(raw, line, key);
+                    // Decided off this thread when the proxy runs a decision
+                    // thread: what follows needs no store and goes on.
+                    let job = Job::Sampling {
+                        raw: raw.to_vec(),
+                        key,
+                    };
+                    if let Some(job) = self.defer(job) {
+                        self.run_job(job);
+                    }
                 } else {
-                    self.task_or_passthrough(raw, line, method, key);
+                    self.task_or_passthrough(raw, line, method, key, line.len());
                 }
             }
             (Some(jsonrpc::SAMPLING_METHOD), None) => {
-                self.sampling_request(raw, line, String::new())
+                let job = Job::Sampling {
+                    raw: raw.to_vec(),
+                    key: String::new(),
+                };
+                if let Some(job) = self.defer(job) {
+                    self.run_job(job);
+                }
             }
             (Some(_), None) => self.send_client(raw),
             (None, _) => {
-                let input_required = probe.result.as_ref().and_then(|r| r.result_type.as_deref())
-                    == Some("input_required");
-                match (&probe.id, input_required) {
-                    (Some(id), true) => self.input_required(raw, line, id),
+                let result_type = probe.result.as_ref().and_then(|r| r.result_type.as_deref());
+                let id = probe
+                    .id
+                    .and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
+                match (id, result_type) {
+                    (Some(id), Some("input_required")) => {
+                        let job = Job::InputRequired {
+                            raw: raw.to_vec(),
+                            id,
+                        };
+                        if let Some(job) = self.defer(job) {
+                            self.run_job(job);
+                        }
+                    }
+                    // An answer to a tracked `tasks/get` may carry sampling
+                    // entries: decided here, on the reader (its store calls
+                    // are bounded like every other, `docs/spec/store.md`).
+                    (Some(id), result_type) => {
+                        self.ext_task_response(raw, line, &id, result_type == Some("task"))
+                    }
                     _ => self.send_client(raw),
                 }
             }
@@ -570,7 +829,14 @@ impl Session {
     /// A server request other than sampling: tracked so its id cannot be
     /// reused before the client answers; a `tasks/*` request about a task
     /// the proxy follows is tracked as such.
-    fn task_or_passthrough(&self, raw: &[u8], line: &[u8], method: &str, key: String) {
+    fn task_or_passthrough(
+        &self,
+        raw: &[u8],
+        line: &[u8],
+        method: &str,
+        key: String,
+        bytes: usize,
+    ) {
         let mut flight = Flight::Passthrough;
         if let Some(task_method) = TaskMethod::of(method)
             && let Ok(value) = serde_json::from_slice::<Value>(line)
@@ -582,7 +848,7 @@ impl Session {
                 method: task_method,
             };
         }
-        lock(&self.state).flights.forward(key, flight);
+        lock(&self.state).flights.forward(key, flight, bytes);
         self.send_client(raw);
     }
 
@@ -593,15 +859,16 @@ impl Session {
         let Ok(value) = serde_json::from_slice::<Value>(line) else {
             return;
         };
-        if let Some(id) = value.pointer("/params/requestId") {
+        if let Some(key) = value.pointer("/params/requestId").and_then(answer_key) {
             let now = self.now();
-            lock(&self.state).flights.cancel(&id_key(id), now);
+            lock(&self.state).flights.cancel(&key, now);
         }
     }
 
     /// `decided`: a sampling request; `key` is its id's text (empty for a
     /// request without id, which is decided but not tracked).
     fn sampling_request(&self, raw: &[u8], line: &[u8], key: String) {
+        self.record_unrecorded();
         match self.engine.decide(&self.server_id, line, &self.ctx()) {
             Answer::Invalid(rejection) => {
                 let reply = rejection.reply();
@@ -675,7 +942,7 @@ impl Session {
                     .deadline_ms()
                     .map(|ms| self.now() + Duration::from_millis(ms));
                 let forward = (trimmed || rewritten).then(|| rewrite_request(&id, applied));
-                self.remember(key, id, Awaiting::Grant(grant), deadline, params);
+                self.remember(key, id, Awaiting::Grant(grant), deadline, params, raw.len());
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
             Decision::NeedsConsent(pending) => {
@@ -697,7 +964,7 @@ impl Session {
                     .then(|| rewrite_request(&id, shown));
                 // No deadline while the user decides: the client's approval
                 // dialog and the completion are one round trip to us.
-                self.remember(key, id, Awaiting::Consent(pending), None, params);
+                self.remember(key, id, Awaiting::Consent(pending), None, params, raw.len());
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
         }
@@ -711,6 +978,7 @@ impl Session {
         awaiting: Awaiting,
         deadline: Option<Instant>,
         requested: Map<String, Value>,
+        bytes: usize,
     ) {
         if key.is_empty() {
             // A request without id is never answered; nothing to wait for.
@@ -728,13 +996,16 @@ impl Session {
                 awaiting,
                 deadline,
                 task,
+                bytes,
             }),
+            bytes,
         );
     }
 
     /// MCP 2026-07-28: a result asking the client for input. `call_id` is
     /// the id of the client's own pending call.
     fn input_required(&self, raw: &[u8], line: &[u8], call_id: &Value) {
+        self.record_unrecorded();
         let mut value = match request::parse_strict(line) {
             Ok(value) => value,
             Err(error) => {
@@ -753,11 +1024,21 @@ impl Session {
             self.send_client(raw);
             return;
         };
-        let request_state = result
-            .get("requestState")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        // The server's `requestState` is data, not a key: the entries are
+        // remembered under a token the proxy mints (below).
+        let server_state = result.get("requestState").cloned();
+        // Bounded before anything is decided: at the bound the call is
+        // answered, retryable, and nothing is reserved.
+        if let Err(refusal) = lock(&self.state)
+            .flights
+            .admit_round(line.len(), self.now())
+        {
+            self.log.line(format_args!(
+                "input_required result for call {call_id} refused: the in-flight bound is reached"
+            ));
+            self.send_client(&self.refusal_frame(Some(call_id), refusal));
+            return;
+        }
         // The runtime reads the result object itself (its `inputRequests`);
         // the line was strict JSON, so these bytes are its exact content.
         let bytes = serde_json::to_vec(result).unwrap_or_default();
@@ -779,131 +1060,39 @@ impl Session {
                     return;
                 }
             };
-        let mut refusal: Option<Vec<u8>> = None;
-        let mut rewrites: Vec<(String, Map<String, Value>)> = Vec::new();
-        let mut remembered: Vec<(String, Pending)> = Vec::new();
-        for entry in decisions {
-            let key = entry.key;
-            let key_value = Value::from(key.as_str());
-            match entry.outcome {
-                InputOutcome::NotSampling => {}
-                InputOutcome::Invalid(error) => {
-                    self.audit(&Entry {
-                        event: "invalid",
-                        via: "inputRequests",
-                        id: Some(&key_value),
-                        outcome: "deny",
-                        code: Some(error.code()),
-                        ..Entry::default()
-                    });
-                    refusal.get_or_insert_with(|| {
-                        frame::request_error_response(
-                            Some(call_id),
-                            error.code(),
-                            &format!(
-                                "Invalid sampling request from the server: {}",
-                                error.message()
-                            ),
-                        )
-                    });
-                }
-                InputOutcome::Failed(error) => {
-                    self.log
-                        .line(format_args!("decision failed, refused: {error}"));
-                    refusal.get_or_insert_with(|| error.reply(Some(call_id)));
-                }
-                InputOutcome::Decided { request, decision } => {
-                    let params = request.params;
-                    let alert = decision.alert().cloned();
-                    match decision {
-                        Decision::Deny(denial) => {
-                            self.audit_denial(
-                                "decision",
-                                "inputRequests",
-                                Some(&key_value),
-                                &params,
-                                &denial,
-                            );
-                            refusal.get_or_insert_with(|| denial.local_error(Some(call_id)));
-                        }
-                        Decision::Allow(grant) | Decision::Trim(grant) => {
-                            let applied = grant.params(&params);
-                            let trimmed = !grant.lowered().is_empty();
-                            self.audit(&Entry {
-                                replayed: grant.replayed(),
-                                ..grant_entry(
-                                    "decision",
-                                    "inputRequests",
-                                    &key_value,
-                                    &params,
-                                    &grant,
-                                    &applied,
-                                )
-                            });
-                            let deadline = grant
-                                .deadline_ms()
-                                .map(|ms| self.now() + Duration::from_millis(ms));
-                            if trimmed {
-                                rewrites.push((key.clone(), applied));
-                            }
-                            remembered.push((
-                                key,
-                                Pending {
-                                    awaiting: Awaiting::Grant(grant),
-                                    id: key_value,
-                                    deadline,
-                                    requested: params,
-                                },
-                            ));
-                        }
-                        Decision::NeedsConsent(pending) => {
-                            let mut shown = params.clone();
-                            pending.lowered().apply(&mut shown);
-                            self.audit(&Entry {
-                                event: "decision",
-                                via: "inputRequests",
-                                id: Some(&key_value),
-                                identity: Some(pending.identity()),
-                                outcome: "consent",
-                                requested: Some(&params),
-                                applied: Some(&shown),
-                                cause: Some(pending.cause()),
-                                trims: Some(pending.annotations()),
-                                ..Entry::default()
-                            });
-                            if !pending.lowered().is_empty() {
-                                rewrites.push((key.clone(), shown));
-                            }
-                            remembered.push((
-                                key,
-                                Pending {
-                                    awaiting: Awaiting::Consent(pending),
-                                    id: key_value,
-                                    deadline: None,
-                                    requested: params,
-                                },
-                            ));
-                        }
-                    }
-                    self.raise(alert.as_ref());
-                }
-            }
-        }
+        let Decided {
+            refusal,
+            rewrites,
+            remembered,
+        } = self.decide_entries(decisions, Some(call_id), "inputRequests");
         if let Some(refusal) = refusal {
             // Whoever made the call learns why; the other entries' grants are
             // dropped with their reservations counted (the safe side).
             self.send_client(&refusal);
             return;
         }
-        if !remembered.is_empty() {
-            let mut state = lock(&self.state);
-            for (key, pending) in remembered {
-                state.inputs.insert((request_state.clone(), key), pending);
-            }
-        }
-        if rewrites.is_empty() {
+        if remembered.is_empty() && rewrites.is_empty() {
             self.send_client(raw);
             return;
+        }
+        if !remembered.is_empty() {
+            // Bind the entries to this result alone: the client echoes the
+            // token in its retry, and only this round's entries settle.
+            let Some(token) = mint_state_token() else {
+                self.log.line(format_args!(
+                    "input_required result for call {call_id} refused: no randomness for its requestState token"
+                ));
+                let frame = self.refusal_frame(Some(call_id), Refusal::Full);
+                self.send_client(&frame);
+                return;
+            };
+            if let Some(result) = value.get_mut("result").and_then(Value::as_object_mut) {
+                result.insert("requestState".to_owned(), Value::from(token.as_str()));
+            }
+            let now = self.now();
+            lock(&self.state)
+                .flights
+                .ask(token, server_state, remembered, line.len(), now);
         }
         if let Some(requests) = value.pointer_mut("/result/inputRequests") {
             for (key, params) in rewrites {
@@ -920,6 +1109,122 @@ impl Session {
         self.send_client(value.to_string().as_bytes());
     }
 
+    /// Decides the sampling entries of `inputRequests` (an
+    /// `InputRequiredResult`'s or a task's): the first refusal's frame for
+    /// `call_id` (the client's pending call), the params of trimmed
+    /// entries, and the entries to remember.
+    fn decide_entries(
+        &self,
+        decisions: Vec<InputDecision>,
+        call_id: Option<&Value>,
+        via: &str,
+    ) -> Decided {
+        let mut refusal: Option<Vec<u8>> = None;
+        let mut rewrites: Vec<(String, Map<String, Value>)> = Vec::new();
+        let mut remembered: Vec<(String, InputEntry)> = Vec::new();
+        for entry in decisions {
+            let key = entry.key;
+            let key_value = Value::from(key.as_str());
+            match entry.outcome {
+                InputOutcome::NotSampling => {}
+                InputOutcome::Invalid(error) => {
+                    self.audit(&Entry {
+                        event: "invalid",
+                        via,
+                        id: Some(&key_value),
+                        outcome: "deny",
+                        code: Some(error.code()),
+                        ..Entry::default()
+                    });
+                    refusal.get_or_insert_with(|| {
+                        frame::request_error_response(
+                            call_id,
+                            error.code(),
+                            &format!(
+                                "Invalid sampling request from the server: {}",
+                                error.message()
+                            ),
+                        )
+                    });
+                }
+                InputOutcome::Failed(error) => {
+                    self.log
+                        .line(format_args!("decision failed, refused: {error}"));
+                    refusal.get_or_insert_with(|| error.reply(call_id));
+                }
+                InputOutcome::Decided { request, decision } => {
+                    let params = request.params;
+                    let alert = decision.alert().cloned();
+                    match decision {
+                        Decision::Deny(denial) => {
+                            self.audit_denial("decision", via, Some(&key_value), &params, &denial);
+                            refusal.get_or_insert_with(|| denial.local_error(call_id));
+                        }
+                        Decision::Allow(grant) | Decision::Trim(grant) => {
+                            let applied = grant.params(&params);
+                            let trimmed = !grant.lowered().is_empty();
+                            self.audit(&Entry {
+                                replayed: grant.replayed(),
+                                ..grant_entry(
+                                    "decision", via, &key_value, &params, &grant, &applied,
+                                )
+                            });
+                            let deadline = grant
+                                .deadline_ms()
+                                .map(|ms| self.now() + Duration::from_millis(ms));
+                            if trimmed {
+                                rewrites.push((key.clone(), applied));
+                            }
+                            remembered.push((
+                                key,
+                                InputEntry {
+                                    awaiting: Awaiting::Grant(grant),
+                                    id: key_value,
+                                    deadline,
+                                    requested: params,
+                                },
+                            ));
+                        }
+                        Decision::NeedsConsent(pending) => {
+                            let mut shown = params.clone();
+                            pending.lowered().apply(&mut shown);
+                            self.audit(&Entry {
+                                event: "decision",
+                                via,
+                                id: Some(&key_value),
+                                identity: Some(pending.identity()),
+                                outcome: "consent",
+                                requested: Some(&params),
+                                applied: Some(&shown),
+                                cause: Some(pending.cause()),
+                                trims: Some(pending.annotations()),
+                                ..Entry::default()
+                            });
+                            if !pending.lowered().is_empty() {
+                                rewrites.push((key.clone(), shown));
+                            }
+                            remembered.push((
+                                key,
+                                InputEntry {
+                                    awaiting: Awaiting::Consent(pending),
+                                    id: key_value,
+                                    deadline: None,
+                                    requested: params,
+                                },
+                            ));
+                        }
+                    }
+                    self.raise(alert.as_ref());
+                }
+            }
+        }
+        Decided {
+            refusal,
+            rewrites,
+            remembered,
+        }
+    }
+
     // ------------------------------------------------------------ client → server
 
     /// Handles one line read from the client (with or without its newline).
@@ -933,8 +1238,13 @@ impl Session {
         };
         match (probe.method.as_deref(), &probe.id) {
             (None, Some(id)) if probe.result.is_some() || probe.error.is_some() => {
-                let key = id_key(id);
-                let flight = lock(&self.state).flights.answer(&key);
+                // Keyed as the client read the id it echoes; a number no
+                // admitted id keys to answers nothing in flight.
+                let key = answer_key(id).unwrap_or_else(|| id.to_string());
+                let flight = match answer_key(id) {
+                    Some(key) => lock(&self.state).flights.answer(&key),
+                    None => None,
+                };
                 match flight {
                     Some(Flight::Passthrough) => self.send_server(raw),
                     None => {
@@ -970,14 +1280,18 @@ impl Session {
             }
             (Some("notifications/tasks/status"), None) => {
                 if let Ok(value) = serde_json::from_slice::<Value>(line)
-                    && let (Some(task_id), Some(status)) = (
-                        value.pointer("/params/taskId").and_then(Value::as_str),
-                        value.pointer("/params/status").and_then(Value::as_str),
-                    )
+                    && let Some(params) = value.get("params")
+                    && let Some(task_id) = params.get("taskId").and_then(Value::as_str)
                 {
-                    self.task_status(task_id, status);
+                    self.task_status(task_id, params);
                 }
                 self.send_server(raw);
+            }
+            (Some(method @ ("tasks/get" | "tasks/update" | "tasks/cancel")), Some(id)) => {
+                if contains(line, CLIENT_CAPABILITIES_META.as_bytes()) {
+                    self.note_capabilities(line, false);
+                }
+                self.ext_task_call(raw, line, id, method);
             }
             (Some(method), _) => {
                 if method == "initialize" || contains(line, CLIENT_CAPABILITIES_META.as_bytes()) {
@@ -1024,6 +1338,7 @@ impl Session {
     /// is false when the server cancelled it (the answer still decides,
     /// but nothing reaches the server).
     fn sampling_answered(&self, raw: &[u8], line: &[u8], sampling: Sampling, live: bool) {
+        self.record_unrecorded();
         let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
             if live {
                 self.send_server(raw);
@@ -1038,10 +1353,7 @@ impl Session {
         {
             let task_id = task_id.to_owned();
             let ttl = task.get("ttl").and_then(Value::as_u64);
-            let status = task
-                .get("status")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            let report = task.clone();
             let now = self.now();
             let deadline = sampling.deadline.is_some();
             lock(&self.state)
@@ -1053,9 +1365,7 @@ impl Session {
             self.log.line(format_args!(
                 "client runs request {id} as task {task_id}: its terminal state decides"
             ));
-            if let Some(status) = status {
-                self.task_status(&task_id, &status);
-            }
+            self.task_status(&task_id, &report);
             if live {
                 self.send_server(raw);
             } else {
@@ -1111,45 +1421,47 @@ impl Session {
                     }
                 },
                 Reply::Rejected => {
-                    return match pending.refuse() {
-                        Ok(denial) => {
-                            self.log.line(format_args!(
-                                "client refused request {origin} (code -1): recorded {}",
-                                denial.reason()
-                            ));
-                            self.audit_denial("consent", via, Some(origin), requested, &denial);
-                            // The policy's frame, not the client's: a replay of
-                            // this identity must send the same bytes.
-                            Forward::Replace(denial.reply(Some(reply_to)))
-                        }
-                        Err(error) => {
-                            self.log.line(format_args!(
-                                "recording the client's refusal failed: {error}"
-                            ));
-                            Forward::Replace(error.reply(Some(reply_to)))
-                        }
-                    };
+                    let denial = self.user_refused(pending.refuse(), origin);
+                    self.log.line(format_args!(
+                        "client refused request {origin} (code -1): {}",
+                        denial.reason()
+                    ));
+                    self.audit_denial("consent", via, Some(origin), requested, &denial);
+                    // The policy's frame, not the client's: a replay of
+                    // this identity must send the same bytes.
+                    return Forward::Replace(denial.reply(Some(reply_to)));
                 }
                 Reply::Failed(code) => {
                     self.abandon(pending, origin, code);
                     return Forward::Raw;
                 }
             },
+            // The client asked its user anyway (a replayed approval, `consent
+            // never`) and the user said no: still the user's word.
+            Awaiting::Grant(grant) if Reply::of(value) == Reply::Rejected => {
+                let denial = self.user_refused(grant.refused_by_user(), origin);
+                self.log.line(format_args!(
+                    "client refused granted request {origin} (code -1): {}",
+                    denial.reason()
+                ));
+                self.audit_denial("consent", via, Some(origin), requested, &denial);
+                return Forward::Replace(denial.reply(Some(reply_to)));
+            }
             Awaiting::Grant(grant) => grant,
         };
-        // A provider failure or a refusal of an allowed request: the server
-        // learns it from the client's own error; the reservation stays.
+        // A provider failure of an allowed request: the server learns it
+        // from the client's own error; the reservation stays.
         let Some(result) = value.get_mut("result") else {
             return Forward::Raw;
         };
         // A trim's result goes on re-written even when `_meta` could not be
         // added (the result is not an object): as it always has.
         let trimmed = grant.is_trim();
-        self.settle(grant, result);
-        if trimmed {
-            Forward::Replace(value.to_string().into_bytes())
-        } else {
-            Forward::Raw
+        match self.settle(grant, result, via, origin, requested) {
+            Settled::Withheld(denial) => Forward::Replace(denial.reply(Some(reply_to))),
+            Settled::Failed(error) => Forward::Replace(error.reply(Some(reply_to))),
+            Settled::Annotated(_) if trimmed => Forward::Replace(value.to_string().into_bytes()),
+            Settled::Annotated(_) => Forward::Raw,
         }
     }
 
@@ -1183,8 +1495,8 @@ impl Session {
             return;
         };
         if method != TaskMethod::Result {
-            if let Some(status) = value.pointer("/result/status").and_then(Value::as_str) {
-                self.task_status(task_id, status);
+            if let Some(report) = value.get("result") {
+                self.task_status(task_id, report);
             }
             self.send_server(raw);
             return;
@@ -1195,7 +1507,7 @@ impl Session {
             return;
         };
         let forward = match task.state {
-            TaskState::Running(awaiting) => self.resolve(
+            TaskState::Running(awaiting) | TaskState::Failed(awaiting) => self.resolve(
                 awaiting,
                 reply_to,
                 &task.origin,
@@ -1225,15 +1537,24 @@ impl Session {
         }
     }
 
-    /// A followed task reported `status` (a `tasks/get` or `tasks/cancel`
-    /// answer, a `notifications/tasks/status`, or the creation reply).
-    /// `completed` approves, `failed` refuses (2025-11-25 tasks carry no
-    /// error code: a failed consent task is the user's refusal, the safe
-    /// side), `cancelled` abandons.
-    fn task_status(&self, task_id: &str, status: &str) {
+    /// A followed task reported its status (`report` holds `status` and
+    /// `statusMessage`: a `tasks/get` or `tasks/cancel` answer, a
+    /// `notifications/tasks/status`, or the creation reply). `completed`
+    /// approves and `cancelled` abandons. Only the user's word is a
+    /// refusal: `failed` with MCP's user-rejection message (the only form a
+    /// 2025-11-25 task status can give the `-1`; `docs/spec/evaluation.md`,
+    /// "Tasks") refuses; any other `failed` waits for `tasks/result`, whose
+    /// `-1` refuses and whose other answers abandon (the task's `ttl`
+    /// abandons it too).
+    fn task_status(&self, task_id: &str, report: &Value) {
+        let Some(status) = report.get("status").and_then(Value::as_str) else {
+            return;
+        };
         if !matches!(status, "completed" | "failed" | "cancelled") {
             return;
         }
+        let rejected = report.get("statusMessage").and_then(Value::as_str)
+            == Some(jsonrpc_user_rejected_message());
         let Some(mut task) = lock(&self.state).flights.take_task(task_id) else {
             return;
         };
@@ -1253,32 +1574,44 @@ impl Session {
                 }
             }
             ("completed", TaskState::Running(Awaiting::Grant(grant))) => TaskState::Approved(grant),
-            ("failed", TaskState::Running(Awaiting::Consent(pending))) => match pending.refuse() {
-                Ok(denial) => {
-                    self.log.line(format_args!(
-                        "task {task_id} of request {} failed: recorded {}",
-                        task.origin,
-                        denial.reason()
-                    ));
-                    self.audit_denial(
-                        "consent",
-                        "task",
-                        Some(&task.origin),
-                        &task.requested,
-                        &denial,
-                    );
-                    TaskState::Refused(denial)
-                }
-                Err(error) => {
-                    self.log.line(format_args!(
-                        "recording the refusal of task {task_id} failed: {error}"
-                    ));
-                    return;
-                }
-            },
-            ("cancelled", TaskState::Running(Awaiting::Consent(pending))) => {
+            ("failed", TaskState::Running(Awaiting::Consent(pending))) if rejected => {
+                let denial = self.user_refused(pending.refuse(), &task.origin);
+                self.log.line(format_args!(
+                    "task {task_id} of request {} failed with the user's rejection: recorded {}",
+                    task.origin,
+                    denial.reason()
+                ));
+                self.audit_denial(
+                    "consent",
+                    "task",
+                    Some(&task.origin),
+                    &task.requested,
+                    &denial,
+                );
+                TaskState::Refused(denial)
+            }
+            ("failed", TaskState::Running(Awaiting::Consent(pending))) => {
+                self.log.line(format_args!(
+                    "task {task_id} of request {} failed without the user's rejection: its tasks/result decides",
+                    task.origin
+                ));
+                TaskState::Failed(Awaiting::Consent(pending))
+            }
+            ("cancelled", TaskState::Running(Awaiting::Consent(pending)))
+            | ("cancelled", TaskState::Failed(Awaiting::Consent(pending))) => {
                 self.abandon(pending, &task.origin, None);
                 return;
+            }
+            ("failed", TaskState::Running(Awaiting::Grant(grant))) if rejected => {
+                let denial = self.user_refused(grant.refused_by_user(), &task.origin);
+                self.audit_denial(
+                    "consent",
+                    "task",
+                    Some(&task.origin),
+                    &task.requested,
+                    &denial,
+                );
+                TaskState::Refused(denial)
             }
             // A task under a grant that failed or was cancelled: nothing to
             // settle, the reservation stays.
@@ -1289,23 +1622,50 @@ impl Session {
         lock(&self.state).flights.put_task(task_id.to_owned(), task);
     }
 
-    /// Completes the grant with the token usage the result reports,
-    /// annotates the result (`_meta` after a trim), and warns when the
-    /// client ran a model outside the block's `models` (the proxy trims
-    /// hints but cannot choose the client's model; the completion has run,
-    /// so it is not withheld). A result that reports no usage leaves the
-    /// grant's reservation counted (the grant is dropped, the safe side).
-    /// Returns whether `_meta` was written.
-    fn settle(&self, grant: Grant, result: &mut Value) -> bool {
-        let outside = result
-            .get("model")
-            .and_then(Value::as_str)
-            .filter(|model| !grant.model_allowed(model))
-            .map(|model| {
-                let allowed: Vec<&str> = grant.allowed_models().into_iter().flatten().collect();
-                format!("warning: the client ran model `{model}`, outside the policy's `models` {allowed:?}")
-            });
+    /// Completes the grant with the token usage the result reports and
+    /// annotates the result (`_meta` after a trim). A result whose `model`
+    /// is outside the block's `models` is withheld: its tokens are settled
+    /// and the server gets the `policy.model` denial instead
+    /// (`docs/spec/frames.md`, "A result from a model outside `models`";
+    /// the proxy trims hints but cannot choose the client's model, so it
+    /// keeps the promise on the way back). A result that reports no usage
+    /// leaves the grant's reservation counted (the safe side).
+    fn settle(
+        &self,
+        grant: Grant,
+        result: &mut Value,
+        via: &str,
+        origin: &Value,
+        requested: &Map<String, Value>,
+    ) -> Settled {
         let tokens = usage_tokens(result);
+        if let Some(model) = result.get("model").and_then(Value::as_str)
+            && !grant.model_allowed(model)
+        {
+            let allowed: Vec<String> = grant
+                .allowed_models()
+                .into_iter()
+                .flatten()
+                .map(str::to_owned)
+                .collect();
+            let model = model.to_owned();
+            return match grant.model_refused(tokens) {
+                Ok(denial) => {
+                    self.log.line(format_args!(
+                        "the client ran model `{model}` for request {origin}, outside the policy's `models` {allowed:?}: result withheld, answered {}",
+                        denial.reason()
+                    ));
+                    self.audit_denial("decision", via, Some(origin), requested, &denial);
+                    Settled::Withheld(Box::new(denial))
+                }
+                Err(error) => {
+                    self.log.line(format_args!(
+                        "the client ran model `{model}` for request {origin}, outside the policy's `models`: result withheld; {error}"
+                    ));
+                    Settled::Failed(error)
+                }
+            };
+        }
         let annotated = grant.is_trim() && grant.annotate(result);
         if let Some(tokens) = tokens
             && let Err(error) = grant.complete(tokens)
@@ -1313,10 +1673,7 @@ impl Session {
             self.log
                 .line(format_args!("settling {tokens} tokens failed: {error}"));
         }
-        if let Some(warning) = outside {
-            self.log.line(warning);
-        }
-        annotated
+        Settled::Annotated(annotated)
     }
 
     /// MCP 2026-07-28: the client retries its call with `inputResponses`.
@@ -1325,34 +1682,31 @@ impl Session {
             self.send_server(raw);
             return;
         };
-        let request_state = value
+        // Only a token the proxy minted names remembered entries; anything
+        // else (the server's own state, a forged or lapsed token) settles
+        // nothing and goes on unchanged.
+        let token = value
             .pointer("/params/requestState")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let mut pending: Vec<(String, Pending)> = {
-            let mut state = lock(&self.state);
-            let keys: Vec<(String, String)> = state
-                .inputs
-                .keys()
-                .filter(|(s, _)| *s == request_state)
-                .cloned()
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| state.inputs.remove(&k).map(|p| (k.1, p)))
-                .collect()
-        };
-        if pending.is_empty() {
+            .filter(|state| state.starts_with(STATE_TOKEN_PREFIX))
+            .map(str::to_owned);
+        let now = self.now();
+        let round = token.and_then(|token| lock(&self.state).flights.retry(&token, now));
+        let Some((server_state, mut pending)) = round else {
             self.send_server(raw);
             return;
+        };
+        // The server gets back exactly the state it gave (or none).
+        if let Some(params) = value.get_mut("params").and_then(Value::as_object_mut) {
+            match server_state {
+                Some(state) => params.insert("requestState".to_owned(), state),
+                None => params.remove("requestState"),
+            };
         }
         pending.sort_by(|a, b| a.0.cmp(&b.0));
-        // The session's clock, as for every other deadline: a test steps it.
-        let now = self.now();
-        let mut changed = false;
         let mut refusal: Option<Vec<u8>> = None;
         for (key, entry) in pending {
-            let Pending {
+            let InputEntry {
                 awaiting,
                 id,
                 deadline,
@@ -1375,25 +1729,12 @@ impl Session {
                         continue;
                     }
                 },
-                Awaiting::Consent(consent) => match consent.refuse() {
-                    Ok(denial) => {
-                        // No response for the entry: the client declined it.
-                        self.audit_denial(
-                            "consent",
-                            "inputRequests",
-                            Some(&id),
-                            &requested,
-                            &denial,
-                        );
-                        continue;
-                    }
-                    Err(error) => {
-                        self.log.line(format_args!(
-                            "recording the client's consent answer failed: {error}"
-                        ));
-                        continue;
-                    }
-                },
+                Awaiting::Consent(consent) => {
+                    // No response for the entry: the client declined it.
+                    let denial = self.user_refused(consent.refuse(), &id);
+                    self.audit_denial("consent", "inputRequests", Some(&id), &requested, &denial);
+                    continue;
+                }
                 Awaiting::Grant(grant) => grant,
             };
             let Some(response) = response else {
@@ -1417,15 +1758,435 @@ impl Session {
                 }
                 continue;
             }
-            changed |= self.settle(grant, response);
+            // The retry is re-written whatever settling did (the server's
+            // own `requestState` is restored), so an annotation needs no flag.
+            match self.settle(grant, response, "inputRequests", &id, &requested) {
+                Settled::Annotated(_) => {}
+                Settled::Withheld(denial) => {
+                    refusal.get_or_insert_with(|| denial.local_error(call_id));
+                }
+                Settled::Failed(error) => {
+                    refusal.get_or_insert_with(|| error.reply(call_id));
+                }
+            }
         }
         if let Some(refusal) = refusal {
             // The late completion never reaches the server.
             self.send_client(&refusal);
-        } else if changed {
-            self.send_server(value.to_string().as_bytes());
         } else {
+            // Re-written: the server's own `requestState` is restored.
+            self.send_server(value.to_string().as_bytes());
+        }
+    }
+
+    // ------------------------------------------------- the tasks extension
+
+    /// A server response to a client call: the creation of an extension
+    /// task (`resultType: "task"`), the answer to a `tasks/get` the client
+    /// sent, or anything else (forwarded unchanged).
+    fn ext_task_response(&self, raw: &[u8], line: &[u8], call_id: &Value, created: bool) {
+        let key = call_key(call_id);
+        let polled = {
+            let mut state = lock(&self.state);
+            if state.task_polls.is_empty() {
+                None
+            } else {
+                state.task_polls.remove(&key)
+            }
+        };
+        if !created && polled.is_none() {
+            self.send_client(raw);
+            return;
+        }
+        let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
+            self.send_client(raw);
+            return;
+        };
+        let reported = value.pointer("/result/taskId").map(task_key);
+        let task_id = match (polled, reported) {
+            (None, None) => {
+                self.send_client(raw);
+                return;
+            }
+            // A task id is the server's: it names one task, created on one call.
+            (None, Some(reported)) => {
+                if let Err(message) = self.ext_task_created(&reported, &key) {
+                    self.log.line(format_args!(
+                        "server answered call {key} with task {reported}: {message}; answered -32603, not forwarded"
+                    ));
+                    self.send_client(&frame::request_error_response(
+                        Some(call_id),
+                        jsonrpc::INTERNAL_ERROR,
+                        &format!("Invalid result from the server: {message}"),
+                    ));
+                    return;
+                }
+                reported
+            }
+            // The client reads the answer as about the task it polled.
+            (Some(polled), None) => polled,
+            (Some(polled), Some(reported)) if polled == reported => polled,
+            (Some(polled), Some(reported)) => {
+                self.log.line(format_args!(
+                    "server answered tasks/get {key} for task {polled} with task {reported}; answered -32603, not forwarded"
+                ));
+                self.send_client(&frame::request_error_response(
+                    Some(call_id),
+                    jsonrpc::INTERNAL_ERROR,
+                    "Invalid result from the server: tasks/get answered about another task",
+                ));
+                return;
+            }
+        };
+        let Some(body) = value.get_mut("result") else {
+            self.send_client(raw);
+            return;
+        };
+        match self.ext_task_body(&task_id, body, Some(call_id), line.len()) {
+            Ok(false) => self.send_client(raw),
+            Ok(true) => self.send_client(value.to_string().as_bytes()),
+            Err(frame) => self.send_client(&frame),
+        }
+    }
+
+    /// The proxy saw task `task_id` created on the client's call `call`:
+    /// refused when the server already gave that task id to another call.
+    fn ext_task_created(&self, task_id: &str, call: &str) -> Result<(), String> {
+        let now = self.now();
+        let mut state = lock(&self.state);
+        let mut task = state.flights.take_ext_task(task_id).unwrap_or_default();
+        let aliased = task.created_by.as_deref().is_some_and(|c| c != call);
+        if !aliased {
+            task.created_by = Some(call.to_owned());
+        }
+        let bytes = ext_task_bytes(task_id, &task);
+        if let Err((task, refusal)) =
+            state
+                .flights
+                .put_ext_task(task_id.to_owned(), task, bytes, TASK_TTL_DEFAULT, now)
+        {
+            drop(state);
+            self.end_ext_task_entries(task_id, task);
+            return Err(refusal.message().to_owned());
+        }
+        if aliased {
+            return Err(format!(
+                "task id {task_id} already names a task of another call"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A server `notifications/tasks` (a task's status, with its
+    /// `inputRequests` while `input_required`): decided like a `tasks/get`
+    /// answer; a refused entry drops the notification (it answers nothing;
+    /// the client's next `tasks/get` is answered with the refusal).
+    fn ext_task_notified(&self, raw: &[u8], line: &[u8]) {
+        let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
+            self.send_client(raw);
+            return;
+        };
+        // Whatever the task id's type, a client may read the entries.
+        let task_id = value
+            .pointer("/params/taskId")
+            .map(task_key)
+            .unwrap_or_default();
+        let Some(body) = value.get_mut("params") else {
+            self.send_client(raw);
+            return;
+        };
+        match self.ext_task_body(&task_id, body, None, line.len()) {
+            Ok(false) => self.send_client(raw),
+            Ok(true) => self.send_client(value.to_string().as_bytes()),
+            Err(_) => self.log.line(format_args!(
+                "dropped the server's notifications/tasks for task {task_id}: an input request was refused"
+            )),
+        }
+    }
+
+    /// Decides a task's state as the server reports it (`body`: a
+    /// `DetailedTask`). A terminal status ends the task (unanswered consent
+    /// is abandoned); `input_required` has its new sampling entries decided
+    /// and remembered with the task, its pending ones checked unchanged.
+    /// Returns whether `body` was rewritten (trims), or the frame refusing
+    /// the client's call `reply_to`.
+    fn ext_task_body(
+        &self,
+        task_id: &str,
+        body: &mut Value,
+        reply_to: Option<&Value>,
+        bytes: usize,
+    ) -> Result<bool, Vec<u8>> {
+        let status = body.get("status").and_then(Value::as_str).unwrap_or("");
+        if matches!(status, "completed" | "failed" | "cancelled") {
+            self.end_ext_task(task_id);
+            return Ok(false);
+        }
+        // Entries are read wherever a client might read them: any status.
+        let Some(requests) = body.get("inputRequests") else {
+            return Ok(false);
+        };
+        let entries: Vec<(String, Value)> = match requests {
+            Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Value::Array(list) => list
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v.clone()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let refuse = |message: String| {
+            self.log.line(format_args!(
+                "task {task_id}: {message}; answered -32600, not forwarded"
+            ));
+            frame::request_error_response(
+                reply_to,
+                jsonrpc::INVALID_REQUEST,
+                &format!("Invalid result from the server: {message}"),
+            )
+        };
+        let now = self.now();
+        let mut task = lock(&self.state)
+            .flights
+            .take_ext_task(task_id)
+            .unwrap_or_default();
+        let mut fresh = Map::new();
+        for (key, request) in &entries {
+            let violation = if task.answered.contains(key) {
+                Some(format!("input request key {key} was already answered"))
+            } else {
+                task.pending
+                    .get(key)
+                    .filter(|pending| pending.request != *request)
+                    .map(|_| format!("input request key {key} names another request"))
+            };
+            if let Some(message) = violation {
+                self.put_back_ext_task(task_id, task, now);
+                return Err(refuse(message));
+            }
+            if !task.pending.contains_key(key) {
+                fresh.insert(key.clone(), request.clone());
+            }
+        }
+        if !fresh.is_empty() {
+            if let Err(refusal) = lock(&self.state).flights.admit_round(bytes, now) {
+                self.put_back_ext_task(task_id, task, now);
+                return Err(self.refusal_frame(reply_to, refusal));
+            }
+            let wrapped = serde_json::json!({ "inputRequests": fresh }).to_string();
+            let decisions = match self.engine.decide_input_required(
+                &self.server_id,
+                wrapped.as_bytes(),
+                &self.ctx(),
+            ) {
+                Ok(decisions) => decisions,
+                Err(error) => {
+                    self.put_back_ext_task(task_id, task, now);
+                    return Err(refuse(error.message().to_string()));
+                }
+            };
+            let Decided {
+                refusal,
+                rewrites,
+                remembered,
+            } = self.decide_entries(decisions, reply_to, "task");
+            if let Some(refusal) = refusal {
+                self.put_back_ext_task(task_id, task, now);
+                return Err(refusal);
+            }
+            let mut rewrites: HashMap<String, Map<String, Value>> = rewrites.into_iter().collect();
+            for (key, entry) in remembered {
+                let request = fresh.get(&key).cloned().unwrap_or(Value::Null);
+                let shown = rewrites.remove(&key);
+                task.pending.insert(
+                    key,
+                    TaskInput {
+                        entry,
+                        request,
+                        shown,
+                    },
+                );
+            }
+        }
+        // Every pending trim is shown again on every poll.
+        let mut changed = false;
+        if let Some(requests) = body.get_mut("inputRequests") {
+            for (key, input) in &task.pending {
+                let Some(shown) = &input.shown else {
+                    continue;
+                };
+                let entry = match requests {
+                    Value::Object(map) => map.get_mut(key),
+                    Value::Array(list) => key.parse::<usize>().ok().and_then(|i| list.get_mut(i)),
+                    _ => None,
+                };
+                if let Some(Value::Object(entry)) = entry {
+                    entry.insert("params".to_owned(), Value::Object(shown.clone()));
+                    changed = true;
+                }
+            }
+        }
+        let ttl = body
+            .get("ttlMs")
+            .and_then(Value::as_u64)
+            .map_or(TASK_TTL_DEFAULT, Duration::from_millis);
+        let bytes = ext_task_bytes(task_id, &task);
+        if let Err((task, refusal)) =
+            lock(&self.state)
+                .flights
+                .put_ext_task(task_id.to_owned(), task, bytes, ttl, now)
+        {
+            self.end_ext_task_entries(task_id, task);
+            return Err(self.refusal_frame(reply_to, refusal));
+        }
+        Ok(changed)
+    }
+
+    fn put_back_ext_task(&self, task_id: &str, task: ExtTask, now: Instant) {
+        let bytes = ext_task_bytes(task_id, &task);
+        if let Err((task, _)) = lock(&self.state).flights.put_ext_task(
+            task_id.to_owned(),
+            task,
+            bytes,
+            TASK_TTL_DEFAULT,
+            now,
+        ) {
+            self.end_ext_task_entries(task_id, task);
+        }
+    }
+
+    /// The task ended (terminal status, cancelled by the client): its
+    /// unanswered consent is abandoned (nothing stored, budget refunded).
+    fn end_ext_task(&self, task_id: &str) {
+        let task = lock(&self.state).flights.take_ext_task(task_id);
+        if let Some(task) = task {
+            self.end_ext_task_entries(task_id, task);
+        }
+    }
+
+    fn end_ext_task_entries(&self, task_id: &str, task: ExtTask) {
+        for (key, input) in task.pending {
+            if let Awaiting::Consent(pending) = input.entry.awaiting {
+                self.abandon(pending, &Value::from(format!("{task_id}/{key}")), None);
+            }
+        }
+    }
+
+    /// A client `tasks/get`, `tasks/update` or `tasks/cancel` (2026-07-28
+    /// tasks extension). `tasks/get` is remembered so its answer is read;
+    /// `tasks/update` settles exactly the entries it answers (others stay
+    /// pending); `tasks/cancel` abandons the task's unanswered consent.
+    fn ext_task_call(&self, raw: &[u8], line: &[u8], call_id: &Value, method: &str) {
+        self.record_unrecorded();
+        let Ok(mut value) = serde_json::from_slice::<Value>(line) else {
             self.send_server(raw);
+            return;
+        };
+        // Tracked whatever the task id's type: the answer is read.
+        let task_id = value
+            .pointer("/params/taskId")
+            .map(task_key)
+            .unwrap_or_default();
+        match method {
+            "tasks/get" => {
+                let full = {
+                    let mut state = lock(&self.state);
+                    let full = state.task_polls.len() >= MAX_TRACKED;
+                    if !full {
+                        state.task_polls.insert(call_key(call_id), task_id);
+                    }
+                    full
+                };
+                if full {
+                    // Its answer could not be read: it does not go out.
+                    self.send_client(&self.refusal_frame(Some(call_id), Refusal::Full));
+                } else {
+                    self.send_server(raw);
+                }
+            }
+            "tasks/cancel" => {
+                self.end_ext_task(&task_id);
+                self.send_server(raw);
+            }
+            _ => {
+                let Some(mut task) = lock(&self.state).flights.take_ext_task(&task_id) else {
+                    self.send_server(raw);
+                    return;
+                };
+                let now = self.now();
+                let mut refusal: Option<Vec<u8>> = None;
+                let mut changed = false;
+                let keys: Vec<String> = task.pending.keys().cloned().collect();
+                for key in keys {
+                    let Some(response) = value
+                        .pointer_mut("/params/inputResponses")
+                        .and_then(|r| r.get_mut(&key))
+                        .filter(|r| r.is_object())
+                    else {
+                        continue;
+                    };
+                    let Some(input) = task.pending.remove(&key) else {
+                        continue;
+                    };
+                    task.answered.insert(key);
+                    let InputEntry {
+                        awaiting,
+                        id,
+                        deadline,
+                        requested,
+                    } = input.entry;
+                    let grant = match awaiting {
+                        Awaiting::Consent(consent) => match consent.approve() {
+                            Ok(grant) => {
+                                self.audit_consent_grant("task", &id, &requested, &grant);
+                                grant
+                            }
+                            Err(error) => {
+                                self.log.line(format_args!(
+                                    "recording the client's consent answer failed: {error}"
+                                ));
+                                continue;
+                            }
+                        },
+                        Awaiting::Grant(grant) => grant,
+                    };
+                    if deadline.is_some_and(|d| now > d) {
+                        match grant.deadline_missed() {
+                            Ok(denial) => {
+                                self.audit_denial(
+                                    "deadline",
+                                    "task",
+                                    Some(&id),
+                                    &requested,
+                                    &denial,
+                                );
+                                refusal.get_or_insert_with(|| denial.local_error(Some(call_id)));
+                            }
+                            Err(error) => {
+                                refusal.get_or_insert_with(|| error.reply(Some(call_id)));
+                            }
+                        }
+                        continue;
+                    }
+                    match self.settle(grant, response, "task", &id, &requested) {
+                        Settled::Annotated(annotated) => changed |= annotated,
+                        Settled::Withheld(denial) => {
+                            refusal.get_or_insert_with(|| denial.local_error(Some(call_id)));
+                        }
+                        Settled::Failed(error) => {
+                            refusal.get_or_insert_with(|| error.reply(Some(call_id)));
+                        }
+                    }
+                }
+                self.put_back_ext_task(&task_id, task, now);
+                if let Some(refusal) = refusal {
+                    self.send_client(&refusal);
+                } else if changed {
+                    self.send_server(value.to_string().as_bytes());
+                } else {
+                    self.send_server(raw);
+                }
+            }
         }
     }
 
@@ -1453,6 +2214,10 @@ impl Session {
             self.log.line(format_args!(
                 "stopped waiting for the client's answer to {lapsed}"
             ));
+        }
+        for (origin, pending) in swept.abandoned {
+            // A task whose ttl ended with no answer from the user.
+            self.abandon(pending, &origin, None);
         }
         for sampling in swept.expired {
             let Sampling {
@@ -1494,6 +2259,7 @@ impl Session {
                 state: TaskState::Running(Awaiting::Grant(grant)),
                 deadline,
                 until,
+                bytes,
             } = task
             else {
                 continue;
@@ -1511,6 +2277,7 @@ impl Session {
                         state: TaskState::Missed(denial),
                         deadline,
                         until,
+                        bytes,
                     };
                     lock(&self.state).flights.put_task(task_id, task);
                 }
@@ -1521,6 +2288,36 @@ impl Session {
             }
         }
     }
+}
+
+/// The key of an extension task: its id, or the JSON text of a task id that
+/// is not a string (a client may still read the task's entries).
+fn task_key(task_id: &Value) -> String {
+    task_id
+        .as_str()
+        .map_or_else(|| task_id.to_string(), str::to_owned)
+}
+
+/// What an extension task is charged against the byte bound: its id and
+/// the entries it holds, as the server wrote them.
+fn ext_task_bytes(task_id: &str, task: &ExtTask) -> usize {
+    let entries: usize = task
+        .pending
+        .iter()
+        .map(|(key, input)| key.len() + input.request.to_string().len())
+        .sum();
+    let answered: usize = task.answered.iter().map(String::len).sum();
+    task_id.len() + entries + answered
+}
+
+/// The sampling entries of one `inputRequests`, decided.
+struct Decided {
+    /// The frame answering the client's call when an entry is refused.
+    refusal: Option<Vec<u8>>,
+    /// Trimmed entries' new params, by key.
+    rewrites: Vec<(String, Map<String, Value>)>,
+    /// Allowed and consent entries, by key.
+    remembered: Vec<(String, InputEntry)>,
 }
 
 /// What the server receives for a client's answer.
@@ -1727,11 +2524,12 @@ mod tests {
     }
 
     /// Issue 11 item 17 through the proxy: an allowed request whose
-    /// `maxTokens` is spelt `9e2` or `-0` goes on with the integer.
+    /// `maxTokens` is spelt `9e2` or `1e0` goes on with the integer (0,
+    /// however spelt, is refused: `docs/spec/evaluation.md`, step 1).
     #[test]
     fn an_integral_max_tokens_goes_on_as_an_integer() {
         let rig = rig("any");
-        for (spelt, integer) in [("9e2", 900), ("-0", 0), ("100.0", 100)] {
+        for (spelt, integer) in [("9e2", 900), ("1e0", 1), ("100.0", 100)] {
             let request = SAMPLE.replace(r#""maxTokens":100"#, &format!(r#""maxTokens":{spelt}"#));
             rig.session.from_server(request.as_bytes());
             let forwarded = rig.client.take();
@@ -1943,9 +2741,9 @@ mod tests {
         };
         let (rig, clock) = stepped_rig("slow");
         rig.session.from_server(ask("r1", "on time").as_bytes());
-        assert_eq!(rig.client.take().len(), 1);
+        let token = state_token(&rig.client.take()[0]);
         clock.step(Duration::from_millis(10));
-        rig.session.from_client(retry(2, "r1").as_bytes());
+        rig.session.from_client(retry(2, &token).as_bytes());
         assert_eq!(
             rig.server.take(),
             [retry(2, "r1")],
@@ -1953,9 +2751,9 @@ mod tests {
         );
 
         rig.session.from_server(ask("r2", "late").as_bytes());
-        assert_eq!(rig.client.take().len(), 1);
+        let token = state_token(&rig.client.take()[0]);
         clock.step(Duration::from_millis(11));
-        rig.session.from_client(retry(3, "r2").as_bytes());
+        rig.session.from_client(retry(3, &token).as_bytes());
         assert!(
             rig.server.take().is_empty(),
             "the late completion is kept back"
@@ -2053,12 +2851,17 @@ mod tests {
             forwarded["result"]["inputRequests"]["s"]["params"]["includeContext"], "thisServer",
             "the capability rule is 2026-07-28's; this table is 2025-11-25"
         );
+        let token = forwarded["result"]["requestState"].as_str().unwrap();
         let retry = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "t", "requestState": "r1",
+            "name": "t", "requestState": token,
             "inputResponses": {"s": {"role": "assistant", "model": "m",
                                      "content": {"type": "text", "text": "ok"}}}}});
         rig.session.from_client(retry.to_string().as_bytes());
         let sent = parse(&rig.server.take()[0]);
+        assert_eq!(
+            sent["params"]["requestState"], "r1",
+            "the server's own state"
+        );
         assert_eq!(
             sent["params"]["inputResponses"]["s"]["_meta"]["context"],
             json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"})
@@ -2076,20 +2879,23 @@ mod tests {
                 "requestState": state}})
             .to_string()
         };
-        // Approved: the retry carries the response and goes on unchanged.
-        rig.session.from_server(ask("r1", "one").as_bytes());
-        assert_eq!(rig.client.take().len(), 1);
-        let retry = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "t", "requestState": "r1", "inputResponses": {"s": {"role": "assistant",
+        // Approved: the retry carries the response and goes on with the
+        // server's own state.
+        let retry = |state: &str| {
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "t", "requestState": state, "inputResponses": {"s": {"role": "assistant",
             "model": "m", "content": {"type": "text", "text": "ok"}}}}})
-        .to_string();
-        rig.session.from_client(retry.as_bytes());
-        assert_eq!(rig.server.take(), [retry]);
+            .to_string()
+        };
+        rig.session.from_server(ask("r1", "one").as_bytes());
+        let token = state_token(&rig.client.take()[0]);
+        rig.session.from_client(retry(&token).as_bytes());
+        assert_eq!(rig.server.take(), [retry("r1")]);
         // Declined: the retry has no response for the entry.
         rig.session.from_server(ask("r2", "two").as_bytes());
-        assert_eq!(rig.client.take().len(), 1);
+        let token = state_token(&rig.client.take()[0]);
         let declined = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "t", "requestState": "r2", "inputResponses": {}}})
+            "name": "t", "requestState": token, "inputResponses": {}}})
         .to_string();
         rig.session.from_client(declined.as_bytes());
         assert_eq!(
@@ -2117,6 +2923,245 @@ mod tests {
         let answer = parse(&rig.client.take()[0]);
         assert_eq!(answer["id"], 1);
         assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+    }
+
+    /// The `requestState` the client was given in a forwarded result.
+    fn state_token(forwarded: &str) -> String {
+        let token = parse(forwarded)["result"]["requestState"].clone();
+        token.as_str().unwrap().to_owned()
+    }
+
+    /// Two calls given the same `requestState` by the server, each with
+    /// its own entry: the retry of one settles only its own entry. The
+    /// client approves every entry it is shown, so every entry forwarded
+    /// is a completion run, and `budget 2 requests per day` bounds them.
+    #[test]
+    fn calls_sharing_a_request_state_do_not_cross() {
+        let rig = rig("pair");
+        let ask = |call: u64, key: &str, text: &str| {
+            json!({"jsonrpc": "2.0", "id": call, "result": {"resultType": "input_required",
+                "inputRequests": {key: parse(&sample(0, text))},
+                "requestState": "shared"}})
+            .to_string()
+        };
+        let mut completions = 0;
+        for round in 0..4 {
+            // Call A gets key `a`, call B key `b`; the server gives both one state.
+            let mut forwarded = Vec::new();
+            for (call, key) in [(10 * round + 1, "a"), (10 * round + 2, "b")] {
+                rig.session
+                    .from_server(ask(call, key, &format!("{key}{round}")).as_bytes());
+                let frame = parse(&rig.client.take()[0]);
+                if frame.get("result").is_some() {
+                    let state = frame["result"]["requestState"].as_str().unwrap().to_owned();
+                    forwarded.push((call, key, state));
+                } else {
+                    assert_eq!(frame["error"]["data"]["reason"], "policy.budget_exhausted");
+                }
+            }
+            // The client runs every entry it was shown, and retries B first.
+            for (call, key, state) in forwarded.into_iter().rev() {
+                completions += 1;
+                let retry = json!({"jsonrpc": "2.0", "id": call + 100, "method": "tools/call",
+                    "params": {"name": "t", "requestState": state,
+                        "inputResponses": {key: parse(COMPLETION)}}});
+                rig.session.from_client(retry.to_string().as_bytes());
+                let sent = parse(&rig.server.take()[0]);
+                assert_eq!(sent["params"]["requestState"], "shared", "{sent}");
+            }
+        }
+        assert!(
+            completions <= 2,
+            "the client ran {completions} completions under `budget 2 requests per day`"
+        );
+        let audit: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+        assert!(
+            audit.iter().all(|l| l["reason"] != "user.denied"),
+            "the user refused nothing: {audit:?}"
+        );
+    }
+
+    /// Large requests the client never answers: the proxy holds them up to
+    /// the byte bound, then refuses new ones (retryable) and keeps every
+    /// pending one. Granted requests (the defaults' `consent never`): a
+    /// flood of consent requests meets the consent cooldown before the
+    /// bound (`docs/spec/evaluation.md`, "Consent cooldown").
+    #[test]
+    fn a_flood_of_large_requests_stops_at_the_byte_bound() {
+        let rig = rig("held");
+        // The bound lowered to 8 MiB to keep the test fast; the real one
+        // (64 MiB) is measured on the release proxy in `proxy/PROXY.md`.
+        lock(&rig.session.state).flights = InFlight::with_bytes_bound(8 << 20);
+        let text = "x".repeat(1 << 20);
+        let (mut forwarded, mut refused) = (0, 0);
+        for id in 0..12 {
+            rig.session
+                .from_server(sample(id, &format!("{id}{text}")).as_bytes());
+            forwarded += rig.client.take().len();
+            for answer in rig.server.take() {
+                let answer = parse(&answer);
+                assert_eq!(answer["id"], id);
+                assert_eq!(answer["error"]["code"], -32603);
+                assert_eq!(answer["error"]["data"]["reason"], "runtime.in_flight_bound");
+                assert_eq!(answer["error"]["data"]["retryable"], true);
+                refused += 1;
+            }
+        }
+        assert_eq!((forwarded, refused), (7, 5));
+        let (_, bytes) = lock(&rig.session.state).flights.held();
+        assert!(bytes <= 8 << 20, "{bytes}");
+        // The first request is still pending: its answer still decides.
+        rig.session.from_client(error_frame(0, -1, "no").as_bytes());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// A retry carrying a `requestState` the proxy never minted (the
+    /// server's own, or a forged token) settles nothing and goes on
+    /// unchanged; a repeated retry gets the server's state back again.
+    #[test]
+    fn an_unknown_request_state_settles_nothing() {
+        let rig = rig("asks");
+        let ask = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required",
+            "inputRequests": {"k": parse(&sample(0, "x"))}}});
+        rig.session.from_server(ask.to_string().as_bytes());
+        let token = state_token(&rig.client.take()[0]);
+        assert_eq!(rig.audit.take().len(), 1, "the decision");
+        let retry = |state: &str| {
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "t",
+                "requestState": state, "inputResponses": {"k": parse(COMPLETION)}}})
+            .to_string()
+        };
+        for forged in ["", "shared", "mcpolicy.00000000000000000000000000000000"] {
+            rig.session.from_client(retry(forged).as_bytes());
+            assert_eq!(rig.server.take(), [retry(forged)], "unchanged");
+        }
+        assert!(rig.audit.take().is_empty(), "nothing settled");
+        // The real token: approved, and the server (which sent no state) gets none.
+        rig.session.from_client(retry(&token).as_bytes());
+        let sent = parse(&rig.server.take()[0]);
+        assert!(sent["params"].get("requestState").is_none(), "{sent}");
+        assert_eq!(parse(&rig.audit.take()[0])["event"], "consent");
+        rig.session.from_client(retry(&token).as_bytes());
+        let again = parse(&rig.server.take()[0]);
+        assert!(again["params"].get("requestState").is_none(), "{again}");
+        assert!(rig.audit.take().is_empty(), "settled once");
+    }
+
+    /// A client `tasks/get` (2026-07-28 tasks extension) of task `task`.
+    fn task_get(id: u64, task: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": task}})
+            .to_string()
+    }
+
+    /// The server's answer to `tasks/get` `id`: task `task` waits for the
+    /// sampling entry `key` with prompt `text`.
+    fn task_input(id: u64, task: &str, key: &str, text: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "complete",
+            "taskId": task, "status": "input_required", "ttlMs": 60000,
+            "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z",
+            "inputRequests": {key: parse(&sample(0, text))}}})
+        .to_string()
+    }
+
+    fn task_update(id: u64, task: &str, key: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tasks/update", "params": {
+            "taskId": task, "inputResponses": {key: parse(COMPLETION)}}})
+        .to_string()
+    }
+
+    /// A sampling request inside a task's `inputRequests`, read by the
+    /// client from `tasks/get` or `notifications/tasks`, is decided like any
+    /// other: under `sampling off` it never reaches the client.
+    #[test]
+    fn an_extension_task_sampling_entry_is_decided() {
+        let rig = rig("off");
+        rig.session.from_client(task_get(5, "T").as_bytes());
+        assert_eq!(rig.server.take().len(), 1);
+        rig.session
+            .from_server(task_input(5, "T", "s", "hi").as_bytes());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], 5, "the client's own call");
+        assert_eq!(
+            answer["error"]["data"]["reason"],
+            "policy.sampling_disabled"
+        );
+        let notification = json!({"jsonrpc": "2.0", "method": "notifications/tasks",
+            "params": parse(&task_input(0, "T", "s", "hi"))["result"]});
+        rig.session.from_server(notification.to_string().as_bytes());
+        assert!(rig.client.take().is_empty(), "dropped, not forwarded");
+    }
+
+    /// The tasks extension with a server that shares keys: a task id given
+    /// to two calls is refused on the second; a poll repeated is not decided
+    /// again; `tasks/update` settles only the entries it answers; a key
+    /// reused for another request is refused.
+    #[test]
+    fn extension_tasks_bind_entries_to_the_task_and_its_call() {
+        let rig = rig("pair");
+        let created = |id: u64| {
+            json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "task",
+                "taskId": "T", "status": "working", "ttlMs": 60000,
+                "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z"}})
+            .to_string()
+        };
+        rig.session.from_server(created(1).as_bytes());
+        assert_eq!(rig.client.take(), [created(1)]);
+        rig.session.from_server(created(2).as_bytes());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], 2);
+        assert!(
+            answer.get("error").is_some(),
+            "a task id names one call's task"
+        );
+        // Polled twice before the user answers: decided once.
+        for poll in [10, 11] {
+            rig.session.from_client(task_get(poll, "T").as_bytes());
+            rig.session
+                .from_server(task_input(poll, "T", "k", "a").as_bytes());
+            let forwarded = parse(&rig.client.take()[0]);
+            assert_eq!(
+                forwarded["result"]["inputRequests"]["k"]["params"]["maxTokens"],
+                100
+            );
+        }
+        rig.server.take();
+        let decisions = rig.audit.take();
+        assert_eq!(
+            decisions.len(),
+            1,
+            "one decision for one entry: {decisions:?}"
+        );
+        // The same key for another request: refused.
+        rig.session.from_client(task_get(12, "T").as_bytes());
+        rig.session
+            .from_server(task_input(12, "T", "k", "b").as_bytes());
+        let answer = parse(&rig.client.take()[0]);
+        assert_eq!(answer["id"], 12);
+        assert_eq!(answer["error"]["code"], -32600);
+        rig.server.take();
+        // The client answers it: approved, forwarded.
+        rig.session
+            .from_client(task_update(13, "T", "k").as_bytes());
+        assert_eq!(rig.server.take(), [task_update(13, "T", "k")]);
+        let audit = parse(&rig.audit.take()[0]);
+        assert_eq!(
+            (audit["event"].as_str(), audit["outcome"].as_str()),
+            (Some("consent"), Some("allow"))
+        );
+        // The key again after its answer: refused, never asked twice.
+        rig.session.from_client(task_get(14, "T").as_bytes());
+        rig.session
+            .from_server(task_input(14, "T", "k", "a").as_bytes());
+        assert_eq!(parse(&rig.client.take()[0])["error"]["code"], -32600);
+        rig.server.take();
+        // One reservation per entry: the budget (2 a day) still admits one more.
+        rig.session.from_client(task_get(15, "T").as_bytes());
+        rig.session
+            .from_server(task_input(15, "T", "k2", "c").as_bytes());
+        assert!(parse(&rig.client.take()[0]).get("result").is_some());
     }
 
     /// A sampling request with prompt `text` and JSON-RPC id `id`.
@@ -2213,6 +3258,76 @@ mod tests {
         );
     }
 
+    /// `wire::admit_id`: a number some client reads as another id (`1.0`
+    /// is `1` to `JSON.parse` and to pydantic) is refused -32600 with the
+    /// id as written, never forwarded, so the client's answer to it cannot
+    /// be taken for the answer to the consent request `1`.
+    #[test]
+    fn an_id_a_client_would_alias_is_refused_as_written() {
+        let rig = rig("asks");
+        rig.session.from_server(sample(1, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        for id in [
+            "1.0",
+            "1e0",
+            "1.00",
+            "10e-1",
+            "-0",
+            "123456789012345678901234567890",
+            "9007199254740993",
+        ] {
+            let ping = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            rig.session.from_server(ping.as_bytes());
+            assert!(rig.client.take().is_empty(), "{id} is not forwarded");
+            let answer = rig.server.take();
+            assert!(
+                answer[0].starts_with(&format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32600,"#
+                )),
+                "{id} echoed as written: {answer:?}"
+            );
+        }
+        // The consent request is still the user's to answer.
+        rig.session
+            .from_client(error_frame(1, -1, "User rejected").as_bytes());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// `wire::for_readers`: a line a reader that also ends lines at a lone
+    /// CR (Java, .NET, Node `readline`, Python universal newlines) would
+    /// split into a notification and a sampling request goes on without
+    /// the CRs; U+2028 inside a string goes on escaped.
+    #[test]
+    fn a_lone_cr_never_reaches_the_client() {
+        let rig = rig("off");
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":\r{}\r}}\n",
+            sample(9, "x\u{2028}y")
+        );
+        rig.session.from_server(line.as_bytes());
+        let out = rig.client.take_lines();
+        assert_eq!(out.len(), 1);
+        assert!(!out[0].contains(&b'\r'));
+        assert!(!String::from_utf8_lossy(&out[0]).contains('\u{2028}'));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&out[0]).unwrap(),
+            serde_json::from_str::<Value>(line.trim_end()).unwrap()
+        );
+        assert!(rig.server.take().is_empty());
+        // Bytes no JSON text holds are refused, not forwarded.
+        for bad in [
+            &b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\x0b\"params\":{}}"[..],
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"a\":\"\xff\"}}",
+        ] {
+            rig.session.from_server(bad);
+            assert!(rig.client.take().is_empty());
+            assert_eq!(rig.server.take().len(), 1);
+        }
+    }
+
     /// Issue 11 item 3: a request the server cancelled stays tracked; the
     /// user's refusal is still recorded and nothing reaches the server.
     #[test]
@@ -2264,8 +3379,9 @@ mod tests {
         assert_eq!(audit.last().unwrap()["outcome"], "allow");
     }
 
-    /// Issue 11 item 4: the task-creation reply is not the user's answer; a
-    /// task that fails is a refusal, stored, and replayed.
+    /// The task-creation reply is not the user's answer; a task that fails
+    /// with MCP's user-rejection message (as clients of the TypeScript SDK
+    /// report a rejection) is the refusal, stored, and replayed.
     #[test]
     fn a_failed_sampling_task_is_a_refusal() {
         let rig = rig("first");
@@ -2299,6 +3415,129 @@ mod tests {
             parse(&rig.server.take()[0])["error"]["data"]["reason"],
             "user.denied"
         );
+    }
+
+    /// Only the user's word is a refusal: a task that failed for another
+    /// reason (a provider timeout) stores nothing and refunds its budget,
+    /// when its `tasks/result` answers with another error, or when its
+    /// `ttl` passes unanswered; a `failed` task whose `tasks/result` is
+    /// `-1` is the refusal. `once` admits one request a day, so a refund
+    /// shows as the same request asked again.
+    #[test]
+    fn a_task_that_failed_otherwise_is_not_a_refusal() {
+        let (rig, clock) = stepped_rig("once");
+        let create = |id: u64, task: &str, ttl: u64| {
+            result_frame(
+                id,
+                &json!({"task": {"taskId": task, "status": "working", "ttl": ttl}}).to_string(),
+            )
+        };
+        let failed = |task: &str, message: &str| {
+            json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": {
+                "taskId": task, "status": "failed", "statusMessage": message}})
+            .to_string()
+        };
+        // Failed, then `tasks/result` answers -32603: abandoned, refunded.
+        rig.session
+            .from_server(task_sample(7, "a", json!({})).as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        rig.session.from_client(create(7, "t1", 300_000).as_bytes());
+        rig.session
+            .from_client(failed("t1", "provider timeout").as_bytes());
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":"t1"}}"#,
+        );
+        rig.client.take();
+        let error = error_frame(8, -32603, "Task t1 has no result stored");
+        rig.session.from_client(error.as_bytes());
+        assert_eq!(
+            rig.server.take().last().unwrap(),
+            &error,
+            "the client's own error"
+        );
+        // Refunded: the same request is asked again (the budget admits one).
+        rig.session
+            .from_server(task_sample(9, "a", json!({})).as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "asked again, not refused");
+        assert!(rig.server.take().is_empty());
+        // Failed without a word and never fetched: its ttl abandons it.
+        rig.session.from_client(create(9, "t2", 1000).as_bytes());
+        rig.session.from_client(failed("t2", "oops").as_bytes());
+        clock.step(Duration::from_millis(1000));
+        rig.session.expire(clock.now());
+        rig.server.take();
+        rig.session
+            .from_server(task_sample(10, "a", json!({})).as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "refunded at the ttl");
+        // Failed, then `tasks/result` says -1: the user's word, recorded.
+        rig.session
+            .from_client(create(10, "t3", 300_000).as_bytes());
+        rig.session.from_client(failed("t3", "").as_bytes());
+        rig.session.from_server(
+            br#"{"jsonrpc":"2.0","id":11,"method":"tasks/result","params":{"taskId":"t3"}}"#,
+        );
+        rig.client.take();
+        rig.session
+            .from_client(error_frame(11, -1, "User rejected sampling request").as_bytes());
+        let answer = parse(rig.server.take().last().unwrap());
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied");
+        let audit: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+        let refusals = audit
+            .iter()
+            .filter(|l| l["reason"] == "user.denied")
+            .count();
+        assert_eq!(refusals, 1, "only the -1 is a refusal: {audit:?}");
+    }
+
+    /// After a replayed approval, or under `consent never`, the client may
+    /// still ask its user: a `-1` is the user's word, recorded as
+    /// `user.denied` and answered with the policy's frame.
+    #[test]
+    fn a_refusal_under_a_grant_is_the_users_word() {
+        // `consent never` (the defaults).
+        let rig = rig("any");
+        rig.session.from_server(sample(1, "a").as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "allowed, forwarded");
+        rig.session
+            .from_client(error_frame(1, -1, "User rejected sampling request").as_bytes());
+        let answer = parse(&rig.server.take()[0]);
+        assert_eq!(answer["error"]["data"]["reason"], "user.denied", "{answer}");
+        rig.session.from_server(sample(2, "a").as_bytes());
+        assert!(rig.client.take().is_empty(), "never asked again");
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+        // A replayed approval (`consent first`), then the user's -1.
+        let rig = rig_first_approved();
+        rig.session.from_server(sample(4, "b").as_bytes());
+        assert_eq!(rig.client.take().len(), 1, "replayed approval, forwarded");
+        rig.session.from_client(error_frame(4, -1, "no").as_bytes());
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+        rig.session.from_server(sample(5, "b").as_bytes());
+        assert!(
+            rig.client.take().is_empty(),
+            "the refusal replaced the approval"
+        );
+        assert_eq!(
+            parse(&rig.server.take()[0])["error"]["data"]["reason"],
+            "user.denied"
+        );
+    }
+
+    /// `first` with prompt `b` approved by the user (stored `user.approved`).
+    fn rig_first_approved() -> Rig {
+        let rig = rig("first");
+        rig.session.from_server(sample(3, "b").as_bytes());
+        assert_eq!(rig.client.take().len(), 1);
+        rig.session
+            .from_client(result_frame(3, COMPLETION).as_bytes());
+        assert_eq!(rig.server.take().len(), 1);
+        rig.audit.take();
+        rig
     }
 
     /// Issue 11 item 4: a `-1` answer to `tasks/result` is the refusal; the

@@ -532,7 +532,12 @@ impl World {
     /// request `origin`, if it is still the deciding answer.
     fn decide(&mut self, origin: usize, outcome: Outcome) {
         let sent = &mut self.sent[origin];
-        if !sent.consent || sent.decided {
+        // The user's -1 is a refusal whenever it comes: also on a request
+        // the proxy let through without asking (a replayed approval), unless
+        // the proxy already answered it at its deadline.
+        let refused_grant =
+            matches!(outcome, Outcome::Refused) && !sent.consent && sent.answers == 0;
+        if (!sent.consent && !refused_grant) || sent.decided {
             return;
         }
         let Kind::Sampling { prompt, .. } = sent.kind else {
@@ -540,10 +545,10 @@ impl World {
         };
         sent.decided = true;
         match outcome {
-            Outcome::Approved => {
-                // `consent first` stores the approval over any refusal.
-                self.refused.remove(&prompt);
-            }
+            // The approval is stored under the approval key; a refusal of
+            // the same request, under its refusal key, still answers first
+            // (`docs/spec/identity.md`, "Two keys").
+            Outcome::Approved => {}
             Outcome::Refused => {
                 self.refused.insert(prompt);
                 self.spent -= 1;
@@ -675,11 +680,17 @@ impl World {
         let frame = if result {
             match (status, how) {
                 ("completed", _) => completion(id, tag),
-                ("failed", _) => error(id, -1, tag),
+                // A task the user was asked about fails with the user's
+                // -1; one under a grant fails as a provider would.
+                ("failed", _) if self.sent[origin].consent => error(id, -1, tag),
+                ("failed", _) => error(id, -32603, tag),
                 _ => error(id, -32603, tag),
             }
         } else {
-            json!({"jsonrpc": "2.0", "id": id, "result": {"taskId": task_id, "status": status, "_meta": {"tag": tag}}})
+            // A refused task fails with MCP's rejection message, as clients
+            // of the TypeScript SDK report it (the only form a status has).
+            json!({"jsonrpc": "2.0", "id": id, "result": {"taskId": task_id, "status": status,
+                "statusMessage": status_message(status, self.sent[origin].consent), "_meta": {"tag": tag}}})
         };
         // The first terminal signal the proxy sees decides (see session.rs).
         if live && !self.client_tasks[&task_id].decided {
@@ -810,7 +821,8 @@ impl World {
                 self.trace
                     .push(format!("client: task {task_id} is {status}"));
                 let frame = json!({"jsonrpc": "2.0", "method": "notifications/tasks/status",
-                    "params": {"taskId": task_id, "status": status}});
+                    "params": {"taskId": task_id, "status": status,
+                        "statusMessage": status_message(status, self.sent[origin].consent)}});
                 self.session.from_client(frame.to_string().as_bytes());
                 let answered = self.observe(None, None)?;
                 check!(
@@ -895,6 +907,17 @@ impl NowMs for ManualClock {
     }
 }
 
+/// The `statusMessage` of a task in `status`: a task the user was asked
+/// about (`consent`) fails with the user's rejection, one under a grant as
+/// a provider would.
+fn status_message(status: &str, consent: bool) -> &'static str {
+    match (status, consent) {
+        ("failed", true) => "User rejected sampling request",
+        ("failed", false) => "provider error",
+        _ => "",
+    }
+}
+
 fn completion(id: u64, tag: usize) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": {"role": "assistant", "model": "m",
         "content": {"type": "text", "text": format!("@{tag}@")},
@@ -926,13 +949,13 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     world.drain()
 }
 
-#[test]
-fn random_interleavings_keep_the_invariants() {
+/// Runs `test` over `strategy` for `PROPTEST_CASES` cases (64 by default)
+/// from a seed that a failure prints; `MCPOLICY_SEED=<n>` replays it.
+fn run_seeded<S: Strategy>(strategy: &S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(64);
-    // The seed is printed on failure; `MCPOLICY_SEED=<n>` replays it.
     let seed: u64 = std::env::var("MCPOLICY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -952,10 +975,14 @@ fn random_interleavings_keep_the_invariants() {
         },
         rng,
     );
-    let result = runner.run(&proptest::collection::vec(op(), 1..60), |ops| run(&ops));
-    if let Err(error) = result {
+    if let Err(error) = runner.run(strategy, test) {
         panic!("{error}\nseed {seed}: replay with MCPOLICY_SEED={seed}");
     }
+}
+
+#[test]
+fn random_interleavings_keep_the_invariants() {
+    run_seeded(&proptest::collection::vec(op(), 1..60), |ops| run(&ops));
 }
 
 /// The scenarios of issue 11 items 1–4 in one interleaving, as a fixed case.
@@ -1027,4 +1054,573 @@ fn the_issue_11_scenarios_hold() {
         },
     ];
     run(&ops).unwrap();
+}
+
+// ------------------------------------------------------------------------
+// MCP 2026-07-28: `InputRequiredResult`s and retries, and the tasks
+// extension (`tasks/get`, `tasks/update`), against a server that shares
+// every key it may choose: concurrent calls get `requestState`s and entry
+// keys from pools of two, tasks get task ids from a pool of two, and
+// retries may carry a state the proxy never gave (the server's own, a
+// forged token). Each entry's prompt is its own (`e<n>`), so the audit
+// says which entry a decision was about.
+//
+// Invariants, after every step:
+//
+// 1. a retry settles exactly its own call's entries (an approval for each
+//    response, a refusal for each entry without one), and reaches the
+//    server with the `requestState` the server gave that call;
+// 2. a retry whose state the proxy did not give settles nothing and goes
+//    on unchanged;
+// 3. the completions the client ran never exceed `budget 3 requests per
+//    day` (an entry forwarded and approved is one; a refusal is refunded);
+// 4. within a task, an entry is decided once, however often it is polled,
+//    and `tasks/update` settles only the entries it answers.
+
+const MRTR_POLICY: &str = r#"
+mcpolicy 1
+protocol 2025-11-25
+error_code -32010
+identity messages
+
+server "s" {
+  consent always
+  budget 3 requests per day
+}
+"#;
+
+const MRTR_BUDGET: usize = 3;
+
+#[derive(Clone, Debug)]
+enum MrtrOp {
+    /// The server answers a new client call with an `InputRequiredResult`:
+    /// `state` from a pool of two (or none), entries under the keys of
+    /// `keys` (bits over `k0`, `k1`).
+    Ask { state: u8, keys: u8 },
+    /// The client retries the `pick`-th outstanding call, answering the
+    /// entries in `approve` (bits) and declining the others.
+    Retry { pick: u8, approve: u8 },
+    /// The client retries the `pick`-th outstanding call with the server's
+    /// own state or a forged token instead of what it was given.
+    Forge { pick: u8, token: bool },
+    /// The server creates a task with id `t<task>` on a new client call.
+    Create { task: u8 },
+    /// The client polls task `t<task>`; the server answers with the entries
+    /// under the keys of `keys`, new ones (`fresh`) or those it showed.
+    Poll { task: u8, keys: u8, fresh: bool },
+    /// The client answers the entries of task `t<task>` in `approve`.
+    Update { task: u8, approve: u8 },
+}
+
+fn mrtr_op() -> impl Strategy<Value = MrtrOp> {
+    prop_oneof![
+        4 => (0u8..3, 1u8..4).prop_map(|(state, keys)| MrtrOp::Ask { state, keys }),
+        4 => (any::<u8>(), 0u8..4).prop_map(|(pick, approve)| MrtrOp::Retry { pick, approve }),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(pick, token)| MrtrOp::Forge { pick, token }),
+        1 => (0u8..2).prop_map(|task| MrtrOp::Create { task }),
+        3 => (0u8..2, 1u8..4, any::<bool>()).prop_map(|(task, keys, fresh)| MrtrOp::Poll { task, keys, fresh }),
+        2 => (0u8..2, 0u8..4).prop_map(|(task, approve)| MrtrOp::Update { task, approve }),
+    ]
+}
+
+/// A call the server answered with an `InputRequiredResult` the client got.
+#[derive(Debug)]
+struct Call {
+    /// The state the server gave (`None`: none).
+    server_state: Option<String>,
+    /// The state the client was given.
+    client_state: Value,
+    /// (key, prompt) of each sampling entry.
+    entries: Vec<(String, String)>,
+}
+
+/// A task's entries as the client sees them.
+#[derive(Debug, Default)]
+struct ModelTask {
+    /// Entries shown and not answered: key → prompt.
+    shown: BTreeMap<String, String>,
+    /// Keys answered (the server must not reuse them).
+    answered: BTreeSet<String>,
+    /// The proxy refused its creation (the id named another call's task).
+    refused: bool,
+}
+
+struct Mrtr {
+    session: Session,
+    server: Buf,
+    client: Buf,
+    audit: Buf,
+    _dir: tempfile::TempDir,
+    next_call: u64,
+    next_prompt: usize,
+    outstanding: Vec<Call>,
+    tasks: BTreeMap<String, ModelTask>,
+    /// Entries forwarded and not refunded: what the budget counts.
+    reserved: usize,
+    /// Completions the client ran (responses it sent).
+    completions: usize,
+    /// The prompt of each entry, by its request identity (the audit names
+    /// a decision by identity).
+    prompts: HashMap<String, String>,
+    /// Prompts forwarded for consent and not approved (an upper bound on
+    /// the engine's consent cooldown count, which also returns abandoned
+    /// prompts and forgets those older than its window).
+    unapproved: u64,
+    trace: Vec<String>,
+}
+
+macro_rules! mcheck {
+    ($world:expr, $cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(TestCaseError::fail(format!(
+                "{}\ntrace:\n  {}",
+                format!($($msg)+),
+                $world.trace.join("\n  ")
+            )));
+        }
+    };
+}
+
+fn mrtr_policy() -> Policy {
+    let db = Database::default();
+    let source = SourceText::new(&db, "m.mcpolicy".into(), MRTR_POLICY.into());
+    Policy::verify(db::lower_file(&db, source).clone().unwrap()).unwrap()
+}
+
+fn keys_of(bits: u8) -> Vec<String> {
+    (0..2)
+        .filter(|i| bits & (1 << i) != 0)
+        .map(|i| format!("k{i}"))
+        .collect()
+}
+
+impl Mrtr {
+    fn new() -> Mrtr {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("store.db")).unwrap();
+        let engine = Engine::new(
+            mrtr_policy(),
+            Arc::new(store),
+            Arc::new(ManualClock::new(START_MS)),
+        );
+        let (server, client, audit) = (Buf::default(), Buf::default(), Buf::default());
+        let session = Session::new(
+            engine,
+            "s",
+            Box::new(server.clone()),
+            Box::new(client.clone()),
+            Log::to(Box::new(std::io::sink()), "s"),
+            Some(Audit::to(Box::new(audit.clone()))),
+        );
+        Mrtr {
+            session,
+            server,
+            client,
+            audit,
+            _dir: dir,
+            next_call: 1,
+            next_prompt: 0,
+            outstanding: Vec::new(),
+            tasks: BTreeMap::new(),
+            reserved: 0,
+            completions: 0,
+            prompts: HashMap::new(),
+            unapproved: 0,
+            trace: Vec::new(),
+        }
+    }
+
+    /// Whether `frame` is an error the model allows: the budget, or the
+    /// consent cooldown once enough prompts went unapproved
+    /// (`docs/spec/evaluation.md`, "Consent cooldown").
+    fn allowed_refusal(&self, frame: &Value) -> bool {
+        match frame.pointer("/error/data/reason").and_then(Value::as_str) {
+            Some("policy.budget_exhausted") => true,
+            Some("policy.consent_cooldown") => {
+                self.unapproved >= mcpolicy_runtime::engine::CONSENT_COOLDOWN_PROMPTS
+            }
+            _ => false,
+        }
+    }
+
+    fn entry(&mut self) -> (String, Value) {
+        let prompt = format!("e{}", self.next_prompt);
+        self.next_prompt += 1;
+        let request = json!({"method": "sampling/createMessage", "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+            "maxTokens": 10}});
+        let params = request["params"].as_object().unwrap();
+        let identity = self.session.engine().identity("s", params).into_string();
+        self.prompts.insert(identity, prompt.clone());
+        (prompt, request)
+    }
+
+    /// Consent decisions the audit recorded since the last call: (prompt,
+    /// approved), and how many entries were forwarded for consent.
+    fn audited(&mut self) -> (Vec<(String, bool)>, usize) {
+        let mut settled = Vec::new();
+        let mut asked = 0;
+        for line in self.audit.take() {
+            let entry: Value = serde_json::from_str(&line).unwrap();
+            let prompt = entry["identity"]
+                .as_str()
+                .and_then(|i| self.prompts.get(i))
+                .cloned()
+                .unwrap_or_default();
+            match (entry["event"].as_str(), entry["outcome"].as_str()) {
+                (Some("consent"), Some(outcome)) => settled.push((prompt, outcome != "deny")),
+                (Some("decision"), Some("consent")) => asked += 1,
+                _ => {}
+            }
+        }
+        settled.sort();
+        self.unapproved += asked as u64;
+        let approved = settled.iter().filter(|(_, yes)| *yes).count() as u64;
+        self.unapproved = self.unapproved.saturating_sub(approved);
+        (settled, asked)
+    }
+
+    fn step(&mut self, op: &MrtrOp) -> Result<(), TestCaseError> {
+        match *op {
+            MrtrOp::Ask { state, keys } => {
+                let call = self.next_call;
+                self.next_call += 1;
+                let server_state = (state < 2).then(|| format!("s{state}"));
+                let mut requests = serde_json::Map::new();
+                let mut entries = Vec::new();
+                for key in keys_of(keys) {
+                    let (prompt, request) = self.entry();
+                    requests.insert(key.clone(), request);
+                    entries.push((key, prompt));
+                }
+                let mut result = json!({"resultType": "input_required", "inputRequests": requests});
+                if let Some(state) = &server_state {
+                    result["requestState"] = json!(state);
+                }
+                self.trace.push(format!(
+                    "server: call {call} needs {entries:?}, state {server_state:?}"
+                ));
+                let frame = json!({"jsonrpc": "2.0", "id": call, "result": result});
+                self.session.from_server(frame.to_string().as_bytes());
+                let out = self.client.take();
+                mcheck!(self, out.len() == 1, "one frame for call {call}: {out:?}");
+                let frame: Value = serde_json::from_str(&out[0]).unwrap();
+                mcheck!(
+                    self,
+                    frame["id"] == call,
+                    "the answer is the call's: {frame}"
+                );
+                let (_, asked) = self.audited();
+                if frame.get("result").is_none() {
+                    mcheck!(
+                        self,
+                        self.allowed_refusal(&frame),
+                        "only the budget (or the consent cooldown) refuses here: {frame}"
+                    );
+                    return Ok(());
+                }
+                mcheck!(self, asked == entries.len(), "every entry asked once");
+                let client_state = frame["result"]["requestState"].clone();
+                mcheck!(
+                    self,
+                    self.outstanding
+                        .iter()
+                        .all(|c| c.client_state != client_state),
+                    "two calls were given one requestState: {client_state}"
+                );
+                self.reserved += entries.len();
+                mcheck!(
+                    self,
+                    self.reserved <= MRTR_BUDGET,
+                    "{} entries reserved under a budget of {MRTR_BUDGET}",
+                    self.reserved
+                );
+                self.outstanding.push(Call {
+                    server_state,
+                    client_state,
+                    entries,
+                });
+            }
+            MrtrOp::Retry { pick, approve } => {
+                if self.outstanding.is_empty() {
+                    return Ok(());
+                }
+                let call = self
+                    .outstanding
+                    .remove(pick as usize % self.outstanding.len());
+                let approved: Vec<String> = keys_of(approve);
+                let mut responses = serde_json::Map::new();
+                let mut expected = Vec::new();
+                for (key, prompt) in &call.entries {
+                    let yes = approved.contains(key);
+                    if yes {
+                        responses.insert(
+                            key.clone(),
+                            json!({"role": "assistant", "model": "m",
+                            "content": {"type": "text", "text": prompt}}),
+                        );
+                        self.completions += 1;
+                    } else {
+                        self.reserved -= 1;
+                    }
+                    expected.push((prompt.clone(), yes));
+                }
+                expected.sort();
+                self.trace.push(format!(
+                    "client retries {:?} with {:?}, approving {approved:?}",
+                    call.entries, call.client_state
+                ));
+                let retry = json!({"jsonrpc": "2.0", "id": 1000 + self.next_call, "method": "tools/call",
+                    "params": {"name": "t", "requestState": call.client_state, "inputResponses": responses}});
+                self.session.from_client(retry.to_string().as_bytes());
+                let sent = self.server.take();
+                mcheck!(
+                    self,
+                    sent.len() == 1,
+                    "the retry reaches the server: {sent:?}"
+                );
+                let sent: Value = serde_json::from_str(&sent[0]).unwrap();
+                mcheck!(
+                    self,
+                    sent["params"].get("requestState").and_then(Value::as_str)
+                        == call.server_state.as_deref(),
+                    "the server's own state is restored: {sent}"
+                );
+                let (settled, _) = self.audited();
+                mcheck!(
+                    self,
+                    settled == expected,
+                    "the retry settled {settled:?}, its own entries are {expected:?}"
+                );
+                mcheck!(
+                    self,
+                    self.completions <= MRTR_BUDGET,
+                    "the client ran {} completions under a budget of {MRTR_BUDGET}",
+                    self.completions
+                );
+            }
+            MrtrOp::Forge { pick, token } => {
+                if self.outstanding.is_empty() {
+                    return Ok(());
+                }
+                let call = &self.outstanding[pick as usize % self.outstanding.len()];
+                let state = if token {
+                    json!("mcpolicy.00000000000000000000000000000000")
+                } else {
+                    json!(call.server_state.clone().unwrap_or_default())
+                };
+                let responses: serde_json::Map<String, Value> = call
+                    .entries
+                    .iter()
+                    .map(|(k, p)| {
+                        (
+                            k.clone(),
+                            json!({"role": "assistant", "model": "m",
+                        "content": {"type": "text", "text": p}}),
+                        )
+                    })
+                    .collect();
+                self.trace.push(format!(
+                    "client retries with state {state} it was not given"
+                ));
+                let retry = json!({"jsonrpc": "2.0", "id": 5000, "method": "tools/call",
+                    "params": {"name": "t", "requestState": state, "inputResponses": responses}});
+                self.session.from_client(retry.to_string().as_bytes());
+                let sent = self.server.take();
+                mcheck!(self, sent.len() == 1, "forwarded: {sent:?}");
+                let sent: Value = serde_json::from_str(&sent[0]).unwrap();
+                mcheck!(self, sent == retry, "unchanged: {sent}");
+                let (settled, _) = self.audited();
+                mcheck!(self, settled.is_empty(), "settled nothing: {settled:?}");
+            }
+            MrtrOp::Create { task } => {
+                let task_id = format!("t{task}");
+                let call = self.next_call;
+                self.next_call += 1;
+                self.trace
+                    .push(format!("server creates {task_id} on call {call}"));
+                let frame = json!({"jsonrpc": "2.0", "id": call, "result": {"resultType": "task",
+                    "taskId": task_id, "status": "working", "ttlMs": 600000,
+                    "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z"}});
+                self.session.from_server(frame.to_string().as_bytes());
+                let out: Value = serde_json::from_str(&self.client.take()[0]).unwrap();
+                let known = self.tasks.contains_key(&task_id);
+                mcheck!(
+                    self,
+                    out.get("error").is_some() == known,
+                    "a task id given to a second call is refused, the first accepted: {out}"
+                );
+                self.tasks.entry(task_id).or_default().refused |= known;
+            }
+            MrtrOp::Poll { task, keys, fresh } => {
+                let task_id = format!("t{task}");
+                let Some(model) = self.tasks.get(&task_id) else {
+                    return Ok(());
+                };
+                let (shown, answered) = (model.shown.clone(), model.answered.clone());
+                let mut requests = serde_json::Map::new();
+                let mut new = Vec::new();
+                for key in keys_of(keys) {
+                    if answered.contains(&key) {
+                        continue; // a well-behaved server; reuse is refused (unit tests)
+                    }
+                    match shown.get(&key) {
+                        Some(prompt) if !fresh => {
+                            let request = json!({"method": "sampling/createMessage", "params": {
+                                "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                                "maxTokens": 10}});
+                            requests.insert(key, request);
+                        }
+                        Some(_) => {}
+                        None => {
+                            let (prompt, request) = self.entry();
+                            requests.insert(key.clone(), request);
+                            new.push((key, prompt));
+                        }
+                    }
+                }
+                if requests.is_empty() {
+                    return Ok(());
+                }
+                let call = self.next_call;
+                self.next_call += 1;
+                self.trace
+                    .push(format!("client polls {task_id} (call {call}): new {new:?}"));
+                let get = json!({"jsonrpc": "2.0", "id": call, "method": "tasks/get", "params": {"taskId": task_id}});
+                self.session.from_client(get.to_string().as_bytes());
+                self.server.take();
+                let answer = json!({"jsonrpc": "2.0", "id": call, "result": {"resultType": "complete",
+                    "taskId": task_id, "status": "input_required", "ttlMs": 600000,
+                    "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z",
+                    "inputRequests": requests}});
+                self.session.from_server(answer.to_string().as_bytes());
+                let out: Value = serde_json::from_str(&self.client.take()[0]).unwrap();
+                let (_, asked) = self.audited();
+                if out.get("error").is_some() {
+                    mcheck!(
+                        self,
+                        self.allowed_refusal(&out),
+                        "only the budget (or the consent cooldown) refuses a poll: {out}"
+                    );
+                    return Ok(());
+                }
+                mcheck!(
+                    self,
+                    asked == new.len(),
+                    "{asked} decisions for {} new entries: a repeated poll is not decided again",
+                    new.len()
+                );
+                self.reserved += new.len();
+                mcheck!(
+                    self,
+                    self.reserved <= MRTR_BUDGET,
+                    "{} entries reserved under a budget of {MRTR_BUDGET}",
+                    self.reserved
+                );
+                let model = self.tasks.get_mut(&task_id).unwrap();
+                model.shown.extend(new);
+            }
+            MrtrOp::Update { task, approve } => {
+                let task_id = format!("t{task}");
+                let Some(model) = self.tasks.get_mut(&task_id) else {
+                    return Ok(());
+                };
+                let approved: Vec<(String, String)> = keys_of(approve)
+                    .into_iter()
+                    .filter_map(|k| model.shown.remove(&k).map(|p| (k, p)))
+                    .collect();
+                if approved.is_empty() {
+                    return Ok(());
+                }
+                let mut responses = serde_json::Map::new();
+                for (key, prompt) in &approved {
+                    model.answered.insert(key.clone());
+                    responses.insert(
+                        key.clone(),
+                        json!({"role": "assistant", "model": "m",
+                        "content": {"type": "text", "text": prompt}}),
+                    );
+                }
+                self.completions += approved.len();
+                self.trace
+                    .push(format!("client updates {task_id}: answers {approved:?}"));
+                let update = json!({"jsonrpc": "2.0", "id": 9000 + self.next_call, "method": "tasks/update",
+                    "params": {"taskId": task_id, "inputResponses": responses}});
+                self.next_call += 1;
+                self.session.from_client(update.to_string().as_bytes());
+                mcheck!(
+                    self,
+                    self.server.take().len() == 1,
+                    "the update reaches the server"
+                );
+                let (settled, _) = self.audited();
+                let mut expected: Vec<(String, bool)> =
+                    approved.into_iter().map(|(_, p)| (p, true)).collect();
+                expected.sort();
+                mcheck!(
+                    self,
+                    settled == expected,
+                    "tasks/update settled {settled:?}, it answered {expected:?}"
+                );
+                mcheck!(
+                    self,
+                    self.completions <= MRTR_BUDGET,
+                    "the client ran {} completions under a budget of {MRTR_BUDGET}",
+                    self.completions
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_mrtr(ops: &[MrtrOp]) -> Result<(), TestCaseError> {
+    let mut world = Mrtr::new();
+    for op in ops {
+        world.step(op)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn servers_that_share_keys_never_cross_entries() {
+    run_seeded(&proptest::collection::vec(mrtr_op(), 1..40), |ops| {
+        run_mrtr(&ops)
+    });
+}
+
+/// Two calls given one `requestState` and one key, the client approving
+/// one and declining the other: each retry settles its own entry.
+#[test]
+fn two_calls_sharing_state_and_key_settle_apart() {
+    let ops = [
+        MrtrOp::Ask { state: 0, keys: 1 },
+        MrtrOp::Ask { state: 0, keys: 1 },
+        MrtrOp::Retry {
+            pick: 1,
+            approve: 0,
+        },
+        MrtrOp::Retry {
+            pick: 0,
+            approve: 1,
+        },
+        MrtrOp::Ask { state: 0, keys: 3 },
+        MrtrOp::Forge {
+            pick: 0,
+            token: false,
+        },
+        MrtrOp::Create { task: 0 },
+        MrtrOp::Create { task: 0 },
+        MrtrOp::Poll {
+            task: 0,
+            keys: 1,
+            fresh: true,
+        },
+        MrtrOp::Poll {
+            task: 0,
+            keys: 1,
+            fresh: false,
+        },
+    ];
+    run_mrtr(&ops).unwrap();
 }

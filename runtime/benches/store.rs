@@ -95,7 +95,7 @@ fn cycle(store: &dyn DecisionStore, n: u64, now: Millis) {
         Evaluation::Admit
     };
     let admission = store
-        .replay_or_admit(&key, digest, now, &mut checks_buf, &mut evaluate)
+        .replay_or_admit(&key, None, digest, now, &mut checks_buf, &mut evaluate)
         .expect("replay_or_admit")
         .admission;
     assert!(matches!(admission, Some(Admission::Admitted { .. })));

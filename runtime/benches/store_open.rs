@@ -174,7 +174,7 @@ fn first_decision(store: &SqliteStore, n: u64) {
         Evaluation::Admit
     };
     let answer = store
-        .replay_or_admit(&key, NEW_DIGEST, NOW, &mut buffer, &mut evaluate)
+        .replay_or_admit(&key, None, NEW_DIGEST, NOW, &mut buffer, &mut evaluate)
         .expect("replay_or_admit");
     assert!(matches!(answer.admission, Some(Admission::Admitted { .. })));
     let purged = store

@@ -20,8 +20,8 @@
 //! decision carries its [`Cause`]: the block, the statement and the step.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -383,18 +383,34 @@ impl Lowered {
 struct Ticket {
     engine: Engine,
     server_id: String,
+    /// The refusal key (`docs/spec/identity.md`): denials are stored under it.
     identity: String,
+    /// The approval key, under `consent first` only (the one mode that
+    /// stores approvals): an approval is stored under it.
+    approval: Option<String>,
+    /// The admission counted this request on the consent cooldown counter
+    /// ([`CONSENT_COUNTER`]): the user was to be asked.
+    consent_counted: bool,
     entry: usize,
     reservation: Reservation,
     plan: Arc<Plan>,
 }
 
 impl Ticket {
+    /// Where a denial of this request is stored: its refusal key.
     fn key(&self) -> DecisionKey {
         DecisionKey {
             server_id: self.server_id.clone(),
             identity: self.identity.clone(),
         }
+    }
+
+    /// Where the user's approval of this request is stored: its approval
+    /// key (`None` unless the block's consent is `first`).
+    fn approval_key(&self) -> Option<DecisionKey> {
+        self.approval
+            .as_ref()
+            .map(|approval| DecisionKey::new(self.server_id.as_str(), approval.as_str()))
     }
 }
 
@@ -468,9 +484,17 @@ impl Grant {
         &self.ticket.server_id
     }
 
-    /// The request identity.
+    /// The request identity: its refusal key (`docs/spec/identity.md`),
+    /// which a denial of it is stored under.
     pub fn identity(&self) -> &str {
         &self.ticket.identity
+    }
+
+    /// The approval key (`docs/spec/identity.md`) the user's approval of
+    /// this request is stored under; `None` unless the block's consent is
+    /// `first`, the one mode that stores approvals.
+    pub fn approval_key(&self) -> Option<&str> {
+        self.ticket.approval.as_deref()
     }
 
     /// The store's handle of what the admission counted
@@ -509,11 +533,34 @@ impl Grant {
         self.ticket.engine.settle(&self.ticket, usage_tokens)
     }
 
+    /// The client ran `model` (the result's `model`), outside the block's
+    /// `models`: the completion must not reach the server. The tokens it
+    /// used are settled first (`usage_tokens`; `None` leaves the
+    /// reservation counted: it ran), then the denial is `policy.model`'s
+    /// (`docs/spec/frames.md`, "A result from a model outside `models`").
+    /// Nothing is stored: the next request is decided afresh. Send the
+    /// denial's reply in place of the result.
+    pub fn model_refused(self, usage_tokens: Option<u64>) -> Result<Denial, Error> {
+        if let Some(tokens) = usage_tokens {
+            self.ticket.engine.settle(&self.ticket, tokens)?;
+        }
+        self.ticket.engine.report_model_refused(&self.ticket)
+    }
+
     /// The completion missed its deadline: the identity is denied with the
     /// block's deadline reason (stored per its ttl, so an immediate
     /// identical retry is answered from the store). Send the denial's reply.
     pub fn deadline_missed(self) -> Result<Denial, Error> {
         self.ticket.engine.report_deadline_miss(&self.ticket)
+    }
+
+    /// The client asked its user anyway (after a replayed approval, or
+    /// under `consent never`) and the user refused: the user's word, taken
+    /// exactly as [`PendingConsent::refuse`] takes it (`user.denied`
+    /// stored, the budget spend returned).
+    pub fn refused_by_user(self) -> Refused {
+        let engine = self.ticket.engine.clone();
+        engine.refuse(self.ticket)
     }
 }
 
@@ -531,9 +578,14 @@ impl PendingConsent {
         self.grant.server_id()
     }
 
-    /// The request identity the answer will be stored under.
+    /// The request identity (its refusal key): a refusal is stored under it.
     pub fn identity(&self) -> &str {
         self.grant.identity()
+    }
+
+    /// The approval key an approval is stored under (`consent first` only).
+    pub fn approval_key(&self) -> Option<&str> {
+        self.grant.approval_key()
     }
 
     /// What the request will run with if approved (show these to the user).
@@ -565,10 +617,12 @@ impl PendingConsent {
 
     /// The user refused: stored as `user.denied`; the reserved budget is
     /// returned (the rate spend stays: the server did ask). Send the
-    /// denial's reply.
-    pub fn refuse(self) -> Result<Denial, Error> {
-        let ticket = &self.grant.ticket;
-        ticket.engine.refuse(ticket)
+    /// denial's reply ([`Refused::denial`]) whether or not the store took
+    /// it: the user's word is the same either way. A refusal the store did
+    /// not take comes back as [`Refused::unrecorded`], to record later.
+    pub fn refuse(self) -> Refused {
+        let engine = self.grant.ticket.engine.clone();
+        engine.refuse(self.grant.ticket)
     }
 
     /// The user's answer never came: the client failed (an error other than
@@ -577,7 +631,87 @@ impl PendingConsent {
     /// spend stays: the server did ask).
     pub fn abandon(self) -> Result<(), Error> {
         let ticket = &self.grant.ticket;
-        ticket.engine.release_budgets(ticket)
+        ticket.engine.release_budgets(ticket)?;
+        ticket.engine.release_consent(ticket)
+    }
+}
+
+/// The user's refusal, taken: the denial to answer with, and the record
+/// still owed to the store when it failed.
+#[derive(Debug)]
+pub struct Refused {
+    denial: Denial,
+    unrecorded: Option<UnrecordedRefusal>,
+}
+
+impl Refused {
+    /// The `user.denied` denial: its reply is the server's answer, the same
+    /// bytes whether or not the store took it.
+    pub fn denial(&self) -> &Denial {
+        &self.denial
+    }
+
+    /// The denial and, when the store failed, the record still owed.
+    pub fn into_parts(self) -> (Denial, Option<UnrecordedRefusal>) {
+        (self.denial, self.unrecorded)
+    }
+
+    /// The denial when the store took the refusal, else the store's error:
+    /// for a caller that keeps no refusal to record later (a one-shot
+    /// evaluation, a test).
+    pub fn recorded(self) -> Result<Denial, Error> {
+        match self.unrecorded {
+            None => Ok(self.denial),
+            Some(unrecorded) => Err(unrecorded.owed.error),
+        }
+    }
+}
+
+/// A user's refusal the store has not taken yet (it failed while the
+/// refusal was recorded). [`UnrecordedRefusal::record`] tries again; until
+/// it succeeds the refusal is not replayed, and its budget spend may still
+/// be counted (the safe side).
+#[derive(Debug)]
+pub struct UnrecordedRefusal {
+    owed: Box<Owed>,
+}
+
+/// What an [`UnrecordedRefusal`] still owes the store.
+#[derive(Debug)]
+struct Owed {
+    ticket: Ticket,
+    stored: Option<StoredDecision>,
+    released: bool,
+    error: Error,
+}
+
+impl UnrecordedRefusal {
+    /// The server whose request the user refused (NFC).
+    pub fn server_id(&self) -> &str {
+        &self.owed.ticket.server_id
+    }
+
+    /// The refused request's identity.
+    pub fn identity(&self) -> &str {
+        &self.owed.ticket.identity
+    }
+
+    /// Why the store did not take it (the last attempt's error).
+    pub fn error(&self) -> &Error {
+        &self.owed.error
+    }
+
+    /// Tries the record again: the budget spend returned (if not yet) and
+    /// `user.denied` stored. On failure the refusal comes back, still owed.
+    pub fn record(self) -> Result<(), UnrecordedRefusal> {
+        let Owed {
+            ticket,
+            stored,
+            released,
+            ..
+        } = *self.owed;
+        let engine = ticket.engine.clone();
+        engine.record_refusal(ticket, stored, released)
     }
 }
 
@@ -955,7 +1089,6 @@ struct Inner {
     /// The spec of a reason the table lacks (cannot happen with a verified
     /// table): unknown retryability is `false`, nothing is stored.
     unknown_reason: ReasonRt,
-    purged: RwLock<HashSet<String>>,
     /// Retry loops and trimmed servers seen by this engine and its clones.
     alerts: AlertTracker,
 }
@@ -1006,11 +1139,21 @@ impl Engine {
         let patterns = entries()
             .map(|entry| Arc::from(entry.pattern.as_str()))
             .collect();
-        let reasons = table
+        let mut reasons: FastMap<String, ReasonRt> = table
             .reasons
             .iter()
             .map(|(name, spec)| (name.clone(), ReasonRt::new(spec)))
             .collect();
+        // The consent cooldown's reason is built in and fixed this round: a
+        // table compiled before it existed lacks it, and a redeclaration
+        // would be covered by no block's digest, so the built-in spec (with
+        // the table's `error_code`) always applies.
+        if let Some(cooldown) = builtin::get(builtin::CONSENT_COOLDOWN) {
+            reasons.insert(
+                builtin::CONSENT_COOLDOWN.to_owned(),
+                ReasonRt::new(&builtin::spec(cooldown, table.error_code)),
+            );
+        }
         let unknown_reason = ReasonRt::new(&ReasonSpec {
             retryable: false,
             ttl: Ttl::None,
@@ -1027,7 +1170,6 @@ impl Engine {
                 patterns,
                 reasons,
                 unknown_reason,
-                purged: RwLock::new(HashSet::new()),
                 alerts: AlertTracker::default(),
             }),
         }
@@ -1100,20 +1242,38 @@ impl Engine {
     }
 
     /// The request identity of `params` from `server_id` under this policy's
-    /// identity fields (`docs/spec/identity.md`).
+    /// identity fields: its refusal key (`docs/spec/identity.md`, "The
+    /// refusal key"), which stored denials are keyed by.
     pub fn identity(&self, server_id: &str, params: &Map<String, Value>) -> RequestIdentity {
-        identity::request_identity(&glob::nfc(server_id), params, &self.table().identity)
+        identity::refusal_key(&glob::nfc(server_id), params, &self.table().identity)
+    }
+
+    /// The approval key of `params` from `server_id` for a client with
+    /// `ctx` (`docs/spec/identity.md`, "The approval key"): the hash of the
+    /// params as they would be forwarded, after this policy's trims.
+    pub fn approval_key(
+        &self,
+        server_id: &str,
+        params: &Map<String, Value>,
+        ctx: &ClientContext,
+    ) -> RequestIdentity {
+        let server_id = glob::nfc(server_id);
+        let block = self.block(self.entry_index(&server_id));
+        let (lowered, _) = self.trims(block, params, ctx);
+        forwarded_approval_key(&server_id, params, &lowered)
     }
 
     /// Parses, validates and decides the raw bytes of a server's
     /// `sampling/createMessage` request (steps 1–10): every input yields
     /// something to send, never a panic.
     pub fn decide(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
-        let request = match request::parse_sampling(bytes) {
-            Ok(request) => request,
-            Err(rejection) => return Answer::Invalid(rejection),
-        };
-        match self.decide_request(server_id, &request, ctx) {
+        let protocol = self.table().protocol;
+        let request =
+            match request::parse_sampling_for(bytes, &request::Limits::default(), protocol) {
+                Ok(request) => request,
+                Err(rejection) => return Answer::Invalid(rejection),
+            };
+        match self.decide_validated(server_id, &request, ctx) {
             Ok(decision) => Answer::Decided { request, decision },
             Err(error) => Answer::Failed {
                 reply: error.reply(request.id.as_ref()),
@@ -1124,8 +1284,21 @@ impl Engine {
 
     /// Decides a request already validated by
     /// [`request::validate_sampling`] (steps 2–10), for a client whose SDK
-    /// parsed the wire bytes itself.
+    /// parsed the wire bytes itself. Its params are checked again as the
+    /// table's revision defines them ([`request::check_params_for`]): a
+    /// request validated under another revision may not be one under this.
     pub fn decide_request(
+        &self,
+        server_id: &str,
+        request: &SamplingRequest,
+        ctx: &ClientContext,
+    ) -> Result<Decision, Error> {
+        request::check_params_for(&request.params, self.table().protocol)?;
+        self.decide_validated(server_id, request, ctx)
+    }
+
+    /// Steps 2–10 of a request valid under the table's revision.
+    fn decide_validated(
         &self,
         server_id: &str,
         request: &SamplingRequest,
@@ -1133,7 +1306,7 @@ impl Engine {
     ) -> Result<Decision, Error> {
         // NFC once, here: the id matches, keys the store and is reported in this form.
         let nfc_id = glob::nfc(server_id);
-        let identity = identity::request_identity(&nfc_id, &request.params, &self.table().identity);
+        let identity = identity::refusal_key(&nfc_id, &request.params, &self.table().identity);
         self.decide_with_identity(&nfc_id, identity.into_string(), &request.params, ctx)
             .map_err(|error| match error {
                 // The fail-closed reply names the server as the caller did.
@@ -1144,7 +1317,7 @@ impl Engine {
 
     /// Steps 3–10 for a request whose identity is already known: what the
     /// benchmarks time, the identity excluded. The identity must be
-    /// [`identity::request_identity`] of these params. Hidden because an
+    /// [`identity::refusal_key`] of these params. Hidden because an
     /// embedder passing a wrong identity would replay another request's
     /// decisions.
     #[doc(hidden)]
@@ -1193,7 +1366,15 @@ impl Engine {
             .retry_alert
             .unwrap_or(alert::DEFAULT_SETTING);
         let (identity, evaluated) = match decision {
-            Decision::Allow(grant) | Decision::Trim(grant) => (grant.identity(), true),
+            // An allow on a stored approval re-presented the approval key's
+            // row: its count is that row's.
+            Decision::Allow(grant) | Decision::Trim(grant) => (
+                grant
+                    .approval_key()
+                    .filter(|_| grant.replayed())
+                    .unwrap_or(grant.identity()),
+                true,
+            ),
             Decision::NeedsConsent(pending) => (pending.identity(), true),
             Decision::Deny(denial) => (denial.identity.as_str(), !denial.replayed()),
         };
@@ -1233,13 +1414,27 @@ impl Engine {
             server_id: server_id.to_owned(),
             identity,
         };
+        // 6. Trims, computed first: they are pure (the block and the client
+        // context), and the approval key covers the params as forwarded,
+        // trims applied (`docs/spec/identity.md`, "The approval key").
+        // Only `consent first` stores approvals, so only it needs the key.
+        let mut computed = Some(self.trims(block, params, ctx));
+        let approval = match (&computed, block.consent) {
+            (Some((lowered, _)), Consent::First) => {
+                Some(forwarded_approval_key(server_id, params, lowered).into_string())
+            }
+            _ => None,
+        };
 
-        // Steps 3–8 in one store call: the replay; then, unless a stored
-        // denial answers, steps 4–6 (pure computation, in `evaluate`) and
-        // the admission of steps 7–8.
+        // Steps 3–8 in one store call: the replay (a denial under the
+        // refusal key, else an approval under the approval key); then,
+        // unless a stored denial answers, steps 4–6 (pure computation, in
+        // `evaluate`) and the admission of steps 7–8, with the consent
+        // cooldown's check when the user is to be asked (step 9).
         let mut approved_before = false;
         let mut early: Option<(&str, Produced)> = None;
         let mut trims: Option<(Lowered, Annotations)> = None;
+        let mut consent_counted = false;
         let mut evaluate = |stored: Option<&StoredDecision>, checks: &mut Vec<LimitCheck>| {
             // 3. Replay.
             if let Some(stored) = stored {
@@ -1256,10 +1451,15 @@ impl Engine {
                 early = Some(denial);
                 return Evaluation::Answered;
             }
-            // 6. Trims.
-            let (lowered, annotations) = self.trims(block, params, ctx);
-            // 7–8. Rate and budgets, admitted together.
+            // 6. Trims (computed above).
+            let (lowered, annotations) = computed.take().unwrap_or_default();
+            // 7–8. Rate and budgets, admitted together; then the consent
+            // cooldown (step 9) when the user is to be asked.
             *checks = self.admission_checks(block, plan, &lowered, params, now);
+            if will_ask(block.consent, approved_before) {
+                checks.push(consent_check());
+                consent_counted = true;
+            }
             trims = Some((lowered, annotations));
             Evaluation::Admit
         };
@@ -1267,7 +1467,14 @@ impl Engine {
         let answer = self
             .inner
             .store
-            .replay_or_admit(&key, &plan.digest, now, &mut checks, &mut evaluate)
+            .replay_or_admit(
+                &key,
+                approval.as_deref(),
+                &plan.digest,
+                now,
+                &mut checks,
+                &mut evaluate,
+            )
             .map_err(|e| Error::store(server_id, e))?;
         *represented = answer.replayed.as_ref().map(|stored| stored.represented);
         let (admission, lowered, annotations) = match (answer.admission, early, trims) {
@@ -1332,6 +1539,8 @@ impl Engine {
                 engine: self.clone(),
                 server_id: key.server_id,
                 identity: key.identity,
+                approval,
+                consent_counted,
                 entry,
                 reservation,
                 plan: plan.clone(),
@@ -1355,12 +1564,7 @@ impl Engine {
         };
 
         // 9. Consent.
-        let ask = match block.consent {
-            Consent::Always => true,
-            Consent::First => !approved_before,
-            Consent::Never => false,
-        };
-        if ask {
+        if will_ask(block.consent, approved_before) {
             grant.cause.statement = Some(Statement::Consent);
             grant.cause.step = Step::Consent;
             return Ok(Decision::NeedsConsent(PendingConsent { grant }));
@@ -1372,28 +1576,6 @@ impl Engine {
         } else {
             Decision::Allow(grant)
         })
-    }
-
-    /// Stored decisions of a server made under another block digest (and
-    /// expired ones) are dropped the first time this engine records a
-    /// decision for the server. Only housekeeping: a replay never matches
-    /// another digest anyway.
-    fn purge_once(&self, server_id: &str, digest: &str, now: Millis) -> Result<(), Error> {
-        let purged = &self.inner.purged;
-        let seen = purged
-            .read()
-            .map(|set| set.contains(server_id))
-            .unwrap_or(false);
-        if !seen {
-            self.inner
-                .store
-                .purge_stale(server_id, digest, now)
-                .map_err(|e| Error::store(server_id, e))?;
-            if let Ok(mut set) = purged.write() {
-                set.insert(server_id.to_owned());
-            }
-        }
-        Ok(())
     }
 
     fn trims(
@@ -1580,6 +1762,12 @@ impl Engine {
         now: Millis,
     ) -> Result<Decision, Error> {
         let block = self.block(entry);
+        if checks
+            .get(index)
+            .is_some_and(|check| check.counter == CONSENT_COUNTER)
+        {
+            return self.refuse_consent_cooldown(key, entry, plan, available_at, now);
+        }
         let (kind, window) = match (plan.checks.get(index), checks.get(index)) {
             (Some((_, kind)), Some(check)) => (*kind, check.window),
             // A store answering with an index we did not send: refuse as rate.
@@ -1634,6 +1822,33 @@ impl Engine {
         }
     }
 
+    /// The denial of a request the user would be asked about while its
+    /// server is in consent cooldown (`docs/spec/evaluation.md`, step 9):
+    /// retryable, with `retryAfter` the moment enough of the server's
+    /// unapproved prompts leave the window.
+    fn refuse_consent_cooldown(
+        &self,
+        key: DecisionKey,
+        entry: usize,
+        plan: &Plan,
+        available_at: Millis,
+        now: Millis,
+    ) -> Result<Decision, Error> {
+        let available_at = if available_at == Millis::MAX {
+            now.saturating_add(CONSENT_COOLDOWN_WINDOW_MS)
+        } else {
+            available_at.max(now)
+        };
+        let wait_ms = available_at.saturating_sub(now).max(1);
+        let seconds = (wait_ms as u64).div_ceil(1000);
+        let produced = Produced {
+            timing: Some(Timing::RetryAfter(seconds)),
+            reset: Some(now.saturating_add((seconds as i64).saturating_mul(1000))),
+            ..Produced::new(Statement::Consent, Step::Consent)
+        };
+        self.deny(key, entry, plan, builtin::CONSENT_COOLDOWN, produced, now)
+    }
+
     /// Builds, stores (per the reason's ttl) and returns a fresh denial.
     fn deny(
         &self,
@@ -1657,6 +1872,31 @@ impl Engine {
         produced: Produced,
         now: Millis,
     ) -> Result<Denial, Error> {
+        let (denial, stored) = self.unrecorded_denial(key, entry, plan, reason, produced, now);
+        if let Some(stored) = stored {
+            let key = DecisionKey {
+                server_id: denial.server.clone(),
+                identity: denial.identity.clone(),
+            };
+            self.inner
+                .store
+                .record(&key, &stored)
+                .map_err(|e| Error::store(&key.server_id, e))?;
+        }
+        Ok(denial)
+    }
+
+    /// A fresh denial and the decision to store for it (`None` when its
+    /// reason is not stored), without touching the store.
+    fn unrecorded_denial(
+        &self,
+        key: DecisionKey,
+        entry: usize,
+        plan: &Plan,
+        reason: &str,
+        produced: Produced,
+        now: Millis,
+    ) -> (Denial, Option<StoredDecision>) {
         let rt = self.reason(reason);
         let data = DenialData {
             reason: reason.to_owned(),
@@ -1668,27 +1908,18 @@ impl Engine {
         let data: Arc<str> = Arc::from(data);
         let reason: Arc<str> = Arc::from(reason);
         let expiry = expiry(rt.ttl, now, produced.reset);
-        if expiry != Expiry::NotStored {
-            self.purge_once(&key.server_id, &plan.digest, now)?;
-            self.inner
-                .store
-                .record(
-                    &key,
-                    &StoredDecision {
-                        verdict: Verdict::Deny,
-                        reason: reason.clone(),
-                        digest: plan.digest.clone(),
-                        expires_at: expiry.expires_at(),
-                        data: Some(data.clone()),
-                        represented: 0,
-                        decided_at: now,
-                        recomputable: produced.recomputable,
-                        statement: Some(Arc::from(produced.statement.stored_name())),
-                    },
-                )
-                .map_err(|e| Error::store(&key.server_id, e))?;
-        }
-        Ok(Denial {
+        let stored = (expiry != Expiry::NotStored).then(|| StoredDecision {
+            verdict: Verdict::Deny,
+            reason: reason.clone(),
+            digest: plan.digest.clone(),
+            expires_at: expiry.expires_at(),
+            data: Some(data.clone()),
+            represented: 0,
+            decided_at: now,
+            recomputable: produced.recomputable,
+            statement: Some(Arc::from(produced.statement.stored_name())),
+        });
+        let denial = Denial {
             reason,
             server: key.server_id,
             identity: key.identity,
@@ -1706,7 +1937,8 @@ impl Engine {
                 cause: self.cause(entry, Some(produced.statement), produced.step),
             },
             alert: None,
-        })
+        };
+        (denial, stored)
     }
 
     /// A stored denial, answered again: same `data` bytes; the message and
@@ -1768,12 +2000,15 @@ impl Engine {
         let block = self.block(ticket.entry);
         let rt = self.reason(builtin::USER_APPROVED);
         let approval = expiry(rt.ttl, now, None);
-        if block.consent == Consent::First && approval != Expiry::NotStored {
-            self.purge_once(&ticket.server_id, &ticket.plan.digest, now)?;
+        self.release_consent(ticket)?;
+        if block.consent == Consent::First
+            && approval != Expiry::NotStored
+            && let Some(approval_key) = ticket.approval_key()
+        {
             self.inner
                 .store
                 .record(
-                    &ticket.key(),
+                    &approval_key,
                     &StoredDecision {
                         verdict: Verdict::Allow,
                         reason: Arc::from(builtin::USER_APPROVED),
@@ -1793,18 +2028,65 @@ impl Engine {
         Ok(grant)
     }
 
-    /// [`PendingConsent::refuse`].
-    fn refuse(&self, ticket: &Ticket) -> Result<Denial, Error> {
+    /// [`PendingConsent::refuse`] and [`Grant::refused_by_user`]: the
+    /// denial is built first, so the user's word is answered even when the
+    /// store then fails to take it.
+    fn refuse(&self, ticket: Ticket) -> Refused {
         let now = self.now();
-        self.release_budgets(ticket)?;
-        self.denial(
+        let (denial, stored) = self.unrecorded_denial(
             ticket.key(),
             ticket.entry,
             &ticket.plan,
             builtin::USER_DENIED,
             Produced::new(Statement::Consent, Step::Consent),
             now,
-        )
+        );
+        let unrecorded = self.record_refusal(ticket, stored, false).err();
+        Refused { denial, unrecorded }
+    }
+
+    /// Returns a refusal's budget spend (unless `released` already) and
+    /// stores its `user.denied`; on failure the refusal is still owed.
+    fn record_refusal(
+        &self,
+        ticket: Ticket,
+        stored: Option<StoredDecision>,
+        released: bool,
+    ) -> Result<(), UnrecordedRefusal> {
+        let released = if released {
+            Ok(())
+        } else {
+            self.release_budgets(&ticket)
+        };
+        let released_now = released.is_ok();
+        let recorded = released.and_then(|()| match &stored {
+            Some(stored) => self
+                .inner
+                .store
+                .record(&ticket.key(), stored)
+                .map_err(|e| Error::store(&ticket.server_id, e)),
+            None => Ok(()),
+        });
+        recorded.map_err(|error| UnrecordedRefusal {
+            owed: Box::new(Owed {
+                released: released_now,
+                ticket,
+                stored,
+                error,
+            }),
+        })
+    }
+
+    /// Returns what a prompt counted on the consent cooldown counter: an
+    /// approved or abandoned prompt is not a refusal.
+    fn release_consent(&self, ticket: &Ticket) -> Result<(), Error> {
+        if !ticket.consent_counted || ticket.reservation.is_none() {
+            return Ok(());
+        }
+        self.inner
+            .store
+            .settle(&ticket.server_id, ticket.reservation, CONSENT_COUNTER, 0)
+            .map_err(|e| Error::store(&ticket.server_id, e))
     }
 
     /// Returns a reservation's budget spend (not its rate spend).
@@ -1876,6 +2158,18 @@ impl Engine {
         )
     }
 
+    fn report_model_refused(&self, ticket: &Ticket) -> Result<Denial, Error> {
+        let produced = Produced::new(Statement::Models, Step::Trims);
+        self.denial(
+            ticket.key(),
+            ticket.entry,
+            &ticket.plan,
+            builtin::MODEL,
+            produced,
+            self.now(),
+        )
+    }
+
     /// MCP 2026-07-28: decides every sampling entry of an
     /// `InputRequiredResult` (or of its `inputRequests` value) received from
     /// `server_id`, given as raw bytes so duplicate keys are caught. Entries
@@ -1901,9 +2195,12 @@ impl Engine {
                     if let Some(params) = entry.entry.get("params") {
                         wrapped.insert("params".to_owned(), params.clone());
                     }
-                    match request::validate_sampling(Value::Object(wrapped)) {
+                    match request::validate_sampling_for(
+                        Value::Object(wrapped),
+                        self.table().protocol,
+                    ) {
                         Err(error) => InputOutcome::Invalid(error.into()),
-                        Ok(request) => match self.decide_request(server_id, &request, ctx) {
+                        Ok(request) => match self.decide_validated(server_id, &request, ctx) {
                             Ok(decision) => InputOutcome::Decided { request, decision },
                             Err(error) => InputOutcome::Failed(error),
                         },
@@ -1916,6 +2213,57 @@ impl Engine {
             })
             .collect())
     }
+}
+
+/// The counter of a server's prompts the user did not approve (refused,
+/// or not answered yet), for the consent cooldown
+/// (`docs/spec/evaluation.md`, step 9). Not a `rate` or `budget:` name, so
+/// it never meets a policy's counter.
+pub const CONSENT_COUNTER: &str = "consent:unapproved";
+
+/// A server with this many prompts the user did not approve within
+/// [`CONSENT_COOLDOWN_WINDOW_MS`] is not prompted again
+/// (`policy.consent_cooldown`) until one leaves the window.
+pub const CONSENT_COOLDOWN_PROMPTS: u64 = 3;
+
+/// The rolling window of the consent cooldown: one hour.
+pub const CONSENT_COOLDOWN_WINDOW_MS: i64 = 60 * 60 * 1000;
+
+/// Whether step 9 asks the user.
+fn will_ask(consent: Consent, approved_before: bool) -> bool {
+    match consent {
+        Consent::Always => true,
+        Consent::First => !approved_before,
+        Consent::Never => false,
+    }
+}
+
+/// The admission check of a prompt on [`CONSENT_COUNTER`]: it fits while
+/// fewer than [`CONSENT_COOLDOWN_PROMPTS`] unapproved prompts are in the
+/// window, and counts this one until the user approves it.
+fn consent_check() -> LimitCheck {
+    LimitCheck {
+        counter: CONSENT_COUNTER.to_owned(),
+        amount: 1,
+        limit: CONSENT_COOLDOWN_PROMPTS,
+        window: LimitWindow::Rolling {
+            ms: CONSENT_COOLDOWN_WINDOW_MS as u64,
+        },
+    }
+}
+
+/// The approval key of `params` as forwarded: with `lowered` applied.
+fn forwarded_approval_key(
+    server_id: &str,
+    params: &Map<String, Value>,
+    lowered: &Lowered,
+) -> RequestIdentity {
+    if lowered.is_empty() {
+        return identity::approval_key(server_id, params);
+    }
+    let mut forwarded = params.clone();
+    lowered.apply(&mut forwarded);
+    identity::approval_key(server_id, &forwarded)
 }
 
 /// Steps 4–5: the denial a switch or an input limit gives this request, if any.
@@ -2005,6 +2353,11 @@ impl Produced {
 /// outlives the condition that produced the denial (`reset`).
 fn expiry(ttl: Ttl, now: Millis, reset: Option<Millis>) -> Expiry {
     match ttl {
+        // Outside the calendar every limit refuses and never frees
+        // (`docs/spec/store.md`, "Time outside the calendar"): an expiry
+        // counted from such a `now` would keep the denial until
+        // `Millis::MAX`, for every later, sane, clock. Answered, not stored.
+        Ttl::UntilReset | Ttl::AfterMs(_) if !crate::store::in_calendar(now) => Expiry::NotStored,
         Ttl::None => Expiry::NotStored,
         Ttl::Forever => Expiry::UntilBlockChanges,
         // A reason with no window behind it (not a budget or rate): until the block changes.

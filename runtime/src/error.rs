@@ -58,7 +58,10 @@ impl Error {
     /// The message of [`Error::reply`].
     pub fn message(&self) -> String {
         match self {
-            Error::Store { .. } => frame::store_unavailable_message(&self.to_string()),
+            // Never the store's own text: it names the operator's database
+            // or file (`docs/spec/frames.md`, "Store failures"); the caller
+            // logs `self` for the operator.
+            Error::Store { .. } => frame::STORE_UNAVAILABLE_MESSAGE.to_owned(),
             Error::Request(error) => error.to_string(),
             Error::Table(error) => error.to_string(),
         }

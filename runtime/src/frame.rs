@@ -205,10 +205,11 @@ pub fn request_error_response(id: Option<&Value>, code: i32, message: &str) -> V
 /// The reason of a request refused because the decision store failed.
 const STORE_UNAVAILABLE: &str = "runtime.store_unavailable";
 
-/// The message of a request refused because the decision store failed.
-pub(crate) fn store_unavailable_message(detail: &str) -> String {
-    format!("Sampling denied: the decision store is unavailable ({detail})")
-}
+/// The message of a request refused because the decision store failed:
+/// the same words whatever failed. What failed (a host, a port, a database,
+/// a schema, a file, an OS error) is the operator's to read in the log, never
+/// the policed server's (`docs/spec/frames.md`, "Store failures").
+pub(crate) const STORE_UNAVAILABLE_MESSAGE: &str = "Sampling denied: decision store unavailable";
 
 /// Values for the placeholders of a reason's message template.
 #[derive(Debug, Clone, Default)]
@@ -640,6 +641,22 @@ mod frozen_bytes {
             internal["error"]["data"],
             json!({"reason": "runtime.store_unavailable", "server": "s", "retryable": true})
         );
+        // Whatever failed, the frame names nothing of the operator's store
+        // (`docs/spec/frames.md`, "Store failures"); `Display` keeps it.
+        let down = crate::Error::Store {
+            server: "s".into(),
+            source: crate::store::StoreError::Unavailable {
+                store: "postgres host=db.internal port=6432 dbname=prod schema=team".into(),
+                detail: "error connecting to server: Connection refused (os error 111)".into(),
+            },
+        };
+        let frame = String::from_utf8(down.reply(Some(&json!(3)))).expect("utf-8");
+        assert_eq!(
+            frame,
+            r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32603,"message":"Sampling denied: decision store unavailable","data":{"reason":"runtime.store_unavailable","server":"s","retryable":true}}}"#
+        );
+        assert!(down.to_string().contains("port=6432"), "{down}");
+        assert_eq!(internal["error"]["message"], down.message());
         assert_eq!(
             error_response(
                 Some(&json!(9)),

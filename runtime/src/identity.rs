@@ -174,15 +174,298 @@ pub fn request_identity<F: AsRef<str>>(
     write_identity_payload(params, fields, &mut hasher);
     let digest = hasher.finalize();
 
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(server_id.len() + 33);
     text.push_str(server_id);
     text.push(':');
-    for byte in digest.iter().take(16) {
+    push_hex(&mut text, &digest[..16]);
+    RequestIdentity(text)
+}
+
+/// The refusal key of a request (`docs/spec/identity.md`, "The refusal
+/// key"): [`request_identity`] of the identity fields after
+/// [`presentation_normal`], so that every variant a user cannot tell apart
+/// from a refused request (a spelled-out default, `_meta`, `annotations`,
+/// an unknown member, a model priority, an invisible character) has the
+/// same key. For a request already in presentation-normal form it is
+/// [`request_identity`] itself, so denials stored before the two keys
+/// existed keep replaying for such requests. Stored denials, policy and
+/// user, are keyed by it; the retry-loop alert counts by it.
+pub fn refusal_key<F: AsRef<str>>(
+    server_id: &str,
+    params: &Map<String, Value>,
+    fields: &[F],
+) -> RequestIdentity {
+    let normal = presentation_normal(params, fields);
+    request_identity(server_id, &normal, fields)
+}
+
+/// The identity fields of `params` in presentation-normal form
+/// (`docs/spec/identity.md`, "Presentation-normal form"); other members are
+/// left out. A field this function does not know (a policy may list
+/// `maxTokens` or a member of its own) is kept as written.
+pub fn presentation_normal<F: AsRef<str>>(
+    params: &Map<String, Value>,
+    fields: &[F],
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for field in fields {
+        let field = field.as_ref();
+        let Some(value) = params.get(field) else {
+            continue;
+        };
+        let normal = match field {
+            "systemPrompt" => Some(normal_strings(value)),
+            "messages" => Some(normal_messages(value)),
+            "includeContext" => match value {
+                // `none` is what an absent `includeContext` means.
+                Value::String(scope) if scope == "none" => None,
+                other => Some(other.clone()),
+            },
+            "modelPreferences" => normal_preferences(value),
+            _ => Some(value.clone()),
+        };
+        if let Some(normal) = normal {
+            out.insert(field.to_owned(), normal);
+        }
+    }
+    out
+}
+
+/// Domain tag of the approval key's hash: no refusal payload (a canonical
+/// JSON object, which begins with `{`) begins with it.
+const APPROVAL_TAG: &[u8] = b"mcpolicy approval key v1\n";
+
+/// What separates an approval key's hash from its server id: a refusal key
+/// is `server:` + 32 hex digits, so no approval key of a server can equal
+/// a refusal key of the same server.
+pub const APPROVAL_KEY_MARK: &str = "approval:";
+
+/// The approval key of a request (`docs/spec/identity.md`, "The approval
+/// key"): `server_id + ":approval:" +` the first 32 hex digits of the
+/// SHA-256 of a domain tag and the canonical form of the params **as
+/// forwarded to the client** (after the trims), without `_meta` and
+/// `task`. Everything the client runs with is covered: `tools`,
+/// `toolChoice`, `maxTokens`, `temperature`, `stopSequences`, `metadata`
+/// and every member of the prompt as written. A stored `user.approved` is
+/// keyed by it, so an approval covers exactly what the user was shown.
+pub fn approval_key(server_id: &str, forwarded: &Map<String, Value>) -> RequestIdentity {
+    let server_id = &*crate::glob::nfc(server_id);
+    let mut hasher = Sha256::new();
+    Digest::update(&mut hasher, APPROVAL_TAG);
+    let covered: Map<String, Value> = forwarded
+        .iter()
+        .filter(|(key, _)| !matches!(key.as_str(), "_meta" | "task"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    write_canonical(&Value::Object(covered), &mut hasher);
+    let digest = hasher.finalize();
+    let mut text = String::with_capacity(server_id.len() + 1 + APPROVAL_KEY_MARK.len() + 32);
+    text.push_str(server_id);
+    text.push(':');
+    text.push_str(APPROVAL_KEY_MARK);
+    push_hex(&mut text, &digest[..16]);
+    RequestIdentity(text)
+}
+
+fn push_hex(text: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
         text.push(char::from(HEX[usize::from(byte >> 4)]));
         text.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
-    RequestIdentity(text)
+}
+
+/// Text as a person is shown it: without Unicode default-ignorable code
+/// points (zero-width spaces and joiners, the soft hyphen, variation
+/// selectors, tag characters, bidirectional controls…), without leading
+/// and trailing white space. Inner runs of white space are kept: a
+/// terminal, a code block or a line break shows them.
+pub fn presentation_text(text: &str) -> Cow<'_, str> {
+    let clean = !text.chars().any(is_default_ignorable);
+    let trimmed = text.trim();
+    if clean {
+        return Cow::Borrowed(trimmed);
+    }
+    let kept: String = text.chars().filter(|c| !is_default_ignorable(*c)).collect();
+    let trimmed = kept.trim();
+    Cow::Owned(trimmed.to_owned())
+}
+
+/// Unicode's `Default_Ignorable_Code_Point` property
+/// (`DerivedCoreProperties.txt`, Unicode 15.1 and 16.0): characters a
+/// renderer shows as nothing.
+pub fn is_default_ignorable(c: char) -> bool {
+    const RANGES: &[(u32, u32)] = &[
+        (0x00AD, 0x00AD),
+        (0x034F, 0x034F),
+        (0x061C, 0x061C),
+        (0x115F, 0x1160),
+        (0x17B4, 0x17B5),
+        (0x180B, 0x180F),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x206F),
+        (0x3164, 0x3164),
+        (0xFE00, 0xFE0F),
+        (0xFEFF, 0xFEFF),
+        (0xFFA0, 0xFFA0),
+        (0xFFF0, 0xFFF8),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0000, 0xE0FFF),
+    ];
+    let c = u32::from(c);
+    c >= 0xAD
+        && RANGES
+            .binary_search_by(|&(lo, hi)| {
+                if hi < c {
+                    Ordering::Less
+                } else if lo > c {
+                    Ordering::Greater
+                } else {
+                    Ordering::Equal
+                }
+            })
+            .is_ok()
+}
+
+/// Every string in `value` as [`presentation_text`] (keys kept as written).
+fn normal_strings(value: &Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(presentation_text(text).into_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(normal_strings).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, item)| (key.clone(), normal_strings(item)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `messages`: each message's `role` and `content` (its `_meta` and any
+/// member the schema does not define left out); a content list of one
+/// block is that block.
+fn normal_messages(value: &Value) -> Value {
+    let Value::Array(messages) = value else {
+        return normal_strings(value);
+    };
+    Value::Array(
+        messages
+            .iter()
+            .map(|message| match message {
+                Value::Object(map) => {
+                    let mut out = Map::new();
+                    if let Some(role) = map.get("role") {
+                        out.insert("role".to_owned(), normal_strings(role));
+                    }
+                    if let Some(content) = map.get("content") {
+                        out.insert("content".to_owned(), normal_content(content));
+                    }
+                    Value::Object(out)
+                }
+                other => normal_strings(other),
+            })
+            .collect(),
+    )
+}
+
+/// A message's `content`: one block, or a list of blocks.
+fn normal_content(value: &Value) -> Value {
+    match value {
+        Value::Array(blocks) if blocks.len() == 1 => normal_block(&blocks[0]),
+        Value::Array(blocks) => Value::Array(blocks.iter().map(normal_block).collect()),
+        other => normal_block(other),
+    }
+}
+
+/// One content block: the members of its `type` that carry what the model
+/// or the user sees (MCP schema `TextContent`, `ImageContent`,
+/// `AudioContent`, `ToolUseContent`, `ToolResultContent`,
+/// `EmbeddedResource`, `ResourceLink`). `_meta`, `annotations`, the
+/// correlation ids of tool use (`id`, `toolUseId`) and members the schema
+/// does not define are left out; `isError: false` is the default. A block
+/// of a type this runtime does not know keeps every member but `_meta` and
+/// `annotations`.
+fn normal_block(value: &Value) -> Value {
+    let Value::Object(block) = value else {
+        return normal_strings(value);
+    };
+    let kept: &[&str] = match block.get("type").and_then(Value::as_str) {
+        Some("text") => &["type", "text"],
+        Some("image" | "audio") => &["type", "data", "mimeType"],
+        Some("tool_use") => &["type", "name", "input"],
+        Some("tool_result") => &["type", "content", "structuredContent", "isError"],
+        Some("resource") => &["type", "resource"],
+        Some("resource_link") => &["type", "uri", "name", "title", "description", "mimeType"],
+        _ => &[],
+    };
+    let mut out = Map::new();
+    for (key, item) in block {
+        let keep = if kept.is_empty() {
+            !matches!(key.as_str(), "_meta" | "annotations")
+        } else {
+            kept.contains(&key.as_str())
+        };
+        if !keep {
+            continue;
+        }
+        let normal = match key.as_str() {
+            "content" if kept.contains(&"isError") => match item {
+                Value::Array(blocks) => Value::Array(blocks.iter().map(normal_block).collect()),
+                other => normal_block(other),
+            },
+            "isError" if *item == Value::Bool(false) => continue,
+            "resource" => match item {
+                Value::Object(resource) => Value::Object(
+                    resource
+                        .iter()
+                        .filter(|(k, _)| matches!(k.as_str(), "uri" | "mimeType" | "text" | "blob"))
+                        .map(|(k, v)| (k.clone(), normal_strings(v)))
+                        .collect(),
+                ),
+                other => normal_strings(other),
+            },
+            _ => normal_strings(item),
+        };
+        out.insert(key.clone(), normal);
+    }
+    Value::Object(out)
+}
+
+/// `modelPreferences`: the hints' names, in order. The priorities are
+/// left out (the user is shown no number, and two priorities a rounding
+/// apart would otherwise be two requests), and so are `_meta` and members
+/// the schema does not define. `hints: []` and `{}` are what an absent
+/// field means: `None`.
+fn normal_preferences(value: &Value) -> Option<Value> {
+    let Value::Object(preferences) = value else {
+        return Some(normal_strings(value));
+    };
+    let mut out = Map::new();
+    match preferences.get("hints") {
+        Some(Value::Array(hints)) if hints.is_empty() => {}
+        Some(Value::Array(hints)) => {
+            let hints = hints
+                .iter()
+                .map(|hint| match hint {
+                    Value::Object(hint) => Value::Object(
+                        hint.get("name")
+                            .map(|name| ("name".to_owned(), normal_strings(name)))
+                            .into_iter()
+                            .collect(),
+                    ),
+                    other => normal_strings(other),
+                })
+                .collect();
+            out.insert("hints".to_owned(), Value::Array(hints));
+        }
+        Some(other) => {
+            out.insert("hints".to_owned(), normal_strings(other));
+        }
+        None => {}
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// One member of an object being written: its NFC key, original key, value.

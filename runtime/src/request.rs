@@ -19,9 +19,11 @@ use serde_json::{Map, Number, Value};
 use crate::frame;
 use crate::identity::nfc;
 use crate::jsonrpc;
+use crate::table::ProtocolRevision;
 
 mod literal;
 mod recover;
+mod schema;
 
 pub use recover::IdScan;
 
@@ -181,8 +183,8 @@ fn duplicate_message(key: &str, earlier: &str, path: &str) -> String {
 pub struct SamplingRequest {
     /// The JSON-RPC id (a string or a number), or `None` for bare params.
     pub id: Option<Value>,
-    /// The params object: `messages` is an array and `maxTokens` a
-    /// non-negative integer.
+    /// The params object, valid under the revision it was validated for:
+    /// `messages` is an array and `maxTokens` a positive integer.
     pub params: Map<String, Value>,
     /// `params` is not what the bytes said: an integral `maxTokens` spelt
     /// `9e2`, `-0` or `100.0` is held as the integer. A forwarder passes
@@ -192,7 +194,7 @@ pub struct SamplingRequest {
 }
 
 impl SamplingRequest {
-    /// `params.maxTokens`, validated as a non-negative integer.
+    /// `params.maxTokens`, validated as a positive integer.
     pub fn max_tokens(&self) -> u64 {
         self.params
             .get("maxTokens")
@@ -232,7 +234,8 @@ impl Rejection {
     }
 }
 
-/// Parses and validates raw request bytes under the default [`Limits`]:
+/// Parses and validates raw request bytes under the default [`Limits`]
+/// and the default revision ([`ProtocolRevision::default`]):
 /// [`parse_strict`], then [`validate_sampling`]. A refusal carries the
 /// envelope's id when it can be read, also when strict parsing failed
 /// (see [`recover_id`]).
@@ -242,12 +245,22 @@ pub fn parse_sampling(bytes: &[u8]) -> Result<SamplingRequest, Rejection> {
 
 /// [`parse_sampling`] under explicit limits.
 pub fn parse_sampling_with(bytes: &[u8], limits: &Limits) -> Result<SamplingRequest, Rejection> {
+    parse_sampling_for(bytes, limits, ProtocolRevision::default())
+}
+
+/// [`parse_sampling`] under explicit limits, validating the params as MCP
+/// `revision` defines them ([`validate_sampling_for`]).
+pub fn parse_sampling_for(
+    bytes: &[u8],
+    limits: &Limits,
+    revision: ProtocolRevision,
+) -> Result<SamplingRequest, Rejection> {
     let value = parse_strict_with(bytes, limits).map_err(|error| Rejection {
         id: recover_id_with(bytes, limits),
         error,
     })?;
     let id = envelope_id(&value).cloned();
-    validate_sampling(value).map_err(|error| Rejection {
+    validate_sampling_for(value, revision).map_err(|error| Rejection {
         id,
         error: with_literal(error, bytes),
     })
@@ -316,6 +329,14 @@ fn with_literal(error: RequestError, bytes: &[u8]) -> RequestError {
 /// repeated or unreadable is not trusted. Linear in the input.
 pub fn recover_id(bytes: &[u8]) -> Option<Value> {
     recover_id_with(bytes, &Limits::default())
+}
+
+/// [`recover_id`]'s id as written: its JSON text, exactly when
+/// [`recover_id`] gives one.
+pub fn recover_id_text(bytes: &[u8]) -> Option<String> {
+    let mut scan = IdScan::new(Limits::default().max_bytes);
+    scan.feed(bytes);
+    scan.finish_text()
 }
 
 fn recover_id_with(bytes: &[u8], limits: &Limits) -> Option<Value> {
@@ -421,14 +442,25 @@ fn from_serde(error: &serde_json::Error, max_depth: usize) -> RequestError {
     }
 }
 
+/// Validates a parsed request under the default revision
+/// ([`ProtocolRevision::default`]): [`validate_sampling_for`].
+pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> {
+    validate_sampling_for(value, ProtocolRevision::default())
+}
+
 /// Validates a parsed request: a whole JSON-RPC `sampling/createMessage`
 /// request, or a bare params object (one with none of `jsonrpc`, `method`,
-/// `params`, `id`).
+/// `params`, `id`), its params as MCP `revision` defines them (each
+/// member of the schema's type and enumeration, `docs/spec/evaluation.md`,
+/// "Step 1: Validation").
 ///
-/// An integral `maxTokens` written `9e3`, `9000.0` or `-0` is rewritten as
-/// the integer it is (`9000`, `0`), so params handed on for forwarding
+/// An integral `maxTokens` written `9e3`, `9000.0` or `1e0` is rewritten as
+/// the integer it is (`9000`, `1`), so params handed on for forwarding
 /// carry an integer that an integer-typed client accepts.
-pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> {
+pub fn validate_sampling_for(
+    value: Value,
+    revision: ProtocolRevision,
+) -> Result<SamplingRequest, RequestError> {
     let Value::Object(mut object) = value else {
         return Err(RequestError::NotAnObject {
             found: describe(&value),
@@ -438,7 +470,7 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
         .iter()
         .any(|member| object.contains_key(*member));
     if !is_envelope {
-        let rewritten = check_params(&mut object, "$")?;
+        let rewritten = check_params(&mut object, revision, "$")?;
         return Ok(SamplingRequest {
             id: None,
             params: object,
@@ -491,7 +523,7 @@ pub fn validate_sampling(value: Value) -> Result<SamplingRequest, RequestError> 
             });
         }
     };
-    let rewritten = check_params(&mut params, "$.params")?;
+    let rewritten = check_params(&mut params, revision, "$.params")?;
     Ok(SamplingRequest {
         id: Some(id),
         params,
@@ -510,142 +542,45 @@ pub fn envelope_id(value: &Value) -> Option<&Value> {
     }
 }
 
-/// The values MCP's schema allows for `includeContext`.
-const INCLUDE_CONTEXT: [&str; 3] = ["none", "thisServer", "allServers"];
+/// Checks params already read (by an SDK, say) as MCP `revision` defines
+/// them: what [`validate_sampling_for`] checks of a request's params. The
+/// engine checks a [`SamplingRequest`] handed to it this way against its
+/// table's revision, whichever revision it was validated under.
+pub fn check_params_for(
+    params: &Map<String, Value>,
+    revision: ProtocolRevision,
+) -> Result<(), RequestError> {
+    schema::check_params(params, revision, "$.params")
+}
 
 /// Checks `params`; `Ok(true)` when `maxTokens` was respelt as an integer.
-fn check_params(params: &mut Map<String, Value>, at: &str) -> Result<bool, RequestError> {
-    match params.get("messages") {
-        Some(Value::Array(_)) => {}
-        other => {
-            return Err(RequestError::InvalidParams {
-                path: format!("{at}.messages"),
-                expected: "an array",
-                found: describe_option(other),
-            });
-        }
-    }
-    let max_tokens = match params.get("maxTokens") {
-        Some(value) => as_non_negative_integer(value),
-        None => None,
-    };
-    let Some(max_tokens) = max_tokens else {
-        return Err(RequestError::InvalidParams {
+///
+/// An unknown `includeContext` is refused, not read as some scope: a client
+/// would refuse it, and a refusal re-sent under another unknown spelling
+/// would get a new identity for the same forwarded bytes. A member of
+/// another type is refused, never read past: a `hints` that is a string is
+/// no list the `models` trim could narrow, and the client would refuse what
+/// the policy let through.
+fn check_params(
+    params: &mut Map<String, Value>,
+    revision: ProtocolRevision,
+    at: &str,
+) -> Result<bool, RequestError> {
+    schema::check_params(params, revision, at)?;
+    // The schema checked it; refused again rather than assumed.
+    let max_tokens = params
+        .get("maxTokens")
+        .and_then(as_non_negative_integer)
+        .ok_or_else(|| RequestError::InvalidParams {
             path: format!("{at}.maxTokens"),
-            expected: "a non-negative integer",
+            expected: "a positive integer",
             found: describe_option(params.get("maxTokens")),
-        });
-    };
-    check_field_types(params, at)?;
-    // An unknown scope must not be read as some scope (the widest, or any
-    // other): a client would refuse it, and a refusal re-sent under another
-    // unknown spelling would get a new identity for the same forwarded bytes.
-    match params.get("includeContext") {
-        None => {}
-        Some(Value::String(scope)) if INCLUDE_CONTEXT.contains(&scope.as_str()) => {}
-        Some(other) => {
-            return Err(RequestError::InvalidParams {
-                path: format!("{at}.includeContext"),
-                expected: "one of \"none\", \"thisServer\", \"allServers\"",
-                found: Some(describe(other)),
-            });
-        }
-    }
+        })?;
     let respelt = !matches!(params.get("maxTokens"), Some(Value::Number(n)) if n.is_u64());
     if respelt {
         params.insert("maxTokens".to_owned(), Value::from(max_tokens));
     }
     Ok(respelt)
-}
-
-/// A params field, the type its schema gives in words, and the test of it.
-type FieldType = (&'static str, &'static str, fn(&Value) -> bool);
-
-fn array_of(value: &Value, item: fn(&Value) -> bool) -> bool {
-    value.as_array().is_some_and(|items| items.iter().all(item))
-}
-
-fn priority(value: &Value) -> bool {
-    value.as_f64().is_some_and(|p| (0.0..=1.0).contains(&p))
-}
-
-/// The other fields of MCP's `CreateMessageRequest` params, each of the
-/// schema's type (`docs/spec/evaluation.md`, "Step 1: Validation"). A field of another type is -32602, never
-/// read past: a `hints` that is a string rather than a list is a list the
-/// `models` trim cannot narrow, so the request would go on naming a model
-/// the policy does not allow; and the client would refuse what the policy
-/// let through. `null` is not absent: the schema's optional fields are
-/// omitted, never null.
-fn check_field_types(params: &Map<String, Value>, at: &str) -> Result<(), RequestError> {
-    let wrong = |path: String, expected: &'static str, found: &Value| {
-        Err(RequestError::InvalidParams {
-            path,
-            expected,
-            found: Some(describe(found)),
-        })
-    };
-    if let Some(Value::Array(messages)) = params.get("messages")
-        && let Some((at_index, message)) = messages.iter().enumerate().find(|(_, m)| !m.is_object())
-    {
-        return wrong(format!("{at}.messages[{at_index}]"), "an object", message);
-    }
-    let fields: [FieldType; 7] = [
-        ("systemPrompt", "a string", Value::is_string),
-        ("temperature", "a number", Value::is_number),
-        ("stopSequences", "an array of strings", |v| {
-            array_of(v, Value::is_string)
-        }),
-        ("metadata", "an object", Value::is_object),
-        ("tools", "an array of objects", |v| {
-            array_of(v, Value::is_object)
-        }),
-        ("toolChoice", "an object", Value::is_object),
-        ("_meta", "an object", Value::is_object),
-    ];
-    for (field, expected, ok) in fields {
-        if let Some(value) = params.get(field)
-            && !ok(value)
-        {
-            return wrong(format!("{at}.{field}"), expected, value);
-        }
-    }
-    let Some(preferences) = params.get("modelPreferences") else {
-        return Ok(());
-    };
-    let Value::Object(preferences) = preferences else {
-        return wrong(format!("{at}.modelPreferences"), "an object", preferences);
-    };
-    if let Some(hints) = preferences.get("hints") {
-        let Value::Array(items) = hints else {
-            return wrong(
-                format!("{at}.modelPreferences.hints"),
-                "an array of objects",
-                hints,
-            );
-        };
-        for (index, hint) in items.iter().enumerate() {
-            let path = format!("{at}.modelPreferences.hints[{index}]");
-            match hint {
-                Value::Object(hint) => match hint.get("name") {
-                    None | Some(Value::String(_)) => {}
-                    Some(name) => return wrong(format!("{path}.name"), "a string", name),
-                },
-                other => return wrong(path, "an object", other),
-            }
-        }
-    }
-    for field in ["costPriority", "speedPriority", "intelligencePriority"] {
-        if let Some(value) = preferences.get(field)
-            && !priority(value)
-        {
-            return wrong(
-                format!("{at}.modelPreferences.{field}"),
-                "a number from 0 to 1",
-                value,
-            );
-        }
-    }
-    Ok(())
 }
 
 /// A non-negative integer, written as `5`, `5.0` or `5e0` (JSON does not tell

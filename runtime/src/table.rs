@@ -19,6 +19,35 @@ use crate::identity;
 /// The only format version this runtime reads.
 pub const TABLE_FORMAT: &str = "mcpolicy-table/1";
 
+/// The `sampling/createMessage` params an identity may list
+/// (`docs/spec/language.md`, "`identity`").
+pub const IDENTITY_FIELDS: [&str; 10] = [
+    "systemPrompt",
+    "messages",
+    "includeContext",
+    "modelPreferences",
+    "maxTokens",
+    "temperature",
+    "stopSequences",
+    "metadata",
+    "tools",
+    "toolChoice",
+];
+
+/// The identity a policy gets when it does not say.
+pub const DEFAULT_IDENTITY: [&str; 4] = [
+    "systemPrompt",
+    "messages",
+    "includeContext",
+    "modelPreferences",
+];
+
+/// The largest count, size or duration a table holds: 2^53. The digest's
+/// canonical form (RFC 8785) writes numbers as doubles, which hold no
+/// larger integer exactly, so two tables that differ above it would share a
+/// digest; the checker refuses such values (`E0105`) and the loader too.
+pub const MAX_INTEGER: u64 = 1 << 53;
+
 /// Why a table was refused. The runtime fails closed on every one of these.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -93,6 +122,79 @@ pub enum TableError {
         /// The reason it names.
         reason: String,
     },
+    /// The bytes are not strict JSON: an object with a key twice (which a
+    /// lenient reader would resolve last-wins, so two readers would read two
+    /// tables), invalid UTF-8, a lone surrogate, or too deep.
+    #[error("the table is not strict JSON: {0}")]
+    Json(crate::request::RequestError),
+    /// A count, size, duration or limit of 0, or above [`MAX_INTEGER`]:
+    /// the compiler writes neither (`E0105`).
+    #[error("{what} is {value}; a table holds integers from 1 to 2^53 (9007199254740992)")]
+    OutOfRange {
+        /// Where: `server pattern `x`: rate.window_ms`, `reason `r`: ttl.after_ms`.
+        what: String,
+        /// The value found.
+        value: u64,
+    },
+    /// The table's `identity` is empty, names a field that is not a
+    /// `sampling/createMessage` param, or names one twice.
+    #[error("identity {problem}")]
+    InvalidIdentity {
+        /// What is wrong, e.g. "is empty" or "names `x`, not a param of sampling/createMessage".
+        problem: String,
+    },
+    /// A code the compiler refuses (`docs/spec/language.md`, "Error codes").
+    #[error("{what} has code {code}: {rule}")]
+    ForbiddenCode {
+        /// `error_code`, or the reason whose code it is.
+        what: String,
+        /// The code.
+        code: i64,
+        /// Why it is refused.
+        rule: &'static str,
+    },
+    /// A reason the compiler cannot write: a name that is not a namespaced
+    /// identifier, a `policy.`/`user.` name that is not built in, a missing
+    /// built-in reason, or one that is retryable and stored forever.
+    #[error("reason `{reason}` {problem}")]
+    InvalidReason {
+        /// The reason's name.
+        reason: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A server entry the compiler cannot write: an empty pattern, a
+    /// fallback whose pattern is not `*`, an empty or repeated `models`
+    /// pattern, or two budgets of one metric and window.
+    #[error("server pattern `{pattern}`: {problem}")]
+    InvalidEntry {
+        /// The entry's pattern.
+        pattern: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl TableError {
+    /// A stable name for the kind of refusal (`table.digest_mismatch`, …),
+    /// for logs and tests that must not depend on the prose.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TableError::Malformed(_) => "table.malformed",
+            TableError::UnknownFormat { .. } => "table.unknown_format",
+            TableError::DigestMismatch { .. } => "table.digest_mismatch",
+            TableError::ReservedReason { .. } => "table.reserved_reason",
+            TableError::SharedToolsReason { .. } => "table.shared_tools_reason",
+            TableError::CodeOutOfRange { .. } => "table.code_out_of_range",
+            TableError::UndefinedReason { .. } => "table.undefined_reason",
+            TableError::Json(_) => "table.json",
+            TableError::OutOfRange { .. } => "table.out_of_range",
+            TableError::InvalidIdentity { .. } => "table.invalid_identity",
+            TableError::ForbiddenCode { .. } => "table.forbidden_code",
+            TableError::InvalidReason { .. } => "table.invalid_reason",
+            TableError::InvalidEntry { .. } => "table.invalid_entry",
+        }
+    }
 }
 
 /// The MCP revision the client speaks.
@@ -451,7 +553,14 @@ impl Table {
     /// spell them otherwise); the digests do not cover patterns, so this
     /// changes no digest.
     pub fn from_json(bytes: &[u8]) -> Result<Table, TableError> {
-        let mut table: Table = serde_json::from_slice(bytes)?;
+        // Strictly, as requests are read: a key twice anywhere is refused,
+        // never resolved last-wins.
+        let limits = crate::request::Limits {
+            max_bytes: bytes.len(),
+            ..crate::request::Limits::default()
+        };
+        let value = crate::request::parse_strict_with(bytes, &limits).map_err(TableError::Json)?;
+        let mut table: Table = serde_json::from_value(value)?;
         if table.format != TABLE_FORMAT {
             return Err(TableError::UnknownFormat {
                 found: table.format,
@@ -481,17 +590,33 @@ impl Table {
     /// reason it does not produce ([`builtin::may_deny_as`]), and that the
     /// reason of `tools` is its own within each block.
     pub fn verify(&self) -> Result<(), TableError> {
-        let codes = std::iter::once(("error_code".to_owned(), self.error_code)).chain(
-            self.reasons
-                .iter()
-                .map(|(name, spec)| (format!("reason `{name}`"), spec.code)),
+        let codes = std::iter::once(("error_code".to_owned(), self.error_code, false)).chain(
+            self.reasons.iter().map(|(name, spec)| {
+                (
+                    format!("reason `{name}`"),
+                    spec.code,
+                    name == builtin::USER_DENIED,
+                )
+            }),
         );
-        for (what, code) in codes {
+        for (what, code, user_denied) in codes {
             if i32::try_from(code).is_err() {
                 return Err(TableError::CodeOutOfRange { what, code });
             }
+            if let Some(rule) = builtin::code_refusal(code, self.protocol, user_denied) {
+                return Err(TableError::ForbiddenCode { what, code, rule });
+            }
+        }
+        self.verify_identity()?;
+        self.verify_reasons()?;
+        if self.fallback.pattern != "*" {
+            return Err(TableError::InvalidEntry {
+                pattern: self.fallback.pattern.clone(),
+                problem: "the fallback's pattern must be `*`".to_owned(),
+            });
         }
         for entry in self.servers.iter().chain(std::iter::once(&self.fallback)) {
+            verify_entry(entry)?;
             if let Some((statement, reason)) =
                 entry
                     .block
@@ -530,13 +655,94 @@ impl Table {
                     reason: reason.to_owned(),
                 });
             }
-            let actual = block_digest(&entry.block, &self.reasons);
+            let actual = self.digest_of(&entry.block);
             if actual != entry.digest {
                 return Err(TableError::DigestMismatch {
                     pattern: entry.pattern.clone(),
                     declared: entry.digest.clone(),
                     actual,
                 });
+            }
+        }
+        Ok(())
+    }
+
+    /// The digest of `block` as an entry of this table ([`entry_digest`]
+    /// under this table's reasons, identity and protocol).
+    pub fn digest_of(&self, block: &EffectiveBlock) -> String {
+        entry_digest(block, &self.reasons, &self.identity, self.protocol)
+    }
+
+    /// `identity`: at least one field, each a param of
+    /// `sampling/createMessage`, none twice (`E0205`, `E0206`).
+    fn verify_identity(&self) -> Result<(), TableError> {
+        if self.identity.is_empty() {
+            return Err(TableError::InvalidIdentity {
+                problem: "is empty; it lists at least one param".to_owned(),
+            });
+        }
+        for (index, field) in self.identity.iter().enumerate() {
+            if !IDENTITY_FIELDS.contains(&field.as_str()) {
+                return Err(TableError::InvalidIdentity {
+                    problem: format!(
+                        "names `{field}`, not a param of sampling/createMessage (one of {})",
+                        IDENTITY_FIELDS.join(", ")
+                    ),
+                });
+            }
+            if self.identity[..index].contains(field) {
+                return Err(TableError::InvalidIdentity {
+                    problem: format!("names `{field}` twice"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reasons: every built-in present; names namespaced identifiers, and
+    /// in `policy.`/`user.` only the built-in ones (`E0405`, `E0406`,
+    /// `E0412`); none retryable and stored forever (`E0403`); a ttl
+    /// duration from 1 to [`MAX_INTEGER`].
+    fn verify_reasons(&self) -> Result<(), TableError> {
+        // The consent cooldown is answered with its built-in spec whatever
+        // a table says (`docs/spec/evaluation.md`, "Consent cooldown"), so a
+        // table written before it existed still loads.
+        if let Some(missing) = builtin::ALL
+            .iter()
+            .filter(|b| b.name != builtin::CONSENT_COOLDOWN)
+            .find(|b| !self.reasons.contains_key(b.name))
+        {
+            return Err(TableError::InvalidReason {
+                reason: missing.name.to_owned(),
+                problem: "is missing: a table defines every built-in reason",
+            });
+        }
+        for (name, spec) in &self.reasons {
+            let invalid = |problem| {
+                Err(TableError::InvalidReason {
+                    reason: name.clone(),
+                    problem,
+                })
+            };
+            if !is_reason_name(name) {
+                return invalid(
+                    "is not a reason name: identifiers (a letter or `_`, then letters, digits or `_`) joined by `.`, at least two",
+                );
+            }
+            if (name.starts_with("policy.") || name.starts_with("user."))
+                && builtin::get(name).is_none()
+            {
+                return invalid(
+                    "is in a reserved namespace (`policy.`, `user.`) but is not built in",
+                );
+            }
+            if spec.retryable && spec.ttl == Ttl::Forever {
+                return invalid(
+                    "is retryable and stored forever: every retry would be answered with the same denial",
+                );
+            }
+            if let Ttl::AfterMs(ms) = spec.ttl {
+                in_range(ms, || format!("reason `{name}`: ttl.after_ms"))?;
             }
         }
         Ok(())
@@ -562,14 +768,128 @@ impl Table {
     }
 }
 
+/// A reason name as the language writes it: identifiers joined by `.`, at
+/// least two (`docs/spec/language.md`, "Identifiers").
+fn is_reason_name(name: &str) -> bool {
+    let mut parts = 0;
+    let all = name.split('.').all(|part| {
+        parts += 1;
+        let mut chars = part.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    });
+    all && parts >= 2
+}
+
+/// `value` is a count, size or duration the compiler writes: 1 to [`MAX_INTEGER`].
+fn in_range(value: u64, what: impl FnOnce() -> String) -> Result<(), TableError> {
+    if (1..=MAX_INTEGER).contains(&value) {
+        Ok(())
+    } else {
+        Err(TableError::OutOfRange {
+            what: what(),
+            value,
+        })
+    }
+}
+
+/// One entry's values as the compiler writes them: a pattern that is not
+/// empty; every count, size and duration from 1 to [`MAX_INTEGER`];
+/// `models` patterns neither empty nor repeated (`E0603`, `E0106`); no two
+/// budgets of one metric and window (`E0106`).
+fn verify_entry(entry: &ServerEntry) -> Result<(), TableError> {
+    let pattern = &entry.pattern;
+    let invalid = |problem: String| {
+        Err(TableError::InvalidEntry {
+            pattern: pattern.clone(),
+            problem,
+        })
+    };
+    if pattern.is_empty() {
+        return invalid("the pattern is empty".to_owned());
+    }
+    let block = &entry.block;
+    let at = |field: &str| format!("server pattern `{pattern}`: {field}");
+    let mut values: Vec<(u64, String)> = Vec::new();
+    if let Some(limit) = &block.max_input {
+        values.push((limit.max, at("max_input.max")));
+    }
+    if let Some(limit) = &block.max_messages {
+        values.push((limit.max, at("max_messages.max")));
+    }
+    if let Some(max) = block.max_tokens {
+        values.push((max, at("max_tokens")));
+    }
+    if let Some(rate) = &block.rate {
+        values.push((rate.count, at("rate.count")));
+        values.push((rate.window_ms, at("rate.window_ms")));
+    }
+    for (index, budget) in block.budgets.iter().enumerate() {
+        values.push((budget.limit, at(&format!("budgets[{index}].limit"))));
+        if let Window::RollingMs(ms) = budget.window {
+            values.push((ms, at(&format!("budgets[{index}].window.rolling_ms"))));
+        }
+        if block.budgets[..index]
+            .iter()
+            .any(|earlier| earlier.metric == budget.metric && earlier.window == budget.window)
+        {
+            return invalid(format!(
+                "budgets[{index}] counts the metric and window of an earlier budget"
+            ));
+        }
+    }
+    if let Some(deadline) = &block.deadline {
+        values.push((deadline.ms, at("deadline.ms")));
+    }
+    if let Some(alert) = &block.retry_alert {
+        values.push((alert.count, at("retry_alert.count")));
+        values.push((alert.window_ms, at("retry_alert.window_ms")));
+    }
+    for (value, what) in values {
+        in_range(value, || what)?;
+    }
+    if let Some(models) = &block.models {
+        for (index, model) in models.iter().enumerate() {
+            if model.is_empty() {
+                return invalid(format!("models[{index}] is empty"));
+            }
+            if models[..index].contains(model) {
+                return invalid(format!("models[{index}] repeats `{model}`"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The digest of an entry of a table with the default identity
+/// ([`DEFAULT_IDENTITY`]) and protocol ([`ProtocolRevision::default`]):
+/// [`entry_digest`] with those.
+pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpec>) -> String {
+    let identity: Vec<String> = DEFAULT_IDENTITY.iter().map(|f| (*f).to_owned()).collect();
+    entry_digest(block, reasons, &identity, ProtocolRevision::default())
+}
+
 /// `sha256:` + hex over the RFC 8785 canonical JSON of
 /// `{"block": block, "reasons": {name: spec for each reason the block can produce}}`,
 /// the block without its `retry_alert` (an observation, not a rule).
 ///
+/// with the table's `identity` and `protocol` added when they are not the
+/// defaults ([`DEFAULT_IDENTITY`], [`ProtocolRevision::default`]): both
+/// decide (what a stored decision covers; how a request is validated and
+/// trimmed), and leaving out the defaults keeps the digests, and so the
+/// stored decisions, of tables written before they were covered.
+///
 /// Including the reasons means that redeclaring a reason (its ttl, code or
 /// retryability) invalidates the decisions of exactly the servers that can
 /// produce it.
-pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpec>) -> String {
+pub fn entry_digest(
+    block: &EffectiveBlock,
+    reasons: &BTreeMap<String, ReasonSpec>,
+    identity: &[String],
+    protocol: ProtocolRevision,
+) -> String {
     let used: BTreeMap<&str, Option<&ReasonSpec>> = block
         .reason_names()
         .into_iter()
@@ -579,7 +899,7 @@ pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpe
     // stored refusals, so the digest covers the block without it (and a
     // block without it serialises without the member: digests of tables
     // written before it existed are unchanged).
-    let value = if block.retry_alert.is_some() {
+    let mut value = if block.retry_alert.is_some() {
         let decisive = EffectiveBlock {
             retry_alert: None,
             ..block.clone()
@@ -588,6 +908,12 @@ pub fn block_digest(block: &EffectiveBlock, reasons: &BTreeMap<String, ReasonSpe
     } else {
         serde_json::json!({ "block": block, "reasons": used })
     };
+    if !identity.iter().map(String::as_str).eq(DEFAULT_IDENTITY) {
+        value["identity"] = serde_json::json!(identity);
+    }
+    if protocol != ProtocolRevision::default() {
+        value["protocol"] = serde_json::json!(protocol.as_str());
+    }
     let mut hasher = Sha256::new();
     identity::write_canonical(&value, &mut hasher);
     let digest = hasher.finalize();
@@ -634,6 +960,12 @@ pub mod builtin {
     pub const USER_DENIED: &str = "user.denied";
     /// The user gave consent.
     pub const USER_APPROVED: &str = "user.approved";
+    /// The server drew too many prompts the user did not approve; it is
+    /// not prompted again until one leaves the window
+    /// (`docs/spec/evaluation.md`, step 9, "Consent cooldown"). Not in a
+    /// block's [`super::EffectiveBlock::reason_names`]: it is built in and
+    /// fixed this round, so block digests stay as they were.
+    pub const CONSENT_COOLDOWN: &str = "policy.consent_cooldown";
 
     /// The JSON-RPC code MCP asks a client to use when the user refuses sampling.
     pub const USER_REFUSAL_CODE: i64 = -1;
@@ -769,6 +1101,15 @@ pub mod builtin {
             message: "Sampling approved by the user",
             summary: "the user gave consent; the approval is stored",
         },
+        Builtin {
+            name: CONSENT_COOLDOWN,
+            outcome: Outcome::Deny,
+            retryable: true,
+            ttl: Ttl::UntilReset,
+            code: None,
+            message: "Sampling denied: server '{server}' has asked the user too often without approval; retry after {retryAfter}s",
+            summary: "the server drew too many prompts the user did not approve within the hour",
+        },
     ];
 
     /// The built-in reason of that name.
@@ -802,6 +1143,40 @@ pub mod builtin {
     /// another statement would replay or describe the wrong decision.
     pub fn may_deny_as(own: &str, reason: &str) -> bool {
         reason == own || !(reason.starts_with("policy.") || reason.starts_with("user."))
+    }
+
+    /// Why the compiler refuses `code` on a reason (or as `error_code`)
+    /// under `protocol` (`docs/spec/language.md`, "Error codes": `E0501`,
+    /// `E0502`, `E0503`, `E0505`, `E0506`), or `None` when it may be
+    /// written. `user_denied`: the code of `user.denied`, which alone may
+    /// be -1. The checker's findings and the table loader both use it.
+    pub fn code_refusal(
+        code: i64,
+        protocol: super::ProtocolRevision,
+        user_denied: bool,
+    ) -> Option<&'static str> {
+        use super::ProtocolRevision::{V2025_06_18, V2025_11_25, V2026_07_28};
+        if i32::try_from(code).is_err() {
+            return Some("outside the 32-bit range of JSON-RPC error codes");
+        }
+        match (code, protocol) {
+            (-1, _) if user_denied => None,
+            (-1, _) => Some(
+                "-1 is the code of the user's refusal of sampling, which a policy denial must not take",
+            ),
+            (-32700 | -32600 | -32601 | -32602 | -32603, _) => {
+                Some("one of JSON-RPC 2.0's pre-defined errors")
+            }
+            (-32768..=-32100, _) => {
+                Some("reserved by JSON-RPC 2.0 outside its server-error band -32099..-32000")
+            }
+            (-32099..=-32020, V2026_07_28) => {
+                Some("reserved for the specification by MCP 2026-07-28")
+            }
+            (-32002, V2025_06_18 | V2025_11_25) => Some("MCP's \"resource not found\""),
+            (-32042, V2025_11_25) => Some("MCP 2025-11-25's \"URL elicitation required\""),
+            _ => None,
+        }
     }
 
     /// The built-in reason's defaults as a spec, given the table's `error_code`.

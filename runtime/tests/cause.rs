@@ -260,6 +260,19 @@ fn table_of(p: &Policy) -> Table {
     );
     if p.system_prompt_identity {
         table.identity = vec!["systemPrompt".to_owned()];
+        // The digests cover an identity other than the default.
+        for entry in table
+            .servers
+            .iter_mut()
+            .chain(std::iter::once(&mut table.fallback))
+        {
+            entry.digest = mcpolicy_runtime::table::entry_digest(
+                &entry.block,
+                &table.reasons,
+                &table.identity,
+                table.protocol,
+            );
+        }
         table.verify().expect("test table verifies");
     }
     table
@@ -372,11 +385,14 @@ fn fresh_denial(
     prop_assert!(!cause.replayed);
     let statement = cause.statement.expect("a denial names its statement");
     prop_assert_eq!(cause.step, step_of(statement), "{:?}", cause);
-    prop_assert_eq!(
-        reason_of(block, statement),
-        Some(denial.reason()),
-        "{:?}",
-        cause
+    // `consent` denies with the user's refusal, or, without asking, with
+    // the consent cooldown (`docs/spec/evaluation.md`, step 9).
+    let cooldown = statement == Statement::Consent && denial.reason() == builtin::CONSENT_COOLDOWN;
+    prop_assert!(
+        cooldown || reason_of(block, statement) == Some(denial.reason()),
+        "{:?}: {}",
+        cause,
+        denial.reason()
     );
     if denial.expiry() != Expiry::NotStored {
         stored.insert(identity.to_owned(), (statement, denial.message()));
@@ -482,7 +498,7 @@ proptest! {
                     prop_assert_eq!(cause.statement, Some(Statement::Consent));
                     prop_assert_eq!(cause.step, Step::Consent);
                     if !r.approve {
-                        let denial = pending.refuse().expect("store");
+                        let denial = pending.refuse().recorded().expect("store");
                         fresh_denial(block, &expected_block, &identity, &denial, &mut stored)?;
                         continue;
                     }

@@ -657,7 +657,17 @@ fn consent_first_is_asked_once_and_stored_approval_still_counts_rate_in(
     assert_eq!(p.server_id(), "s");
     let grant = allowed(resolve(p, true));
     assert!(!grant.replayed());
-    let key = DecisionKey::new("s", grant.identity());
+    // Stored under the approval key (`docs/spec/identity.md`), never the refusal key.
+    let approval = grant
+        .approval_key()
+        .expect("consent first has an approval key");
+    assert!(
+        h.store
+            .get(&DecisionKey::new("s", grant.identity()))
+            .expect("get")
+            .is_none()
+    );
+    let key = DecisionKey::new("s", approval);
     let stored = h.store.get(&key).expect("get").expect("approval stored");
     assert_eq!(stored.verdict, Verdict::Allow);
     assert_eq!(&*stored.reason, builtin::USER_APPROVED);
@@ -751,9 +761,10 @@ fn redeclared_reasons_change_code_retryability_and_ttl() {
     rate_spec.ttl = Ttl::None;
     r.insert(builtin::RATE_LIMIT.into(), rate_spec);
     let mut block = open_block();
+    // A limit of 1 spent first (a table holds no limit of 0).
     block.budgets = vec![budget(
         BudgetMetric::Requests,
-        0,
+        1,
         Window::Calendar(CalendarUnit::Week),
     )];
     let mut rated = open_block();
@@ -764,6 +775,7 @@ fn redeclared_reasons_change_code_retryability_and_ttl() {
         vec![("s", block), ("r", rated)],
         open_block(),
     ));
+    allowed(h.decide("s", &simple("w")));
     let d = denial(h.decide("s", &simple("x")));
     assert_eq!(d.code(), 1234);
     assert_eq!(
@@ -972,6 +984,7 @@ impl DecisionStore for BrokenStore {
     fn replay_or_admit(
         &self,
         _: &DecisionKey,
+        _: Option<&str>,
         _: &str,
         _: i64,
         _: &mut Vec<mcpolicy_runtime::store::LimitCheck>,
@@ -1103,4 +1116,92 @@ fn limit_and_window_in(store: Arc<dyn DecisionStore>) {
     let replay = denial(h.decide("r", &simple("2")));
     assert!(replay.replayed());
     assert_eq!(replay.reply(None), d.reply(None));
+}
+
+/// Two engines share one store and one server id under two policies (two
+/// clients, or a policy edited while an older session runs): the user's
+/// refusal stored under A's policy survives everything B decides and
+/// records, and A replays it without asking again (`docs/spec/store.md`,
+/// "Digests and staleness"). Before, B's first record purged every decision
+/// of the server made under another digest, `user.denied` included.
+fn two_policies_keep_each_others_user_answers(store: Arc<dyn DecisionStore>) {
+    let mut asking = open_block();
+    asking.consent = Consent::First;
+    let mut limited = asking.clone();
+    limited.max_input = limit(64);
+    let a = Harness::with_store(table(vec![("s", asking)]), Arc::clone(&store));
+    let b = a.reload(table(vec![("s", limited)]));
+    let request = seed_request("summarise my mail");
+    let Decision::NeedsConsent(pending) = a.decide("s", &request) else {
+        panic!("A asks its user");
+    };
+    let refused = pending.refuse().recorded().expect("store");
+    assert_eq!(refused.reason(), "user.denied");
+    // B decides for the same server: it stores a denial of its own, and a
+    // user answer of its own.
+    let big = seed_request(&"x".repeat(500));
+    assert!(
+        matches!(b.decide("s", &big), Decision::Deny(d) if d.reason() == "policy.input_too_large")
+    );
+    let Decision::NeedsConsent(pending) = b.decide("s", &seed_request("other")) else {
+        panic!("B asks its user");
+    };
+    pending.approve().expect("store");
+    b.clock.advance(60_000);
+    // A's refusal is still the user's word, replayed without a prompt.
+    match a.decide("s", &request) {
+        Decision::Deny(denial) => {
+            assert_eq!(denial.reason(), "user.denied");
+            assert!(denial.replayed(), "answered from the store");
+        }
+        other => panic!("A asked its user again: {other:?}"),
+    }
+    // And B's own decisions are still there for B.
+    assert!(matches!(b.decide("s", &big), Decision::Deny(d) if d.replayed()));
+}
+
+#[test]
+fn two_policies_keep_each_others_user_answers_memory() {
+    two_policies_keep_each_others_user_answers(Arc::new(MemoryStore::new()));
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn two_policies_keep_each_others_user_answers_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mcpolicy_runtime::store::SqliteStore::open(dir.path().join("decisions.db"))
+        .expect("open store");
+    two_policies_keep_each_others_user_answers(Arc::new(store));
+}
+
+/// A clock at `Millis::MAX` (or before the year 0) refuses every rate and
+/// budget, and what it refuses is not stored: once the clock is sane again
+/// the same request is decided afresh, not denied until `Millis::MAX`
+/// (`docs/spec/store.md`, "Time outside the calendar").
+#[test]
+fn limits_refuse_outside_the_calendar_and_store_nothing_there() {
+    let mut block = open_block();
+    block.rate = rate(1, 60_000);
+    block.budgets = vec![budget(
+        BudgetMetric::Requests,
+        5,
+        Window::Calendar(CalendarUnit::Day),
+    )];
+    let h = Harness::new(table(vec![("s", block)]));
+    let request = seed_request("tick");
+    for extreme in [
+        i64::MAX,
+        i64::MIN,
+        mcpolicy_runtime::store::CALENDAR_LAST + 1,
+    ] {
+        h.clock.set(extreme);
+        for _ in 0..3 {
+            match h.decide("s", &request) {
+                Decision::Deny(denial) => assert!(!denial.replayed(), "stored at {extreme}"),
+                other => panic!("admitted at {extreme}: {other:?}"),
+            }
+        }
+    }
+    h.clock.set(t0());
+    assert!(matches!(h.decide("s", &request), Decision::Allow(_)));
 }

@@ -238,27 +238,42 @@ fn missing_or_ill_typed_max_tokens_and_messages() {
     let cases = [
         (
             r#"{"messages":[]}"#,
-            "$.params.maxTokens is missing: it must be a non-negative integer",
+            "$.params.maxTokens is missing: it must be a positive integer",
         ),
         (
             r#"{"messages":[],"maxTokens":-1}"#,
-            "$.params.maxTokens must be a non-negative integer, got -1",
+            "$.params.maxTokens must be a positive integer, got -1",
+        ),
+        // MCP's schema says `integer`; 0 asks for no completion, and a
+        // client that reads it as unset runs one no token budget counts
+        // (`docs/spec/evaluation.md`, "Step 1: Validation").
+        (
+            r#"{"messages":[],"maxTokens":0}"#,
+            "$.params.maxTokens must be a positive integer, got 0",
+        ),
+        (
+            r#"{"messages":[],"maxTokens":-0}"#,
+            "$.params.maxTokens must be a positive integer, got -0",
+        ),
+        (
+            r#"{"messages":[],"maxTokens":0e5}"#,
+            "$.params.maxTokens must be a positive integer, got 0",
         ),
         (
             r#"{"messages":[],"maxTokens":1.5}"#,
-            "$.params.maxTokens must be a non-negative integer, got 1.5",
+            "$.params.maxTokens must be a positive integer, got 1.5",
         ),
         (
             r#"{"messages":[],"maxTokens":"10"}"#,
-            r#"$.params.maxTokens must be a non-negative integer, got "10""#,
+            r#"$.params.maxTokens must be a positive integer, got "10""#,
         ),
         (
             r#"{"maxTokens":10}"#,
-            "$.params.messages is missing: it must be an array",
+            "$.params.messages is missing: it must be an array of message objects",
         ),
         (
             r#"{"messages":{},"maxTokens":10}"#,
-            "$.params.messages must be an array, got an object",
+            "$.params.messages must be an array of message objects, got an object",
         ),
     ];
     for (params, message) in cases {
@@ -270,7 +285,7 @@ fn missing_or_ill_typed_max_tokens_and_messages() {
     let error = refuse(r#"{"messages":[]}"#);
     assert_eq!(
         error.to_string(),
-        "$.maxTokens is missing: it must be a non-negative integer"
+        "$.maxTokens is missing: it must be a positive integer"
     );
 }
 
@@ -492,11 +507,11 @@ fn a_missing_member_is_called_missing() {
     let cases = [
         (
             r#"{"messages":[]}"#.to_owned(),
-            "$.maxTokens is missing: it must be a non-negative integer",
+            "$.maxTokens is missing: it must be a positive integer",
         ),
         (
             request_with(r#"{"maxTokens":1}"#),
-            "$.params.messages is missing: it must be an array",
+            "$.params.messages is missing: it must be an array of message objects",
         ),
         (
             r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage"}"#.to_owned(),
@@ -533,7 +548,7 @@ fn big_integers_are_printed_exactly() {
         )));
         assert_eq!(
             error.to_string(),
-            format!("$.params.maxTokens must be a non-negative integer, got {shown}"),
+            format!("$.params.maxTokens must be a positive integer, got {shown}"),
             "{written}"
         );
     }
@@ -563,9 +578,8 @@ fn integral_max_tokens_are_handed_on_as_integers() {
     for (written, integer) in [
         ("9e3", 9000u64),
         ("9000.0", 9000),
-        ("-0", 0),
-        ("-0.0", 0),
-        ("0e5", 0),
+        ("1.0", 1),
+        ("1e0", 1),
         ("1E2", 100),
         ("9007199254740992.0", 9_007_199_254_740_992),
     ] {
@@ -737,19 +751,19 @@ fn numbers_are_quoted_as_written() {
     for (written, expected) in [
         (
             request_with(r#"{"messages":[],"maxTokens":18446744073709551617}"#),
-            "$.params.maxTokens must be a non-negative integer, got 18446744073709551617",
+            "$.params.maxTokens must be a positive integer, got 18446744073709551617",
         ),
         (
             request_with(r#"{"messages":[], "maxTokens" : -1.50e+3 }"#),
-            "$.params.maxTokens must be a non-negative integer, got -1.50e+3",
+            "$.params.maxTokens must be a positive integer, got -1.50e+3",
         ),
         (
             request_with(r#"{"maxTokens":1,"messages":123456789012345678901234567890}"#),
-            "$.params.messages must be an array, got 123456789012345678901234567890",
+            "$.params.messages must be an array of message objects, got 123456789012345678901234567890",
         ),
         (
             r#"{"messages":[],"maxTokens":-1E0}"#.to_owned(),
-            "$.maxTokens must be a non-negative integer, got -1E0",
+            "$.maxTokens must be a positive integer, got -1E0",
         ),
         (
             r#"{"jsonrpc":2.0,"id":1,"method":"sampling/createMessage","params":{}}"#.to_owned(),
@@ -769,7 +783,7 @@ fn numbers_are_quoted_as_written() {
             r#"{{"messages":[],"maxT\u006fkens":{long}}}"#
         ))),
         format!(
-            "$.params.maxTokens must be a non-negative integer, got {}…",
+            "$.params.maxTokens must be a positive integer, got {}…",
             &long[..64]
         )
     );
@@ -792,7 +806,7 @@ proptest! {
         let (text, at) = if bare { (params, "$") } else { (request_with(&params), "$.params") };
         prop_assert_eq!(
             message_of(&text),
-            format!("{at}.maxTokens must be a non-negative integer, got {n}")
+            format!("{at}.maxTokens must be a positive integer, got {n}")
         );
     }
 }
@@ -809,10 +823,14 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         ("systemPrompt", json!(5), "$.params.systemPrompt"),
         ("systemPrompt", json!(null), "$.params.systemPrompt"),
         ("temperature", json!("hot"), "$.params.temperature"),
-        ("stopSequences", json!(["a", 1]), "$.params.stopSequences"),
+        (
+            "stopSequences",
+            json!(["a", 1]),
+            "$.params.stopSequences[1]",
+        ),
         ("metadata", json!([]), "$.params.metadata"),
         ("tools", json!({}), "$.params.tools"),
-        ("tools", json!(["search"]), "$.params.tools"),
+        ("tools", json!(["search"]), "$.params.tools[0]"),
         ("toolChoice", json!("auto"), "$.params.toolChoice"),
         ("_meta", json!(1), "$.params._meta"),
         (
@@ -842,8 +860,34 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         ),
         (
             "messages",
-            json!([{"role": "user"}, "hi"]),
+            json!([{"role": "user", "content": {"type": "text", "text": "x"}}, "hi"]),
             "$.params.messages[1]",
+        ),
+        (
+            "messages",
+            json!([{"role": "system", "content": {"type": "text", "text": "x"}}]),
+            "$.params.messages[0].role",
+        ),
+        ("messages", json!([{}]), "$.params.messages[0].role"),
+        (
+            "messages",
+            json!([{"role": 7, "content": {"type": "text", "text": "x"}}]),
+            "$.params.messages[0].role",
+        ),
+        (
+            "messages",
+            json!([{"role": "user", "content": {"type": "text"}}]),
+            "$.params.messages[0].content.text",
+        ),
+        (
+            "toolChoice",
+            json!({"mode": "sometimes"}),
+            "$.params.toolChoice.mode",
+        ),
+        (
+            "tools",
+            json!([{"name": "x"}]),
+            "$.params.tools[0].inputSchema",
         ),
     ] {
         let mut params = base.clone();
@@ -851,7 +895,8 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         let error = refuse(&request_with(&params.to_string()));
         assert_eq!(error.code(), INVALID_PARAMS, "{field}: {value}");
         assert!(
-            error.to_string().starts_with(&format!("{path} must be")),
+            error.to_string().starts_with(&format!("{path} must be"))
+                || error.to_string().starts_with(&format!("{path} is missing")),
             "{field}: {value}: {error}"
         );
     }
@@ -866,4 +911,33 @@ fn fields_of_the_wrong_type_are_invalid_params() {
         json!({"hints": [{"name": "claude"}, {}], "costPriority": 0, "speedPriority": 1});
     validate_sampling(parse_strict(request_with(&typed.to_string()).as_bytes()).expect("parses"))
         .expect("every field of its type");
+}
+
+/// `docs/spec/evaluation.md` step 1: messages and `toolChoice` follow the
+/// schema's enumerations and required members (these were let through:
+/// the differential `runtime/tests/request_schema.rs` holds the rule).
+#[test]
+fn messages_and_tool_choice_follow_the_schema() {
+    for (field, value) in [
+        (
+            "messages",
+            json!([{"role": "system", "content": {"type": "text", "text": "x"}}]),
+        ),
+        ("messages", json!([{}])),
+        (
+            "messages",
+            json!([{"role": 7, "content": {"type": "text", "text": "x"}}]),
+        ),
+        ("toolChoice", json!({"mode": "sometimes"})),
+        ("maxTokens", json!(0)),
+    ] {
+        let mut params = json!({"messages": [], "maxTokens": 10});
+        params[field] = value.clone();
+        let value_text = request_with(&params.to_string());
+        let outcome = validate_sampling(parse_strict(value_text.as_bytes()).expect("parses"));
+        assert!(
+            matches!(&outcome, Err(error) if error.code() == INVALID_PARAMS),
+            "{field}: {value} must be refused as invalid params: {outcome:?}"
+        );
+    }
 }

@@ -3,13 +3,21 @@
 
 use std::fmt::Write;
 
+use mcpolicy_proxy::log::escape_text;
 use serde_json::Value;
 
 use super::report::{Gap, Report, ServerReport, WIDE_PERCENT};
 
+/// Text the audit file holds (server ids, model hints, reasons, file
+/// names), made inert for a terminal: escapes instead of controls, line
+/// ends and bidirectional controls (`mcpolicy_proxy::log::escape_text`).
+fn inert(text: &str) -> String {
+    escape_text(text).into_owned()
+}
+
 fn short(value: &Value) -> String {
     match value {
-        Value::String(s) => s.clone(),
+        Value::String(s) => inert(s),
         Value::Null => "-".to_owned(),
         Value::Array(items) => {
             let names: Vec<String> = items.iter().map(short).collect();
@@ -22,8 +30,10 @@ fn short(value: &Value) -> String {
 /// An identity shortened to its server and the first hex digits.
 fn identity(text: &str) -> String {
     match text.rsplit_once(':') {
-        Some((server, hex)) if hex.len() > 12 => format!("{server}:{}…", &hex[..12]),
-        _ => text.to_owned(),
+        Some((server, hex)) if hex.len() > 12 && hex.is_char_boundary(12) => {
+            format!("{}:{}…", inert(server), inert(&hex[..12]))
+        }
+        _ => inert(text),
     }
 }
 
@@ -43,7 +53,8 @@ pub(super) fn notes(value: &Value) -> String {
         .iter()
         .map(|(kind, note)| {
             format!(
-                "{kind} {}→{}",
+                "{} {}→{}",
+                inert(kind),
                 short(&note["requested"]),
                 short(&note["applied"])
             )
@@ -64,7 +75,8 @@ pub(super) fn gaps(kind: &str, gaps: &[Gap]) -> String {
             numbers.iter().max().copied().unwrap_or(0),
         );
         return format!(
-            "{kind} {lo}..{hi}→{} ×{times}",
+            "{} {lo}..{hi}→{} ×{times}",
+            inert(kind),
             if same { applied[0].as_str() } else { "…" }
         );
     }
@@ -79,14 +91,14 @@ pub(super) fn gaps(kind: &str, gaps: &[Gap]) -> String {
     } else {
         String::new()
     };
-    format!("{kind} {}{tail}", parts.join(", "))
+    format!("{} {}{tail}", inert(kind), parts.join(", "))
 }
 
 /// Renders the report.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let span = match (&report.first, &report.last) {
-        (Some(first), Some(last)) => format!(", {first} … {last}"),
+        (Some(first), Some(last)) => format!(", {} … {}", inert(first), inert(last)),
         _ => String::new(),
     };
     let files = if report.files.len() == 1 {
@@ -103,7 +115,13 @@ pub fn render(report: &Report) -> String {
         report.malformed.len()
     );
     for bad in &report.malformed {
-        let _ = writeln!(out, "  malformed {}:{}: {}", bad.file, bad.line, bad.error);
+        let _ = writeln!(
+            out,
+            "  malformed {}:{}: {}",
+            inert(&bad.file.to_string()),
+            bad.line,
+            inert(&bad.error.to_string())
+        );
     }
     if report.servers.is_empty() {
         let _ = writeln!(out, "no decisions");
@@ -112,7 +130,7 @@ pub fn render(report: &Report) -> String {
     let name_width = report
         .servers
         .iter()
-        .map(|s| s.server.chars().count())
+        .map(|s| inert(&s.server).chars().count())
         .max()
         .unwrap_or(6)
         .max(6);
@@ -144,7 +162,7 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             out,
             "{flag} {:<name_width$}  {:>9}  {:>5}  {:>5}  {:>5}  {:>7}  {:>6.1}%  {:<18}  {:>6}  {:>6}",
-            s.server,
+            inert(&s.server),
             s.decisions,
             count("allow"),
             count("trim"),
@@ -158,7 +176,7 @@ pub fn render(report: &Report) -> String {
     }
     for s in &report.servers {
         let _ = writeln!(out);
-        let _ = writeln!(out, "server {:?}", s.server);
+        let _ = writeln!(out, "server \"{}\"", inert(&s.server));
         if s.decisions > 0 && s.trimmed_percent >= WIDE_PERCENT {
             let _ = writeln!(
                 out,
@@ -166,7 +184,11 @@ pub fn render(report: &Report) -> String {
                 s.trimmed_percent, s.decisions
             );
         }
-        let reasons: Vec<String> = s.reasons.iter().map(|(r, n)| format!("{r} ×{n}")).collect();
+        let reasons: Vec<String> = s
+            .reasons
+            .iter()
+            .map(|(r, n)| format!("{} ×{n}", inert(r)))
+            .collect();
         if !reasons.is_empty() {
             let _ = writeln!(out, "  reasons: {}", reasons.join(", "));
         }
@@ -183,7 +205,7 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(
                 out,
                 "  trim alert at {}: {} of {} calls trimmed; gap {}",
-                alert.time,
+                inert(&alert.time.to_string()),
                 alert.trimmed,
                 alert.calls,
                 notes(&alert.gap)
@@ -196,7 +218,7 @@ pub fn render(report: &Report) -> String {
                 "  retry loop: {} alerted {}× (first {}), up to {} re-presentations in a window, represented {}",
                 identity(&l.identity),
                 l.alerts,
-                l.first_alert.as_deref().unwrap_or("-"),
+                inert(l.first_alert.as_deref().unwrap_or("-")),
                 l.max_count,
                 l.represented
             );

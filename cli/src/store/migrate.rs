@@ -1,12 +1,11 @@
 //! `mcpc store migrate --from SQLITE_PATH --to POSTGRES_SPEC`: moves a
 //! proxy's SQLite store into a PostgreSQL store, so a fleet starts with
 //! what one machine remembered (decisions with their `represented` counts,
-//! server tallies, and the spend still inside its windows).
+//! server tallies, and every rate and budget counter exactly as it was).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mcpolicy_runtime::clock::{Clock, SystemClock, parse_rfc3339};
 use serde_json::json;
 
 use super::Format;
@@ -31,20 +30,9 @@ pub struct MigrateArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
-    /// Which spend is still live, as of this instant (RFC 3339) instead of now.
-    #[arg(long, value_name = "RFC3339")]
-    now: Option<String>,
 }
 
 pub(super) fn run(args: MigrateArgs) -> Result<ExitCode, ExitCode> {
-    let now = match &args.now {
-        Some(text) => parse_rfc3339(text).ok_or_else(|| {
-            fail(format!(
-                "--now `{text}` is not an RFC 3339 time like 2026-03-10T12:00:00Z"
-            ))
-        })?,
-        None => SystemClock.now(),
-    };
     if !args.from.is_file() {
         return Err(fail(format!(
             "--from {}: no SQLite store there",
@@ -57,11 +45,12 @@ pub(super) fn run(args: MigrateArgs) -> Result<ExitCode, ExitCode> {
             args.to
         )));
     }
-    let target = store_open::open_postgres(&args.to, Create::IfMissing).map_err(fail)?;
-    let copied = target.import_sqlite(&args.from, now).map_err(fail)?;
+    let target = store_open::open_postgres(&args.to, Create::IfMissing, store_open::Now::System)
+        .map_err(fail)?;
+    let copied = target.import_sqlite(&args.from).map_err(fail)?;
     match args.format {
         Format::Human => emit(&format!(
-            "copied {} decisions, {} server tallies, {} counters and {} live spend rows from {} \
+            "copied {} decisions, {} server tallies, {} counters and {} spend rows from {} \
              to {}\n",
             copied.decisions,
             copied.servers,

@@ -60,7 +60,7 @@ enum Command {
     /// Delete expired decisions and spend past its retention (with --policy, stale decisions too).
     #[command(after_help = EXIT_CODES)]
     Prune(admin::PruneArgs),
-    /// Copy an SQLite store into an empty PostgreSQL store (decisions, tallies, live spend).
+    /// Copy an SQLite store into an empty PostgreSQL store (decisions, tallies, every counter exactly).
     #[command(after_help = migrate::EXIT_CODES)]
     Migrate(migrate::MigrateArgs),
 }
@@ -118,7 +118,11 @@ impl Ctx {
                 ));
             }
         };
-        let store = store_open::open(&spec, Create::MustExist).map_err(fail)?;
+        let clock = match common.now {
+            Some(_) => store_open::Now::Given,
+            None => store_open::Now::System,
+        };
+        let store = store_open::open(&spec, Create::MustExist, clock).map_err(fail)?;
         Ok(Ctx {
             spec,
             store,

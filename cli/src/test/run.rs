@@ -260,7 +260,7 @@ fn decide_step(
                     let resolved = if answer {
                         pending.approve().map(Ok)
                     } else {
-                        pending.refuse().map(Err)
+                        pending.refuse().recorded().map(Err)
                     };
                     match resolved {
                         Ok(Ok(grant)) => {

@@ -61,7 +61,12 @@ pub(super) fn check(
             alternative.to_string(),
         )
     };
-    if use_ == Use::UserDenied && code != -1 {
+    // A code the table cannot hold is an error on `user.denied` too (the
+    // error paths below); only an otherwise valid code is the warning.
+    if use_ == Use::UserDenied
+        && code != -1
+        && mcpolicy_runtime::table::builtin::code_refusal(code, revision, true).is_none()
+    {
         return Some(
             Diagnostic::new(
                 Code::W0507,
@@ -175,6 +180,44 @@ fn free_band(revision: ProtocolRevision) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checker's errors on codes are exactly the codes the table loader
+    /// refuses (`table::builtin::code_refusal`), under every revision and
+    /// use: the compiler writes no table the runtime refuses, and the
+    /// runtime loads no code the compiler would refuse.
+    #[test]
+    fn errors_are_exactly_the_codes_the_loader_refuses() {
+        use mcpolicy_runtime::table::builtin::code_refusal;
+        let codes = (-33_000..=-31_000).chain([-1, 0, 1, 2, 32_000, -2]).chain([
+            i64::from(i32::MIN),
+            i64::from(i32::MIN) - 1,
+            i64::from(i32::MAX),
+            i64::from(i32::MAX) + 1,
+            i64::MIN,
+            i64::MAX,
+        ]);
+        let span = crate::syntax::Span::new(0, 1);
+        for code in codes {
+            for revision in ProtocolRevision::ALL {
+                for use_ in [
+                    Use::ErrorCode,
+                    Use::DefaultErrorCode,
+                    Use::Reason,
+                    Use::UserDenied,
+                ] {
+                    let error = super::check(code, span, revision, use_)
+                        .is_some_and(|d| d.severity() == crate::codes::Severity::Error);
+                    let refused = code_refusal(code, revision, use_ == Use::UserDenied).is_some();
+                    assert_eq!(
+                        error,
+                        refused,
+                        "{code} under {} as {use_:?}",
+                        revision.as_str()
+                    );
+                }
+            }
+        }
+    }
 
     fn code_of(code: i64, revision: ProtocolRevision) -> Option<Code> {
         check(code, Span::default(), revision, Use::ErrorCode).map(|d| d.code)

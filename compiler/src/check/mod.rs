@@ -25,25 +25,9 @@ use crate::syntax::*;
 pub use codes_rule::{DEFAULT_ERROR_CODE, suggested_code};
 
 /// The `sampling/createMessage` params an identity may list.
-pub const IDENTITY_FIELDS: &[&str] = &[
-    "systemPrompt",
-    "messages",
-    "includeContext",
-    "modelPreferences",
-    "maxTokens",
-    "temperature",
-    "stopSequences",
-    "metadata",
-    "tools",
-    "toolChoice",
-];
+pub const IDENTITY_FIELDS: &[&str] = &mcpolicy_runtime::table::IDENTITY_FIELDS;
 /// The identity a policy gets when it does not say.
-pub const DEFAULT_IDENTITY: &[&str] = &[
-    "systemPrompt",
-    "messages",
-    "includeContext",
-    "modelPreferences",
-];
+pub const DEFAULT_IDENTITY: &[&str] = &mcpolicy_runtime::table::DEFAULT_IDENTITY;
 const KNOBS: &[&str] = &["maxTokens", "temperature", "stopSequences", "metadata"];
 
 /// The checker's result: findings and, errors or not, the model lowering reads.
@@ -743,6 +727,22 @@ impl Checker {
                 continue;
             }
             seen.insert(stmt.kind.keyword(), stmt.span);
+            // The consent cooldown's reason is fixed this round: the engine
+            // reads only the built-in spec (`docs/spec/language.md`).
+            if name == builtin::CONSENT_COOLDOWN {
+                self.push(
+                    Diagnostic::new(
+                        Code::E0411,
+                        stmt.span,
+                        format!("`{keyword}` cannot be set for `{name}`"),
+                        "fixed",
+                    )
+                    .help(format!(
+                        "`{name}` is built in and fixed; remove `{keyword}`"
+                    )),
+                );
+                continue;
+            }
             if narrows
                 && !matches!(stmt.kind, ReasonStmtKind::Message(_))
                 && !(name == builtin::USER_APPROVED && matches!(stmt.kind, ReasonStmtKind::Ttl(_)))

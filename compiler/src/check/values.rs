@@ -60,9 +60,12 @@ fn scaled(checker: &mut Checker, q: &Quantity, factor: u64, what: &str, zero: Ze
         );
         return None;
     }
+    // A table holds integers up to 2^53 (`table::MAX_INTEGER`): its digest's
+    // canonical form writes numbers as doubles, which hold no larger one exactly.
     match u64::try_from(value)
         .ok()
         .and_then(|v| v.checked_mul(factor))
+        .filter(|v| *v <= mcpolicy_runtime::table::MAX_INTEGER)
     {
         Some(v) => Some(v),
         None => {
@@ -71,9 +74,9 @@ fn scaled(checker: &mut Checker, q: &Quantity, factor: u64, what: &str, zero: Ze
                     Code::E0105,
                     q.span,
                     format!("`{q}` is too large"),
-                    "overflows 64 bits",
+                    "above 2^53",
                 )
-                .help("write a smaller number"),
+                .help("write a smaller number: a table holds counts, sizes and durations up to 2^53 (9007199254740992)"),
             );
             None
         }

@@ -75,7 +75,14 @@ const BUILT_IN: &[(&str, bool, Ttl, Option<i64>)] = &[
     ("policy.deadline", true, Ttl::After(30_000), None),
     ("user.denied", false, Ttl::Forever, Some(-1)),
     ("user.approved", false, Ttl::Forever, None),
+    ("policy.consent_cooldown", true, Ttl::UntilReset, None),
 ];
+
+/// The consent cooldown (`docs/spec/evaluation.md`, "Consent cooldown"): a
+/// server with this many prompts the user did not approve in the last
+/// hour is not asked again until one leaves it.
+const COOLDOWN_PROMPTS: u64 = 3;
+const COOLDOWN_MS: Millis = 3_600_000;
 
 // ------------------------------------------------------------------- blocks
 
@@ -775,6 +782,8 @@ pub struct Admitted {
 pub struct State {
     pub memory: BTreeMap<(String, String), Memory>,
     spend: BTreeMap<(String, CounterKey), Vec<Row>>,
+    /// Each server's consent prompts: 1 while not approved, 0 once approved.
+    prompts: BTreeMap<String, Vec<Row>>,
     admissions: u64,
 }
 
@@ -877,17 +886,167 @@ fn canonical_text(value: &Value, out: &mut String) {
     }
 }
 
+/// The refusal key's payload (`docs/spec/identity.md`, "The refusal key"):
+/// each identity field as the user is shown it, read here from the
+/// specification's list, not from the runtime's code.
 fn identity_of(policy: &Policy, params: &Map<String, Value>) -> String {
     let mut payload = Map::new();
     for field in &policy.identity {
-        payload.insert(
-            field.clone(),
-            params.get(field).cloned().unwrap_or(Value::Null),
-        );
+        let shown = params.get(field).and_then(|value| shown(field, value));
+        payload.insert(field.clone(), shown.unwrap_or(Value::Null));
     }
     let mut out = String::new();
     canonical_text(&Value::Object(payload), &mut out);
     out
+}
+
+/// The approval key's payload (`docs/spec/identity.md`, "The approval
+/// key"): the forwarded params without `_meta` and `task`, tagged so that
+/// it never equals a refusal payload.
+fn approval_of(forwarded: &Value) -> String {
+    let mut covered = forwarded.as_object().cloned().unwrap_or_default();
+    covered.remove("_meta");
+    covered.remove("task");
+    let mut out = String::from("approval ");
+    canonical_text(&Value::Object(covered), &mut out);
+    out
+}
+
+/// Unicode's default-ignorable code points (`DerivedCoreProperties.txt`).
+fn invisible(c: char) -> bool {
+    matches!(u32::from(c),
+        0xAD | 0x34F | 0x61C | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
+        | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFF8 | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
+        | 0xE0000..=0xE0FFF)
+}
+
+/// Text as shown: invisible characters gone, ends trimmed.
+fn shown_text(value: &Value) -> Value {
+    match value {
+        Value::String(s) => {
+            let visible: String = s.chars().filter(|c| !invisible(*c)).collect();
+            Value::from(visible.trim())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(shown_text).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), shown_text(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Only `keep`'s members of an object, each as shown.
+fn only(value: &Value, keep: &[&str]) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| keep.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), shown_text(v)))
+                .collect(),
+        ),
+        other => shown_text(other),
+    }
+}
+
+/// One content block as shown, by its type.
+fn shown_block(block: &Value) -> Value {
+    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "text" => only(block, &["type", "text"]),
+        "image" | "audio" => only(block, &["type", "data", "mimeType"]),
+        "tool_use" => only(block, &["type", "name", "input"]),
+        "resource_link" => only(
+            block,
+            &["type", "uri", "name", "title", "description", "mimeType"],
+        ),
+        "resource" => {
+            let mut out = only(block, &["type"]);
+            if let (Value::Object(out), Some(resource)) = (&mut out, block.get("resource")) {
+                out.insert(
+                    "resource".into(),
+                    only(resource, &["uri", "mimeType", "text", "blob"]),
+                );
+            }
+            out
+        }
+        "tool_result" => {
+            let mut out = only(block, &["type", "structuredContent", "isError"]);
+            if let Value::Object(out) = &mut out {
+                if out.get("isError") == Some(&Value::Bool(false)) {
+                    out.remove("isError");
+                }
+                if let Some(content) = block.get("content") {
+                    let content = match content {
+                        Value::Array(blocks) => {
+                            Value::Array(blocks.iter().map(shown_block).collect())
+                        }
+                        one => shown_block(one),
+                    };
+                    out.insert("content".into(), content);
+                }
+            }
+            out
+        }
+        _ => match block {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .filter(|(k, _)| *k != "_meta" && *k != "annotations")
+                    .map(|(k, v)| (k.clone(), shown_text(v)))
+                    .collect(),
+            ),
+            other => shown_text(other),
+        },
+    }
+}
+
+/// An identity field as the user is shown it; `None` when it means what
+/// an absent one does.
+fn shown(field: &str, value: &Value) -> Option<Value> {
+    match field {
+        "systemPrompt" => Some(shown_text(value)),
+        "includeContext" => (value != "none").then(|| value.clone()),
+        "messages" => Some(match value {
+            Value::Array(messages) => Value::Array(
+                messages
+                    .iter()
+                    .map(|m| {
+                        let mut out = only(m, &["role"]);
+                        if let (Value::Object(out), Some(content)) = (&mut out, m.get("content")) {
+                            let content = match content {
+                                Value::Array(blocks) if blocks.len() == 1 => {
+                                    shown_block(&blocks[0])
+                                }
+                                Value::Array(blocks) => {
+                                    Value::Array(blocks.iter().map(shown_block).collect())
+                                }
+                                one => shown_block(one),
+                            };
+                            out.insert("content".into(), content);
+                        }
+                        out
+                    })
+                    .collect(),
+            ),
+            other => shown_text(other),
+        }),
+        "modelPreferences" => {
+            let Value::Object(prefs) = value else {
+                return Some(shown_text(value));
+            };
+            match prefs.get("hints") {
+                None => None,
+                Some(Value::Array(hints)) if hints.is_empty() => None,
+                Some(Value::Array(hints)) => Some(serde_json::json!({
+                    "hints": hints.iter().map(|h| only(h, &["name"])).collect::<Vec<_>>()
+                })),
+                Some(other) => Some(serde_json::json!({ "hints": shown_text(other) })),
+            }
+        }
+        _ => Some(value.clone()),
+    }
 }
 
 fn offers_tools(params: &Map<String, Value>) -> bool {
@@ -922,8 +1081,10 @@ fn ceil_second(ms: Millis) -> Millis {
 pub struct Outcome {
     pub observed: Observed,
     pub admitted: Option<Admitted>,
-    /// The key the decision is remembered under.
+    /// The key a denial of the request is remembered under: its refusal key.
     pub key: Option<(String, String)>,
+    /// The key an approval is remembered under (`consent first` only).
+    pub approval: Option<(String, String)>,
 }
 
 impl State {
@@ -946,6 +1107,7 @@ impl State {
                     observed: Observed::Invalid { code },
                     admitted: None,
                     key: None,
+                    approval: None,
                 };
             }
         };
@@ -959,19 +1121,83 @@ impl State {
         };
         // 2. Identity.
         let key = (server.to_owned(), identity_of(policy, &params));
+
+        // 6. Trims (`grant.replayed` is set after the replay).
+        let mut grant = GrantView {
+            deadline_ms: block.deadline.as_ref().map(|d| d.0),
+            ..GrantView::default()
+        };
+        let mut run = params.clone();
+        let requested = match params.get("includeContext") {
+            Some(Value::String(s)) => Scope::parse(s).unwrap_or(Scope::AllServers),
+            _ => Scope::None,
+        };
+        let max = if policy.protocol_2026 && !sampling_context {
+            Scope::None
+        } else {
+            block.max_context
+        };
+        if requested > max {
+            grant.context = Some((requested.name().into(), max.name().into()));
+            run.insert("includeContext".into(), max.name().into());
+        }
+        let asked_tokens = whole(params.get("maxTokens"));
+        let mut reserve = asked_tokens.or(block.max_tokens).unwrap_or(0);
+        if let (Some(max), Some(asked)) = (block.max_tokens, asked_tokens)
+            && asked > max
+        {
+            grant.max_tokens = Some((asked, max));
+            run.insert("maxTokens".into(), max.into());
+            reserve = max;
+        }
+        if let Some(models) = &block.models
+            && let Some(hints) = params
+                .get("modelPreferences")
+                .and_then(|p| p.get("hints"))
+                .and_then(Value::as_array)
+        {
+            let name = |h: &Value| h.get("name").and_then(Value::as_str).map(str::to_owned);
+            let kept: Vec<Value> = hints
+                .iter()
+                .filter(|h| name(h).is_some_and(|n| models.iter().any(|m| glob_str(m, &n))))
+                .cloned()
+                .collect();
+            if kept.len() != hints.len() {
+                grant.model = Some((
+                    hints.iter().map(name).collect(),
+                    kept.iter().filter_map(name).collect(),
+                    models.clone(),
+                ));
+                if let Some(Value::Object(prefs)) = run.get_mut("modelPreferences") {
+                    prefs.insert("hints".into(), Value::Array(kept));
+                }
+            }
+        }
+        grant.params = Value::Object(run);
+        // Only `consent first` stores approvals, under the approval key:
+        // the forwarded params, without `_meta` and `task`.
+        let approval = (block.consent == ConsentMode::First)
+            .then(|| (server.to_owned(), approval_of(&grant.params)));
         let done = |observed| Outcome {
             observed,
             admitted: None,
             key: Some(key.clone()),
+            approval: approval.clone(),
         };
 
-        // 3. Replay.
+        // 3. Replay: a denial under the refusal key, else an approval
+        // under the approval key (`docs/spec/store.md`, "The atomic decision").
         let mut approved_before = false;
-        if let Some(stored) = self
-            .memory
-            .get_mut(&key)
-            .filter(|m| m.expires_at.is_none_or(|at| now < at))
-        {
+        let live = |m: &&mut Memory| m.expires_at.is_none_or(|at| now < at);
+        let hit = match self.memory.get_mut(&key).filter(live).filter(|m| !m.allow) {
+            Some(denial) => Some(denial),
+            None => approval
+                .as_ref()
+                .and_then(|a| self.memory.get_mut(a))
+                .filter(live)
+                .filter(|m| m.allow),
+        };
+        if let Some(stored) = hit {
             stored.represented += 1;
             if stored.allow {
                 approved_before = true;
@@ -1024,59 +1250,9 @@ impl State {
             }
         }
 
-        // 6. Trims.
-        let mut grant = GrantView {
-            replayed: approved_before,
-            deadline_ms: block.deadline.as_ref().map(|d| d.0),
-            ..GrantView::default()
-        };
-        let mut run = params.clone();
-        let requested = match params.get("includeContext") {
-            Some(Value::String(s)) => Scope::parse(s).unwrap_or(Scope::AllServers),
-            _ => Scope::None,
-        };
-        let max = if policy.protocol_2026 && !sampling_context {
-            Scope::None
-        } else {
-            block.max_context
-        };
-        if requested > max {
-            grant.context = Some((requested.name().into(), max.name().into()));
-            run.insert("includeContext".into(), max.name().into());
-        }
-        let asked_tokens = whole(params.get("maxTokens"));
-        let mut reserve = asked_tokens.or(block.max_tokens).unwrap_or(0);
-        if let (Some(max), Some(asked)) = (block.max_tokens, asked_tokens)
-            && asked > max
-        {
-            grant.max_tokens = Some((asked, max));
-            run.insert("maxTokens".into(), max.into());
-            reserve = max;
-        }
-        if let Some(models) = &block.models
-            && let Some(hints) = params
-                .get("modelPreferences")
-                .and_then(|p| p.get("hints"))
-                .and_then(Value::as_array)
-        {
-            let name = |h: &Value| h.get("name").and_then(Value::as_str).map(str::to_owned);
-            let kept: Vec<Value> = hints
-                .iter()
-                .filter(|h| name(h).is_some_and(|n| models.iter().any(|m| glob_str(m, &n))))
-                .cloned()
-                .collect();
-            if kept.len() != hints.len() {
-                grant.model = Some((
-                    hints.iter().map(name).collect(),
-                    kept.iter().filter_map(name).collect(),
-                    models.clone(),
-                ));
-                if let Some(Value::Object(prefs)) = run.get_mut("modelPreferences") {
-                    prefs.insert("hints".into(), Value::Array(kept));
-                }
-            }
-        }
-        grant.params = Value::Object(run);
+        // 6. Trims: computed before the replay (they are pure), since the
+        // approval key covers the params as forwarded.
+        grant.replayed = approved_before;
 
         // 7–8. Rate, then budgets: all fit and are spent, or the first that
         // does not fit refuses and nothing is spent.
@@ -1107,8 +1283,14 @@ impl State {
                 statement: b.name(),
             });
         }
+        let ask = match block.consent {
+            ConsentMode::Always => true,
+            ConsentMode::First => !approved_before,
+            ConsentMode::Never => false,
+        };
         let mut admitted = None;
-        if !checks.is_empty() {
+        let mut prompt = None;
+        if !checks.is_empty() || ask {
             for Check {
                 counter,
                 amount,
@@ -1185,7 +1367,64 @@ impl State {
                 };
                 return done(observed);
             }
+            // 9. The consent cooldown, admitted with the rest: the server's
+            // prompts the user has not approved, in the last hour.
+            if ask {
+                let mut rows: Vec<Row> = self
+                    .prompts
+                    .get(server)
+                    .map(|rows| {
+                        rows.iter()
+                            .filter(|r| r.at > now - COOLDOWN_MS)
+                            .copied()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let unapproved: u64 = rows.iter().map(|r| r.amount).sum();
+                if unapproved + 1 > COOLDOWN_PROMPTS {
+                    rows.sort_by_key(|r| r.at);
+                    let need = unapproved + 1 - COOLDOWN_PROMPTS;
+                    let mut freed = 0;
+                    let mut available = now + COOLDOWN_MS;
+                    for row in rows {
+                        freed += row.amount;
+                        if freed >= need {
+                            available = row.at + COOLDOWN_MS;
+                            break;
+                        }
+                    }
+                    let seconds = ((available.max(now) - now).max(1) + 999) / 1000;
+                    let fixed = Reason {
+                        retryable: true,
+                        ttl: Ttl::UntilReset,
+                        code: policy.error_code,
+                        message: None,
+                    };
+                    let observed = self.deny_as(
+                        &fixed,
+                        &key,
+                        "policy.consent_cooldown",
+                        Some(("retryAfter", Value::from(seconds))),
+                        Some(now + seconds * 1000),
+                        now,
+                        false,
+                        cause(Some("consent".into()), step::CONSENT),
+                    );
+                    return done(observed);
+                }
+            }
             self.admissions += 1;
+            if ask {
+                self.prompts
+                    .entry(server.to_owned())
+                    .or_default()
+                    .push(Row {
+                        at: now,
+                        amount: 1,
+                        admission: self.admissions,
+                    });
+                prompt = Some(self.admissions);
+            }
             for Check {
                 counter, amount, ..
             } in &checks
@@ -1199,7 +1438,7 @@ impl State {
                         admission: self.admissions,
                     });
             }
-            admitted = Some(Admitted {
+            admitted = (!checks.is_empty()).then(|| Admitted {
                 server: server.to_owned(),
                 admission: self.admissions,
                 block: block.clone(),
@@ -1207,11 +1446,6 @@ impl State {
         }
 
         // 9. Consent.
-        let ask = match block.consent {
-            ConsentMode::Always => true,
-            ConsentMode::First => !approved_before,
-            ConsentMode::Never => false,
-        };
         if ask {
             grant.consent_asked = true;
             match answer {
@@ -1236,12 +1470,19 @@ impl State {
                     return done(observed);
                 }
                 Answer::Approve => {
-                    if block.consent == ConsentMode::First
+                    // An approved prompt is not counted by the cooldown.
+                    if let Some(rows) = self.prompts.get_mut(server) {
+                        for row in rows.iter_mut().filter(|r| Some(r.admission) == prompt) {
+                            row.amount = 0;
+                        }
+                    }
+                    if let Some(approval) = &approval
                         && let Some(expires_at) =
                             expiry(policy.reason("user.approved").ttl, now, None)
                     {
-                        self.memory.insert(
-                            key.clone(),
+                        self.remember(
+                            approval.clone(),
+                            now,
                             Memory {
                                 allow: true,
                                 reason: "user.approved".into(),
@@ -1278,6 +1519,7 @@ impl State {
             observed: Observed::Grant(grant),
             admitted,
             key: Some(key),
+            approval,
         }
     }
 
@@ -1295,10 +1537,27 @@ impl State {
         cause: Option<CauseView>,
     ) -> Observed {
         let spec = policy.reason(reason);
+        self.deny_as(&spec, key, reason, timing, reset, now, by_tools, cause)
+    }
+
+    /// [`State::deny`] with the reason's spec given.
+    #[allow(clippy::too_many_arguments)]
+    fn deny_as(
+        &mut self,
+        spec: &Reason,
+        key: &(String, String),
+        reason: &str,
+        timing: Option<(&str, Value)>,
+        reset: Option<Millis>,
+        now: Millis,
+        by_tools: bool,
+        cause: Option<CauseView>,
+    ) -> Observed {
         let data = data(reason, &key.0, spec.retryable, timing);
         if let Some(expires_at) = expiry(spec.ttl, now, reset) {
-            self.memory.insert(
+            self.remember(
                 key.clone(),
+                now,
                 Memory {
                     allow: false,
                     reason: reason.to_owned(),
@@ -1320,6 +1579,22 @@ impl State {
             represented: 0,
             cause,
         })
+    }
+
+    /// Stores a decision, unless a user's answer still in force is there and
+    /// this one is not the user's (`docs/spec/store.md`, "What a later
+    /// decision may replace"). Memory is dropped on every edit that
+    /// changes the server's meaning, so what is here has the current digest.
+    fn remember(&mut self, key: (String, String), now: Millis, memory: Memory) {
+        let users = |reason: &str| reason.starts_with("user.");
+        if let Some(old) = self.memory.get(&key)
+            && users(&old.reason)
+            && !users(&memory.reason)
+            && old.expires_at.is_none_or(|at| now < at)
+        {
+            return;
+        }
+        self.memory.insert(key, memory);
     }
 
     fn settle_budgets(

@@ -610,12 +610,107 @@ pub fn run(steps: usize) -> impl Strategy<Value = Run> {
         subsequence(SERVER_IDS, 1..=3).prop_shuffle(),
         vec(request(), 1..=5),
         vec(step(), 1..=steps),
+        vec((0usize..5, 0usize..VARIATIONS), 0..=3),
     )
-        .prop_map(|(start, sampling_context, servers, requests, steps)| Run {
-            start,
-            sampling_context,
-            servers,
-            requests,
-            steps,
-        })
+        .prop_map(
+            |(start, sampling_context, servers, mut requests, steps, variants)| {
+                // Variants of pool entries along the axes a refusal must
+                // cover and an approval must not (`docs/spec/identity.md`,
+                // "Two keys"): both sides must agree on which is which.
+                for (of, how) in variants {
+                    let mut variant = requests[of % requests.len()].clone();
+                    vary(&mut variant, how);
+                    requests.push(variant);
+                }
+                Run {
+                    start,
+                    sampling_context,
+                    servers,
+                    requests,
+                    steps,
+                }
+            },
+        )
+}
+
+/// How many ways [`vary`] changes a request.
+const VARIATIONS: usize = 10;
+
+/// One change to a request: the first seven are unseen by the user (a
+/// spelled-out default, `_meta`, `annotations`, an undefined member, a
+/// priority, invisible characters), the rest are seen (tools, `maxTokens`,
+/// visible text).
+fn vary(request: &mut Value, how: usize) {
+    let Some(params) = request.get_mut("params").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let first_text = |params: &mut serde_json::Map<String, Value>| {
+        params
+            .get_mut("messages")
+            .and_then(|m| m.get_mut(0))
+            .and_then(|m| m.get_mut("content"))
+            .and_then(|c| c.get_mut("text"))
+            .and_then(|t| t.as_str().map(str::to_owned))
+    };
+    match how {
+        0 => {
+            params
+                .entry("includeContext")
+                .or_insert_with(|| json!("none"));
+        }
+        1 => {
+            params
+                .entry("modelPreferences")
+                .or_insert_with(|| json!({"hints": []}));
+        }
+        2 => {
+            if let Some(Value::Object(prefs)) = params.get_mut("modelPreferences") {
+                prefs.insert("costPriority".into(), json!(0.500_000_000_000_000_1));
+            }
+        }
+        3 => {
+            if let Some(Value::Object(message)) =
+                params.get_mut("messages").and_then(|m| m.get_mut(0))
+            {
+                message.insert("_meta".into(), json!({"trace": 1}));
+            }
+        }
+        4 => {
+            if let Some(Value::Object(content)) = params
+                .get_mut("messages")
+                .and_then(|m| m.get_mut(0))
+                .and_then(|m| m.get_mut("content"))
+            {
+                content.insert("annotations".into(), json!({"priority": 1}));
+            }
+        }
+        5 => {
+            if let Some(text) = first_text(params) {
+                params["messages"][0]["content"]["text"] = json!(format!("{text}\u{200B}"));
+            }
+        }
+        6 => {
+            if let Some(Value::Array(hints)) = params
+                .get_mut("modelPreferences")
+                .and_then(|p| p.get_mut("hints"))
+                && let Some(Value::Object(hint)) = hints.get_mut(0)
+            {
+                hint.insert("vendor".into(), json!("x"));
+            }
+        }
+        7 => {
+            params.insert(
+                "tools".into(),
+                json!([{"name": "exec", "inputSchema": {"type": "object"}}]),
+            );
+        }
+        8 => {
+            params.insert("maxTokens".into(), json!(100_000));
+        }
+        _ => {
+            if let Some(text) = first_text(params) {
+                params["messages"][0]["content"]["text"] = json!(format!("{text}!"));
+            }
+        }
+    }
 }

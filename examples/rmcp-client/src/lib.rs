@@ -285,7 +285,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
                         .map_err(|err| engine_error(&err))?
                 } else {
                     let denial = self
-                        .on_store(move || pending.refuse())
+                        .on_store(move || pending.refuse().recorded())
                         .await?
                         .map_err(|err| engine_error(&err))?;
                     return Err(self.deny(&denial));
@@ -466,10 +466,15 @@ fn engine_error(error: &Error) -> ErrorData {
 /// This client failed on its own (its blocking task, rmcp's types): refused
 /// the way the runtime refuses when its store fails, so a server sees one
 /// shape for "the client could not decide".
+///
+/// `detail` goes to this process's standard error, for its operator, and
+/// never into the frame: the server gets the runtime's fixed message
+/// (`docs/spec/frames.md`, "Store failures").
 fn internal(server_id: &str, detail: &str) -> ErrorData {
+    eprintln!("mcpolicy: sampling request of `{server_id}` refused: {detail}");
     ErrorData::new(
         ErrorCode::INTERNAL_ERROR,
-        format!("Sampling denied: the decision store is unavailable ({detail})"),
+        "Sampling denied: decision store unavailable",
         Some(DenialData::store_unavailable(server_id).to_value()),
     )
 }
@@ -541,5 +546,6 @@ mod tests {
         let own = internal("srv", "task failed");
         assert_eq!(own.code, ErrorCode::INTERNAL_ERROR);
         assert_eq!(own.data.unwrap()["reason"], "runtime.store_unavailable");
+        assert_eq!(own.message, reply["error"]["message"].as_str().unwrap());
     }
 }

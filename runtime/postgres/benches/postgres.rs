@@ -85,7 +85,7 @@ fn decide(store: &PostgresStore, kind: Kind, client: usize, identity: &str) {
     let mut buffer = Vec::new();
     let now = now();
     let answer = store
-        .replay_or_admit(&key, "digest", now, &mut buffer, &mut |_, out| {
+        .replay_or_admit(&key, None, "digest", now, &mut buffer, &mut |_, out| {
             if kind != Kind::Plain {
                 out.extend(checks(now));
             }
@@ -104,6 +104,8 @@ fn open(spec: &str, clients: usize, synchronous_commit: bool) -> Arc<PostgresSto
         schema: format!("bench_{}_{nanos}", std::process::id()),
         pool_size: clients,
         synchronous_commit,
+        // Fixed instants of 2026-03: not the database's clock.
+        max_clock_skew: None,
         ..PostgresOptions::default()
     };
     Arc::new(PostgresStore::open_with(spec, &options).expect("open the bench store"))

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::Instant;
 
 use mcpolicy_runtime::store::{Admission, LimitCheck, Millis, StoreError};
 
@@ -34,15 +35,19 @@ pub(crate) struct Request {
     pub(crate) checks: Vec<LimitCheck>,
     /// When it was made.
     pub(crate) now: Millis,
+    /// When its caller's store call must have answered: a batch answers by
+    /// the earliest of its requests' deadlines.
+    pub(crate) deadline: Instant,
 }
 
 impl Request {
     /// A request outside the combiner (its ticket is never looked up).
-    pub(crate) fn new(checks: Vec<LimitCheck>, now: Millis) -> Request {
+    pub(crate) fn new(checks: Vec<LimitCheck>, now: Millis, deadline: Instant) -> Request {
         Request {
             ticket: u64::MAX,
             checks,
             now,
+            deadline,
         }
     }
 }
@@ -112,6 +117,7 @@ impl Combiner {
         server: &str,
         checks: &[LimitCheck],
         now: Millis,
+        deadline: Instant,
         cap: usize,
         execute: &Execute<'_>,
     ) -> Answer {
@@ -124,6 +130,7 @@ impl Combiner {
             ticket,
             checks: checks.to_vec(),
             now,
+            deadline,
         });
         loop {
             let Some(lane) = lanes.by_server.get_mut(server) else {
@@ -294,6 +301,10 @@ mod tests {
         }
     }
 
+    fn far() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(60)
+    }
+
     fn checks() -> Vec<LimitCheck> {
         vec![LimitCheck {
             counter: "c".into(),
@@ -342,7 +353,7 @@ mod tests {
         let execute = Arc::new(execute);
         let leader = {
             let (combiner, execute) = (Arc::clone(&combiner), Arc::clone(&execute));
-            std::thread::spawn(move || combiner.admit("s", &checks(), 0, cap, &*execute))
+            std::thread::spawn(move || combiner.admit("s", &checks(), 0, far(), cap, &*execute))
         };
         while sizes.lock().map(|s| s.is_empty()).unwrap_or(true) {
             std::thread::yield_now();
@@ -351,7 +362,7 @@ mod tests {
             .map(|n| {
                 let (combiner, execute) = (Arc::clone(&combiner), Arc::clone(&execute));
                 std::thread::spawn(move || {
-                    combiner.admit("s", &checks(), n as Millis, cap, &*execute)
+                    combiner.admit("s", &checks(), n as Millis, far(), cap, &*execute)
                 })
             })
             .collect();

@@ -45,7 +45,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone)]
 pub struct StoreSpec {
     /// The client's configuration.
-    pub config: postgres::Config,
+    pub config: tokio_postgres::Config,
     /// `schema=NAME` (key=value form) or `?schema=NAME` (URL form).
     pub schema: Option<String>,
     /// `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (or `PGSSLMODE`, …),
@@ -95,8 +95,8 @@ impl StoreSpec {
         {
             return Err(ConfigError::BadSchema(schema.clone()));
         }
-        let mut config =
-            postgres::Config::from_str(&rest).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let mut config = tokio_postgres::Config::from_str(&rest)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if config.get_password().is_some() {
             return Err(ConfigError::PasswordInString);
         }
@@ -105,13 +105,13 @@ impl StoreSpec {
             && config
                 .get_hosts()
                 .iter()
-                .all(|host| !matches!(host, postgres::config::Host::Tcp(_)));
+                .all(|host| !matches!(host, tokio_postgres::config::Host::Tcp(_)));
         let tls = tls::resolve(tls, unix_only).map_err(ConfigError::Tls)?;
         config.ssl_mode(match tls.mode {
-            tls::SslMode::Disable | tls::SslMode::Allow => postgres::config::SslMode::Disable,
-            tls::SslMode::Prefer => postgres::config::SslMode::Prefer,
+            tls::SslMode::Disable | tls::SslMode::Allow => tokio_postgres::config::SslMode::Disable,
+            tls::SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
             tls::SslMode::Require | tls::SslMode::VerifyCa | tls::SslMode::VerifyFull => {
-                postgres::config::SslMode::Require
+                tokio_postgres::config::SslMode::Require
             }
         });
         if let Some(password) = std::env::var_os("PGPASSWORD").filter(|p| !p.is_empty()) {
@@ -245,27 +245,35 @@ pub(crate) fn valid_schema(name: &str) -> bool {
 }
 
 /// The host names or socket directories a configuration connects to.
-fn hosts(config: &postgres::Config) -> Vec<String> {
+fn hosts(config: &tokio_postgres::Config) -> Vec<String> {
     config
         .get_hosts()
         .iter()
         .map(|host| match host {
-            postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
             #[cfg(unix)]
-            postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
         })
         .collect()
 }
 
-/// `postgres host=… dbname=… schema=…`, for messages: never the password.
-pub(crate) fn describe(config: &postgres::Config, schema: &str) -> String {
+/// `postgres host=… port=… dbname=… schema=…`, for the operator's
+/// messages and log (never for a policed server: `docs/spec/frames.md`,
+/// "Store failures"): never the password.
+pub(crate) fn describe(config: &tokio_postgres::Config, schema: &str) -> String {
     let hosts = hosts(config);
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
     format!(
-        "postgres host={} dbname={} schema={schema}",
+        "postgres host={} port={} dbname={} schema={schema}",
         if hosts.is_empty() {
             "localhost".to_owned()
         } else {
             hosts.join(",")
+        },
+        if ports.is_empty() {
+            "5432".to_owned()
+        } else {
+            ports.join(",")
         },
         config
             .get_dbname()
@@ -278,7 +286,7 @@ pub(crate) fn describe(config: &postgres::Config, schema: &str) -> String {
 /// `host:port:database:user:password` whose fields match (`*` matches
 /// anything; `\:` and `\\` escape). Like libpq, a file readable by group or
 /// others is ignored.
-fn from_passfile(config: &postgres::Config, explicit: Option<PathBuf>) -> Option<String> {
+fn from_passfile(config: &tokio_postgres::Config, explicit: Option<PathBuf>) -> Option<String> {
     let path = explicit
         .or_else(|| std::env::var_os("PGPASSFILE").map(PathBuf::from))
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".pgpass")))?;
@@ -294,10 +302,10 @@ fn from_passfile(config: &postgres::Config, explicit: Option<PathBuf>) -> Option
     let _ = meta;
     let text = std::fs::read_to_string(&path).ok()?;
     let host = match config.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(name)) => name.clone(),
+        Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
         // libpq matches a socket connection against `localhost`.
         #[cfg(unix)]
-        Some(postgres::config::Host::Unix(_)) => "localhost".to_owned(),
+        Some(tokio_postgres::config::Host::Unix(_)) => "localhost".to_owned(),
         None => "localhost".to_owned(),
     };
     let port = config
@@ -385,7 +393,7 @@ mod tests {
         assert_eq!(spec.tls.mode, tls::SslMode::VerifyCa);
         assert_eq!(
             spec.config.get_ssl_mode(),
-            postgres::config::SslMode::Require
+            tokio_postgres::config::SslMode::Require
         );
         for (spec, want) in [
             ("host=h sslmode=verify", "sslmode=verify is not a mode"),

@@ -1,7 +1,12 @@
 //! Moving an SQLite store into PostgreSQL (`mcpc store migrate`): every
 //! stored decision as it is (its `represented` count included), each
-//! server's tallies, and the live spend rows with each counter's prune mark
-//! and rolling window, so budgets and rates carry on where they were.
+//! server's tallies, and every counter exactly: all its spend rows (those
+//! an admission would prune next too: the copy prunes them as the source
+//! would), its prune mark and its rolling window, its total counting every
+//! copied row from a floor at the beginning of time (which the next
+//! admission moves as the source's would). So budgets and rates carry on
+//! where they were, also for a clock stepped back (`docs/spec/store.md`,
+//! "Moving a store"; property `migration_round_trips_every_counter_and_decision`).
 //!
 //! The SQLite file is first opened by the runtime's own `SqliteStore`
 //! (which checks it and migrates it to the current schema), then read in
@@ -10,10 +15,10 @@
 
 use std::path::Path;
 
-use mcpolicy_runtime::store::{Millis, SqliteStore, StoreError, prune_cut};
+use mcpolicy_runtime::store::{SqliteStore, StoreError};
 use postgres::types::ToSql;
 
-use super::{PostgresStore, uint};
+use super::PostgresStore;
 
 /// What [`PostgresStore::import_sqlite`] copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,7 +29,7 @@ pub struct Imported {
     pub servers: u64,
     /// Counters (rate and budget states).
     pub counters: u64,
-    /// Spend rows still inside their retention.
+    /// Spend rows.
     pub spend_rows: u64,
 }
 
@@ -92,7 +97,7 @@ struct Snapshot {
 const PRUNED_ROW: i64 = -2;
 const ROLLING_ROW: i64 = -3;
 
-fn read_snapshot(path: &Path, now: Millis) -> Result<Snapshot, ImportError> {
+fn read_snapshot(path: &Path) -> Result<Snapshot, ImportError> {
     // Checks the file and brings it to the current schema.
     drop(SqliteStore::open(path).map_err(ImportError::Source)?);
     let read = |source| ImportError::Read {
@@ -154,23 +159,21 @@ fn read_snapshot(path: &Path, now: Millis) -> Result<Snapshot, ImportError> {
             })
             .and_then(|rows| rows.collect())
             .map_err(read)?;
+        // Every spend row: leaving out the ones an admission would prune
+        // next would make the copy refuse (or count less) where the source
+        // counts them, after a clock step back.
         let mut stmt = tx
             .prepare(
                 "SELECT server_id, counter, at, reservation, amount FROM spend \
-                 WHERE server_id = ?1 AND counter = ?2 AND reservation > 0 AND at >= ?3",
+                 WHERE reservation > 0",
             )
             .map_err(read)?;
-        for (server, counter, _, rolling) in &snapshot.counters {
-            // Live rows only: what an admission at `now` would not delete.
-            let cut = prune_cut(rolling.map(uint), now);
-            let rows: Vec<(String, String, i64, i64, i64)> = stmt
-                .query_map(rusqlite::params![server, counter, cut], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })
-                .and_then(|rows| rows.collect())
-                .map_err(read)?;
-            snapshot.spend.extend(rows);
-        }
+        snapshot.spend = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(read)?;
     }
     Ok(snapshot)
 }
@@ -178,11 +181,11 @@ fn read_snapshot(path: &Path, now: Millis) -> Result<Snapshot, ImportError> {
 impl PostgresStore {
     /// Copies the SQLite store at `path` into this (empty) store, in one
     /// transaction: decisions as they are, server tallies, counters with
-    /// their prune marks and rolling windows, and the spend rows an
-    /// admission at `now` would still keep. Reservation ids issued here
-    /// afterwards start past every copied one.
-    pub fn import_sqlite(&self, path: &Path, now: Millis) -> Result<Imported, ImportError> {
-        let snapshot = read_snapshot(path, now)?;
+    /// their spend rows, prune marks and rolling windows, so that the copy
+    /// answers every admission, settlement and look as the source would.
+    /// Reservation ids issued here afterwards start past every copied one.
+    pub fn import_sqlite(&self, path: &Path) -> Result<Imported, ImportError> {
+        let snapshot = read_snapshot(path)?;
         let imported = Imported {
             decisions: snapshot.decisions.len() as u64,
             servers: snapshot.servers.len() as u64,
@@ -191,7 +194,7 @@ impl PostgresStore {
         };
         let mut not_empty = None;
         self.run(|conn| {
-            let mut tx = conn.client.transaction()?;
+            let tx = conn.client.transaction()?;
             let row = tx.query_one(
                 "SELECT (SELECT count(*) FROM decisions), (SELECT count(*) FROM counters)",
                 &[],
@@ -229,11 +232,15 @@ impl PostgresStore {
                 tx.execute(&insert_spend, &[&s.0, &s.1, &s.2, &s.3, &s.4])?;
             }
             // Each counter's total counts every copied row (floor at the
-            // beginning of time); its prune mark and window come along.
+            // beginning of time); its prune mark and window come along. The
+            // sum is made 0 before `sat`: `sat(NULL)` is i64::MAX
+            // (PostgreSQL's LEAST and GREATEST skip NULLs), which made a
+            // counter without spend rows (all aged out and pruned) full
+            // forever.
             let insert_counter = tx.prepare(
                 "INSERT INTO counters (server_id, counter, total, pruned, rolling_ms, oldest, \
                      newest) \
-                 SELECT $1::text, $2::text, COALESCE(sat(sum(amount)), 0), \
+                 SELECT $1::text, $2::text, sat(COALESCE(sum(amount), 0)), \
                      COALESCE($3::bigint, -9223372036854775808), $4::bigint, min(at), max(at) \
                  FROM spend WHERE server_id = $1 AND counter = $2",
             )?;

@@ -34,17 +34,20 @@ mod batch;
 mod config;
 mod import;
 mod schema;
+mod session;
 mod tls;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::store::{
     Admission, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation, LimitCheck,
     LimitWindow, Millis, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
-    StoreSize, StoredDecision, StoredEntry, Verdict, prune_cut,
+    StoreSize, StoredDecision, StoredEntry, Verdict, in_calendar, may_replace, prune_cut,
+    refuse_outside_calendar, usage_outside_calendar,
 };
-use postgres::{Client, Row, Statement};
+use session::{ConnectError, Session, Trip};
+use tokio_postgres::{Row, Statement};
 
 pub use batch::BatchStats;
 pub use config::{ConfigError, StoreSpec};
@@ -70,6 +73,24 @@ pub struct PostgresOptions {
     /// The server cancels any statement running longer (`statement_timeout`),
     /// and any wait for a row lock longer (`lock_timeout`).
     pub statement_timeout: Duration,
+    /// The bound on every store call, enforced by the client (so that it
+    /// holds while the server is hung and cannot time anything out):
+    /// waiting for a pooled connection, connecting, and every round trip
+    /// of the call. A call that misses it fails
+    /// [`StoreError::Unavailable`] (the engine fails closed) and its
+    /// connection is discarded, never reused (`docs/spec/store.md`,
+    /// "Bounded calls"). Default 5 s.
+    pub call_timeout: Duration,
+    /// How far a caller's `now` may lie from the database's clock
+    /// (`clock_timestamp()`): a fleet's windows need one clock. A replay,
+    /// an admission, a record (its `decided_at`) or a purge whose `now` is
+    /// further away fails [`StoreError::Backend`] (the engine fails closed)
+    /// and changes nothing, so a node a day behind cannot spend a second
+    /// daily budget and a node in the year 9999 cannot fill every window of
+    /// the fleet (`docs/spec/store.md`, "One clock for a fleet"). Default
+    /// 10 s. `None`: not checked, for a caller that injects its own instant
+    /// on purpose (`mcpc eval --now`, tests of fixed instants).
+    pub max_clock_skew: Option<Duration>,
     /// The most decisions kept per server; past it `record` evicts in the
     /// documented order (STORE.md, "Bounded decisions").
     pub max_decisions_per_server: u64,
@@ -101,6 +122,8 @@ impl Default for PostgresOptions {
             pool_size: 16,
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(5),
+            max_clock_skew: Some(Duration::from_secs(10)),
             max_batch: 64,
             max_decisions_per_server: mcpolicy_runtime::store::DEFAULT_MAX_DECISIONS_PER_SERVER,
             synchronous_commit: true,
@@ -112,7 +135,7 @@ impl Default for PostgresOptions {
 /// A [`DecisionStore`] in a PostgreSQL schema, shared by every process that
 /// opens the same database and schema.
 pub struct PostgresStore {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     /// `sslmode` and the rest, for messages and `allow`'s second try.
     tls_spec: TlsSpec,
     /// The TLS connector; `None` under `sslmode=disable` (or a Unix socket).
@@ -120,7 +143,13 @@ pub struct PostgresStore {
     /// Where the store is, for messages: hosts, database and schema, never the password.
     target: String,
     max_per_server: i64,
-    wait: Duration,
+    /// [`PostgresOptions::call_timeout`].
+    bound: Duration,
+    /// [`PostgresOptions::max_clock_skew`], in ms.
+    max_skew: Option<i64>,
+    /// The database's clock as last read (ms) and when, on this process's
+    /// monotonic clock (the middle of the round trip that read it).
+    db_clock: Mutex<Option<(Millis, Instant)>>,
     pool: Pool,
     /// Groups concurrent admissions of one server into one transaction.
     combiner: batch::Combiner,
@@ -144,7 +173,7 @@ struct PoolState {
 
 /// One connection and its prepared statements.
 struct Conn {
-    client: Client,
+    client: Session,
     st: Statements,
 }
 
@@ -172,9 +201,12 @@ const DECISION_COLUMNS: &str =
     "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable, statement";
 
 impl Statements {
-    fn prepare(client: &mut Client) -> Result<Statements, postgres::Error> {
+    fn prepare(client: &Session) -> Result<Statements, Trip> {
+        // `$5`: only a decision with this verdict is a hit (the two probes
+        // of `replay_or_admit`); NULL for any.
         let live = "server_id = $1 AND identity = $2 AND digest = $3 \
-                    AND (expires_at IS NULL OR expires_at > $4::bigint)";
+                    AND (expires_at IS NULL OR expires_at > $4::bigint) \
+                    AND ($5::text IS NULL OR verdict = $5)";
         Ok(Statements {
             peek: client.prepare(&format!(
                 "SELECT {DECISION_COLUMNS} FROM decisions WHERE {live}"
@@ -214,11 +246,22 @@ impl Statements {
 enum Fail {
     Pg(postgres::Error),
     Store(StoreError),
+    /// A round trip missed the call's deadline ([`PostgresOptions::call_timeout`]).
+    TimedOut,
 }
 
 impl From<postgres::Error> for Fail {
     fn from(error: postgres::Error) -> Self {
         Fail::Pg(error)
+    }
+}
+
+impl From<Trip> for Fail {
+    fn from(trip: Trip) -> Self {
+        match trip {
+            Trip::Pg(error) => Fail::Pg(error),
+            Trip::TimedOut => Fail::TimedOut,
+        }
     }
 }
 
@@ -312,7 +355,7 @@ impl PostgresStore {
         config.connect_timeout(options.connect_timeout);
         config.application_name("mcpolicy");
         let ms = options.statement_timeout.as_millis().max(1);
-        config.options(&format!(
+        config.options(format!(
             "-c search_path={schema} -c statement_timeout={ms} -c lock_timeout={ms} \
              -c idle_in_transaction_session_timeout={idle} -c synchronous_commit={sync}",
             schema = options.schema,
@@ -329,7 +372,11 @@ impl PostgresStore {
             tls,
             target,
             max_per_server: int(options.max_decisions_per_server.max(1)),
-            wait: options.connect_timeout,
+            bound: options.call_timeout.max(Duration::from_millis(1)),
+            max_skew: options
+                .max_clock_skew
+                .map(|skew| i64::try_from(skew.as_millis()).unwrap_or(i64::MAX)),
+            db_clock: Mutex::new(None),
             pool: Pool {
                 state: Mutex::new(PoolState::default()),
                 freed: Condvar::new(),
@@ -367,24 +414,24 @@ impl PostgresStore {
     ) -> Result<Vec<Admission>, StoreError> {
         let batch: Vec<batch::Request> = requests
             .iter()
-            .filter(|(checks, _)| !checks.is_empty())
-            .map(|(checks, now)| batch::Request::new(checks.clone(), *now))
+            .filter(|(checks, now)| !checks.is_empty() && in_calendar(*now))
+            .map(|(checks, now)| batch::Request::new(checks.clone(), *now, self.deadline()))
             .collect();
         let mut answers = if batch.is_empty() {
             Vec::new()
         } else {
-            self.run(|conn| {
-                admit_batch_on(&mut conn.client, &conn.st.admit_batch, server_id, &batch)
-            })?
+            self.run(|conn| admit_batch_on(&conn.client, &conn.st.admit_batch, server_id, &batch))?
         }
         .into_iter();
         requests
             .iter()
-            .map(|(checks, _)| match checks.is_empty() {
-                true => Some(Admission::Admitted {
-                    reservation: Reservation::NONE,
-                }),
-                false => answers.next(),
+            .map(|(checks, now)| {
+                if checks.is_empty() {
+                    return Some(Admission::Admitted {
+                        reservation: Reservation::NONE,
+                    });
+                }
+                refuse_outside_calendar(checks, *now).or_else(|| answers.next())
             })
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| StoreError::Backend {
@@ -400,27 +447,91 @@ impl PostgresStore {
         server_id: &str,
         checks: &[LimitCheck],
         now: Millis,
+        deadline: Instant,
     ) -> Result<Admission, StoreError> {
+        if let Some(refused) = refuse_outside_calendar(checks, now) {
+            return Ok(refused);
+        }
         self.combiner
-            .admit(server_id, checks, now, self.max_batch, &|batch| {
-                self.run(|conn| match batch {
+            .admit(server_id, checks, now, deadline, self.max_batch, &|batch| {
+                // The batch answers by the earliest deadline among its
+                // requests: no caller waits past its own bound.
+                let by = batch
+                    .iter()
+                    .map(|request| request.deadline)
+                    .min()
+                    .unwrap_or(deadline);
+                self.run_by(by, |conn| match batch {
                     [one] => Ok(vec![admit_on(
-                        &mut conn.client,
+                        &conn.client,
                         &conn.st.admit,
                         server_id,
                         &one.checks,
                         one.now,
                     )?]),
-                    _ => admit_batch_on(&mut conn.client, &conn.st.admit_batch, server_id, batch),
+                    _ => admit_batch_on(&conn.client, &conn.st.admit_batch, server_id, batch),
                 })
             })
     }
 
+    /// The deadline of a store call starting now.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.bound
+    }
+
+    /// Refuses a `now` further than [`PostgresOptions::max_clock_skew`]
+    /// from the database's clock, estimated from its last reading (taken
+    /// again when older than [`CLOCK_READING_AGE`]) plus the monotonic time
+    /// since: one round trip a minute, not one per call.
+    fn check_clock(&self, now: Millis, deadline: Instant) -> Result<(), StoreError> {
+        let Some(bound) = self.max_skew else {
+            return Ok(());
+        };
+        let reading = *self.db_clock.lock().map_err(|_| StoreError::Poisoned)?;
+        let (db_ms, at) = match reading {
+            Some(reading) if reading.1.elapsed() < CLOCK_READING_AGE => reading,
+            _ => {
+                let reading = self.run_by(deadline, |conn| {
+                    let before = Instant::now();
+                    let db_ms: i64 = conn
+                        .client
+                        .query_one(
+                            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                            &[],
+                        )?
+                        .try_get(0)?;
+                    Ok((db_ms, before + before.elapsed() / 2))
+                })?;
+                *self.db_clock.lock().map_err(|_| StoreError::Poisoned)? = Some(reading);
+                reading
+            }
+        };
+        let elapsed = i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let db_now = db_ms.saturating_add(elapsed);
+        let skew = now.saturating_sub(db_now);
+        if skew.unsigned_abs() <= bound.unsigned_abs() {
+            return Ok(());
+        }
+        Err(StoreError::Backend {
+            store: self.target.clone(),
+            detail: format!(
+                "this node's clock ({}) is {} s {} the database's ({}), more than the {} s a \
+                 fleet allows (max_clock_skew): refused, so that every node's windows follow \
+                 one clock; fix the node's time (NTP)",
+                mcpolicy_runtime::clock::format_rfc3339(now),
+                skew.unsigned_abs() / 1000,
+                if skew > 0 { "ahead of" } else { "behind" },
+                mcpolicy_runtime::clock::format_rfc3339(db_now),
+                bound / 1000
+            ),
+        })
+    }
+
     /// Creates or migrates the schema in one transaction.
     fn migrate(&self, schema: &str, create: bool) -> Result<(), StoreError> {
-        let mut client = self.connect_client().map_err(|e| self.map_pg(&e))?;
+        let client = self.connect_client(self.deadline())?;
         let result = (|| -> Result<(), Fail> {
-            let mut tx = client.transaction()?;
+            let tx = client.transaction()?;
             // One opener at a time per schema, across every process.
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('mcpolicy-store:' || $1::text))",
@@ -494,15 +605,47 @@ impl PostgresStore {
     /// every idle one (they were most likely connected to the same, now
     /// gone, server) and the operation fails as unavailable; the next one
     /// connects afresh. A rolled-back deadlock is run again.
-    fn run<T>(&self, mut body: impl FnMut(&mut Conn) -> Result<T, Fail>) -> Result<T, StoreError> {
-        let mut conn = self.checkout()?;
+    fn run<T>(&self, body: impl FnMut(&mut Conn) -> Result<T, Fail>) -> Result<T, StoreError> {
+        self.run_by(self.deadline(), body)
+    }
+
+    /// [`PostgresStore::run`] by `deadline`: the checkout, a connection
+    /// made for it and every round trip of `body` (and of its repeats)
+    /// answer by then, or the call fails unavailable and the connection is
+    /// discarded (`docs/spec/store.md`, "Bounded calls").
+    fn run_by<T>(
+        &self,
+        deadline: Instant,
+        mut body: impl FnMut(&mut Conn) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.checkout(deadline)?;
+        conn.client.serve_until(deadline);
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match body(&mut conn) {
+            let answer = body(&mut conn);
+            if conn.client.is_broken() {
+                // Timed out, or closed: whatever it would still say is
+                // never read. Its idle siblings were most likely connected
+                // to the same, now hung or gone, server.
+                drop(conn);
+                self.discard(true);
+                return match answer {
+                    Ok(value) => Ok(value),
+                    Err(Fail::Pg(error)) if connection_lost(&error) => Err(self.map_pg(&error)),
+                    Err(Fail::Store(error)) => Err(error),
+                    Err(_) => Err(self.timed_out()),
+                };
+            }
+            match answer {
                 Ok(value) => {
                     self.checkin(conn);
                     return Ok(value);
+                }
+                Err(Fail::TimedOut) => {
+                    drop(conn);
+                    self.discard(true);
+                    return Err(self.timed_out());
                 }
                 Err(Fail::Pg(error)) if connection_lost(&error) => {
                     self.discard(true);
@@ -523,10 +666,21 @@ impl PostgresStore {
         self.pool.state.lock().map_err(|_| StoreError::Poisoned)
     }
 
+    /// The error of a call that missed its deadline.
+    fn timed_out(&self) -> StoreError {
+        StoreError::Unavailable {
+            store: self.target.clone(),
+            detail: format!(
+                "no answer within {:?} (the call's bound); the database may be hung or \
+                 unreachable; its connection was dropped",
+                self.bound
+            ),
+        }
+    }
+
     /// An idle connection, or a new one if fewer than the pool's size are
-    /// open, or the next one freed within the connect timeout.
-    fn checkout(&self) -> Result<Conn, StoreError> {
-        let deadline = std::time::Instant::now() + self.wait;
+    /// open, or the next one freed, by `deadline`.
+    fn checkout(&self, deadline: Instant) -> Result<Conn, StoreError> {
         let mut state = self.lock()?;
         loop {
             if let Some(conn) = state.idle.pop() {
@@ -535,15 +689,15 @@ impl PostgresStore {
             if state.open < self.pool.size {
                 state.open += 1;
                 drop(state);
-                return self.connect().inspect_err(|_| self.discard(false));
+                return self.connect(deadline).inspect_err(|_| self.discard(false));
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(StoreError::Unavailable {
                     store: self.target.clone(),
                     detail: format!(
-                        "all {} connections stayed busy for {:?}",
-                        self.pool.size, self.wait
+                        "all {} connections stayed busy for {:?} (the call's bound)",
+                        self.pool.size, self.bound
                     ),
                 });
             }
@@ -558,21 +712,39 @@ impl PostgresStore {
 
     /// A new session, in TLS as `sslmode` says: under `allow`, in plain
     /// text first and in TLS only when the server refuses that.
-    fn connect_client(&self) -> Result<Client, postgres::Error> {
-        let Some(tls) = &self.tls else {
-            return self.config.connect(postgres::NoTls);
-        };
-        if self.tls_spec.mode != SslMode::Allow {
-            return self.config.connect(tls.clone());
-        }
-        match self.config.connect(postgres::NoTls) {
-            Err(error) if error.as_db_error().is_some() => {
-                let mut config = self.config.clone();
-                config.ssl_mode(postgres::config::SslMode::Require);
-                config.connect(tls.clone())
+    /// By `deadline` (and the connect timeout for reaching the host).
+    fn connect_client(&self, deadline: Instant) -> Result<Session, StoreError> {
+        let session = match &self.tls {
+            None => Session::connect(deadline, || self.config.connect(tokio_postgres::NoTls)),
+            Some(tls) if self.tls_spec.mode != SslMode::Allow => {
+                Session::connect(deadline, || self.config.connect(tls.clone()))
             }
-            plain => plain,
-        }
+            Some(tls) => {
+                match Session::connect(deadline, || self.config.connect(tokio_postgres::NoTls)) {
+                    Err(ConnectError::Pg(error)) if error.as_db_error().is_some() => {
+                        let mut config = self.config.clone();
+                        config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                        Session::connect(deadline, || config.connect(tls.clone()))
+                    }
+                    plain => plain,
+                }
+            }
+        };
+        session.map_err(|error| match error {
+            ConnectError::Pg(error) => self.map_pg(&error),
+            ConnectError::TimedOut => StoreError::Unavailable {
+                store: self.target.clone(),
+                detail: format!(
+                    "no session within {:?} (the call's bound): the server accepted the \
+                     connection but did not answer; it may be hung",
+                    self.bound
+                ),
+            },
+            ConnectError::Runtime(error) => StoreError::Unavailable {
+                store: self.target.clone(),
+                detail: format!("cannot start the client's I/O runtime: {error}"),
+            },
+        })
     }
 
     /// Whether this store's sessions are encrypted: PostgreSQL's own view
@@ -590,9 +762,9 @@ impl PostgresStore {
         })
     }
 
-    fn connect(&self) -> Result<Conn, StoreError> {
-        let mut client = self.connect_client().map_err(|e| self.map_pg(&e))?;
-        let st = Statements::prepare(&mut client).map_err(|e| self.map_pg(&e))?;
+    fn connect(&self, deadline: Instant) -> Result<Conn, StoreError> {
+        let client = self.connect_client(deadline)?;
+        let st = Statements::prepare(&client).map_err(|trip| self.finish(trip.into()))?;
         Ok(Conn { client, st })
     }
 
@@ -682,6 +854,7 @@ impl PostgresStore {
         match fail {
             Fail::Pg(error) => self.map_pg(&error),
             Fail::Store(error) => error,
+            Fail::TimedOut => self.timed_out(),
         }
     }
 
@@ -776,9 +949,9 @@ fn retention(window: LimitWindow) -> Millis {
     length.saturating_add(length / 8).max(60_000)
 }
 
-/// Runs `admit` for `checks` on `client` (a connection or a transaction).
+/// Runs `admit` for `checks` on `client` (a connection, or one in a transaction).
 fn admit_on(
-    client: &mut impl postgres::GenericClient,
+    client: &Session,
     statement: &Statement,
     server_id: &str,
     checks: &[LimitCheck],
@@ -824,7 +997,7 @@ fn admit_on(
 /// Runs `admit_batch` for the requests of `batch` (in arrival order) on
 /// `client`, in one statement: one answer per request.
 fn admit_batch_on(
-    client: &mut Client,
+    client: &Session,
     statement: &Statement,
     server_id: &str,
     batch: &[batch::Request],
@@ -899,10 +1072,13 @@ impl DecisionStore for PostgresStore {
         digest: &str,
         now: Millis,
     ) -> Result<Option<StoredDecision>, StoreError> {
-        self.run(|conn| {
+        let deadline = self.deadline();
+        self.check_clock(now, deadline)?;
+        self.run_by(deadline, |conn| {
+            let any: Option<&str> = None;
             let row = conn.client.query_opt(
                 &conn.st.replay,
-                &[&key.server_id, &key.identity, &digest, &now],
+                &[&key.server_id, &key.identity, &digest, &now, &any],
             )?;
             row.map(|row| self.decision(&row)).transpose()
         })
@@ -919,7 +1095,9 @@ impl DecisionStore for PostgresStore {
                 reservation: Reservation::NONE,
             });
         }
-        self.admit_grouped(server_id, checks, now)
+        let deadline = self.deadline();
+        self.check_clock(now, deadline)?;
+        self.admit_grouped(server_id, checks, now, deadline)
     }
 
     fn settle(
@@ -951,9 +1129,31 @@ impl DecisionStore for PostgresStore {
         Ok(())
     }
 
+    /// One transaction: the server's row is locked first (the order the
+    /// `record` function locks in), then the key's stored decision is read;
+    /// a user's answer in force is kept (`store::may_replace`), anything
+    /// else is replaced by the `record` function.
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
-        self.run(|conn| {
-            conn.client.execute(
+        let deadline = self.deadline();
+        self.check_clock(decision.decided_at, deadline)?;
+        self.run_by(deadline, |conn| {
+            let tx = conn.client.transaction()?;
+            tx.execute(
+                "INSERT INTO servers (server_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&key.server_id],
+            )?;
+            tx.execute(
+                "SELECT 1 FROM servers WHERE server_id = $1 FOR UPDATE",
+                &[&key.server_id],
+            )?;
+            let old = tx.query_opt(&conn.st.get, &[&key.server_id, &key.identity])?;
+            if let Some(old) = old.map(|row| self.decision(&row)).transpose()?
+                && !may_replace(&old, decision)
+            {
+                tx.commit()?;
+                return Ok(());
+            }
+            tx.execute(
                 &conn.st.record,
                 &[
                     &key.server_id,
@@ -969,6 +1169,7 @@ impl DecisionStore for PostgresStore {
                     &self.max_per_server,
                 ],
             )?;
+            tx.commit()?;
             Ok(())
         })
     }
@@ -983,7 +1184,9 @@ impl DecisionStore for PostgresStore {
     }
 
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
-        self.run(|conn| {
+        let deadline = self.deadline();
+        self.check_clock(now, deadline)?;
+        self.run_by(deadline, |conn| {
             let removed: i64 = conn
                 .client
                 .query_one(&conn.st.purge, &[&server_id, &digest, &now])?
@@ -1016,6 +1219,7 @@ impl DecisionStore for PostgresStore {
     fn replay_or_admit(
         &self,
         key: &DecisionKey,
+        approval: Option<&str>,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
@@ -1024,21 +1228,49 @@ impl DecisionStore for PostgresStore {
         // `evaluate` runs at most once, even if a deadlock makes `run` repeat
         // the transaction: its answer is kept for the repeat.
         let mut decided: Option<(Option<StoredDecision>, Evaluation)> = None;
-        let answered = self.run(|conn| {
-            let key_args: [&(dyn postgres::types::ToSql + Sync); 4] =
-                [&key.server_id, &key.identity, &digest, &now];
+        // The probes, in order: the refusal key answers with a denial, then
+        // the approval key with an approval (`store::answers_probe`).
+        let approval = approval.map(|a| DecisionKey::new(key.server_id.as_str(), a));
+        let probes: Vec<(&DecisionKey, &str)> = std::iter::once((key, Verdict::Deny.as_str()))
+            .chain(approval.iter().map(|a| (a, Verdict::Allow.as_str())))
+            .collect();
+        // One bound for the whole call: the clock, the read, and then the
+        // admission.
+        let deadline = self.deadline();
+        self.check_clock(now, deadline)?;
+        let answered = self.run_by(deadline, |conn| {
             let hit = match &decided {
                 Some((replayed, _)) => replayed.is_some(),
-                None => conn.client.query_opt(&conn.st.peek, &key_args)?.is_some(),
+                None => {
+                    let mut hit = false;
+                    for (probe, verdict) in &probes {
+                        let verdict = Some(*verdict);
+                        let args: [&(dyn postgres::types::ToSql + Sync); 5] =
+                            [&probe.server_id, &probe.identity, &digest, &now, &verdict];
+                        if conn.client.query_opt(&conn.st.peek, &args)?.is_some() {
+                            hit = true;
+                            break;
+                        }
+                    }
+                    hit
+                }
             };
             if !hit {
                 // A miss: the connection goes back to the pool before the
                 // admission, which may wait for another thread's batch.
                 return Ok(None);
             }
-            let mut tx = conn.client.transaction()?;
-            let row = tx.query_opt(&conn.st.replay, &key_args)?;
-            let replayed = row.map(|row| self.decision(&row)).transpose()?;
+            let tx = conn.client.transaction()?;
+            let mut replayed = None;
+            for (probe, verdict) in &probes {
+                let verdict = Some(*verdict);
+                let args: [&(dyn postgres::types::ToSql + Sync); 5] =
+                    [&probe.server_id, &probe.identity, &digest, &now, &verdict];
+                if let Some(row) = tx.query_opt(&conn.st.replay, &args)? {
+                    replayed = Some(self.decision(&row)?);
+                    break;
+                }
+            }
             let evaluation = match &decided {
                 Some((_, evaluation)) => *evaluation,
                 None => {
@@ -1053,13 +1285,10 @@ impl DecisionStore for PostgresStore {
                 Evaluation::Admit if checks.is_empty() => Some(Admission::Admitted {
                     reservation: Reservation::NONE,
                 }),
-                Evaluation::Admit => Some(admit_on(
-                    &mut tx,
-                    &conn.st.admit,
-                    &key.server_id,
-                    checks,
-                    now,
-                )?),
+                Evaluation::Admit if !in_calendar(now) => refuse_outside_calendar(checks, now),
+                Evaluation::Admit => {
+                    Some(admit_on(&tx, &conn.st.admit, &key.server_id, checks, now)?)
+                }
             };
             tx.commit()?;
             Ok(Some(ReplayOrAdmit {
@@ -1076,7 +1305,7 @@ impl DecisionStore for PostgresStore {
             Evaluation::Admit if checks.is_empty() => Some(Admission::Admitted {
                 reservation: Reservation::NONE,
             }),
-            Evaluation::Admit => Some(self.admit_grouped(&key.server_id, checks, now)?),
+            Evaluation::Admit => Some(self.admit_grouped(&key.server_id, checks, now, deadline)?),
         };
         Ok(ReplayOrAdmit {
             replayed: None,
@@ -1124,7 +1353,7 @@ impl PostgresStore {
              ORDER BY server_id, identity"
         );
         self.run(|conn| {
-            let mut tx = conn.client.transaction()?;
+            let tx = conn.client.transaction()?;
             tx.execute(LOCK_SERVERS, &[&server])?;
             let rows = tx.query(&sql, args)?;
             let entries = self.entries(&rows)?;
@@ -1175,6 +1404,9 @@ impl StoreAdmin for PostgresStore {
         check: &LimitCheck,
         now: Millis,
     ) -> Result<CounterUsage, StoreError> {
+        if let Some(full) = usage_outside_calendar(check, now) {
+            return Ok(full);
+        }
         let floor = window_floor(check.window, now);
         let (ms, end) = match check.window {
             LimitWindow::Rolling { ms } => (Some(int(ms)), Millis::MAX),
@@ -1206,7 +1438,7 @@ impl StoreAdmin for PostgresStore {
             .delete_decisions("expires_at IS NOT NULL AND expires_at <= $1", &[&now], None)?
             .len() as u64;
         let spend_rows = self.run(|conn| {
-            let mut tx = conn.client.transaction()?;
+            let tx = conn.client.transaction()?;
             let rows = tx.query(
                 "SELECT server_id, counter, rolling_ms FROM counters \
                  ORDER BY server_id, counter FOR UPDATE",
@@ -1267,6 +1499,10 @@ impl StoreAdmin for PostgresStore {
         })
     }
 }
+
+/// How long a reading of the database's clock is trusted before it is read
+/// again ([`PostgresStore::check_clock`]).
+const CLOCK_READING_AGE: Duration = Duration::from_secs(60);
 
 /// A u64 as PostgreSQL's bigint, saturating.
 fn int(value: u64) -> i64 {

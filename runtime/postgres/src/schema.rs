@@ -3,12 +3,12 @@
 //! schema, so several policies (schemas) share one database.
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Migration `n` (index `n - 1`) takes a schema from version `n - 1` to `n`.
 /// Version 0 is an empty schema. Public for the migration tests only.
 #[doc(hidden)]
-pub const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2, V3];
+pub const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2, V3, V4];
 
 /// Version 1: the tables of `runtime/STORE.md` (decisions, per-server counts,
 /// spend rows) with each counter's running state in a row of its own, and the
@@ -568,6 +568,245 @@ BEGIN
         o_reservation := array_append(o_reservation, reservation);
         first := last + 1;
     END LOOP;
+END
+$fn$;
+"#;
+
+/// Version 4: a check fits when `spent + max(amount, 1) <= limit`
+/// (`docs/spec/store.md`, "Expiry, windows and reservations"): an exhausted
+/// window refuses an amount of 0, as the Rust stores' `Assessed::judge`
+/// does. `admit` and `usage` are replaced whole, changed only there
+/// (`GREATEST(…, 1)` where they compared the amount).
+const V4: &str = r#"
+-- `admit` of version 1, with an amount of 0 needing room for 1.
+CREATE OR REPLACE FUNCTION admit(
+    p_server text, p_counters text[], p_amounts bigint[], p_limits bigint[],
+    p_ms bigint[], p_floors bigint[], p_cuts bigint[], p_ends bigint[], p_now bigint,
+    OUT o_refused integer, OUT o_available_at bigint, OUT o_reservation bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n integer := cardinality(p_counters);
+    distinct_names integer := 0;
+    i integer;
+    j integer;
+    k integer;
+    rec record;
+    c_name text[];
+    c_total bigint[];
+    c_floor bigint[];
+    c_pruned bigint[];
+    c_rolling bigint[];
+    c_oldest bigint[];
+    c_newest bigint[];
+    delta numeric;
+    spent numeric;
+    pending numeric;
+    newest_deleted bigint;
+    first_free bigint;
+    fits boolean := true;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        IF NOT (p_counters[i] = ANY (p_counters[1:i - 1])) THEN
+            distinct_names := distinct_names + 1;
+        END IF;
+    END LOOP;
+    FOR attempt IN 1 .. 2 LOOP
+        c_name := '{}'; c_total := '{}'; c_floor := '{}'; c_pruned := '{}';
+        c_rolling := '{}'; c_oldest := '{}'; c_newest := '{}';
+        FOR rec IN SELECT counter, total, floor, pruned, rolling_ms, oldest, newest FROM counters
+                WHERE server_id = p_server AND counter = ANY (p_counters)
+                ORDER BY counter FOR UPDATE LOOP
+            c_name := c_name || rec.counter;
+            c_total := c_total || rec.total;
+            c_floor := c_floor || rec.floor;
+            c_pruned := c_pruned || rec.pruned;
+            c_rolling := c_rolling || rec.rolling_ms;
+            c_oldest := c_oldest || rec.oldest;
+            c_newest := c_newest || rec.newest;
+        END LOOP;
+        EXIT WHEN cardinality(c_name) = distinct_names;
+        -- A counter's first admission: make its row (default state), then lock again.
+        INSERT INTO counters (server_id, counter)
+            SELECT p_server, c FROM (SELECT DISTINCT c FROM unnest(p_counters) AS c) AS d
+            ORDER BY c
+            ON CONFLICT DO NOTHING;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        k := array_position(c_name, p_counters[i]);
+        IF p_ms[i] IS NOT NULL THEN
+            -- A lengthened rolling window does not hold what the shorter deleted against it.
+            IF c_rolling[k] IS NOT NULL AND p_ms[i] > c_rolling[k] THEN
+                c_pruned[k] := -9223372036854775808;
+            END IF;
+            c_rolling[k] := p_ms[i];
+        END IF;
+        IF p_floors[i] < c_pruned[k] THEN
+            -- The window reaches back over deleted spend: refuse.
+            o_refused := i - 1;
+            o_available_at := CASE WHEN p_ms[i] IS NULL THEN p_ends[i]
+                ELSE sat(sat(c_pruned[k]::numeric + p_ms[i])::numeric - 1) END;
+            fits := false;
+            EXIT;
+        END IF;
+        -- Move the floor, keeping the total the sum of the rows at or after it.
+        IF p_floors[i] <> c_floor[k] THEN
+            IF c_oldest[k] < GREATEST(p_floors[i], c_floor[k])
+                    AND c_newest[k] >= LEAST(p_floors[i], c_floor[k]) THEN
+                SELECT COALESCE(sum(amount), 0) INTO delta FROM spend
+                    WHERE server_id = p_server AND counter = p_counters[i]
+                      AND at >= LEAST(p_floors[i], c_floor[k])
+                      AND at < GREATEST(p_floors[i], c_floor[k]);
+            ELSE
+                delta := 0;
+            END IF;
+            IF p_floors[i] > c_floor[k] THEN
+                c_total[k] := GREATEST(c_total[k] - delta, 0);
+            ELSE
+                c_total[k] := sat(c_total[k] + delta);
+            END IF;
+            c_floor[k] := p_floors[i];
+        END IF;
+        spent := c_total[k];
+        IF p_ms[i] IS NULL AND c_newest[k] >= p_ends[i] THEN
+            -- A fixed window counts only what was recorded before its end.
+            SELECT GREATEST(spent - COALESCE(sum(amount), 0), 0) INTO spent FROM spend
+                WHERE server_id = p_server AND counter = p_counters[i] AND at >= p_ends[i];
+        END IF;
+        -- Prune up to 16 rows older than the retention, oldest first.
+        IF c_oldest[k] < p_cuts[i] THEN
+            WITH doomed AS (
+                DELETE FROM spend WHERE (server_id, counter, at, reservation) IN (
+                    SELECT server_id, counter, at, reservation FROM spend
+                    WHERE server_id = p_server AND counter = p_counters[i] AND at < p_cuts[i]
+                    ORDER BY at, reservation LIMIT 16)
+                RETURNING at)
+            SELECT max(at) INTO newest_deleted FROM doomed;
+            IF newest_deleted IS NOT NULL THEN
+                c_pruned[k] := GREATEST(c_pruned[k], newest_deleted + 1);
+            END IF;
+            SELECT min(at) INTO first_free FROM spend
+                WHERE server_id = p_server AND counter = p_counters[i];
+            c_oldest[k] := first_free;
+            IF first_free IS NULL THEN
+                c_newest[k] := NULL;
+            END IF;
+        END IF;
+        -- Several checks may name one counter: count what earlier ones add.
+        pending := 0;
+        FOR j IN 1 .. i - 1 LOOP
+            IF p_counters[j] = p_counters[i] THEN
+                pending := pending + p_amounts[j];
+            END IF;
+        END LOOP;
+        spent := spent + pending;
+        CONTINUE WHEN spent + GREATEST(p_amounts[i], 1) <= p_limits[i];
+        o_refused := i - 1;
+        IF p_ms[i] IS NULL THEN
+            o_available_at := p_ends[i];
+        ELSIF GREATEST(p_amounts[i], 1) > p_limits[i] THEN
+            o_available_at := 9223372036854775807;
+        ELSE
+            -- The row whose leaving frees enough; it leaves `ms` after it was recorded.
+            SELECT w.at INTO first_free FROM (
+                SELECT s.at, sum(s.amount) OVER (ORDER BY s.at, s.reservation) AS freed
+                FROM spend AS s
+                WHERE s.server_id = p_server AND s.counter = p_counters[i] AND s.at >= p_floors[i]
+            ) AS w
+            WHERE w.freed >= spent + GREATEST(p_amounts[i], 1) - p_limits[i]
+            ORDER BY w.at LIMIT 1;
+            o_available_at := CASE WHEN first_free IS NULL THEN 9223372036854775807
+                ELSE sat(first_free::numeric + p_ms[i]) END;
+        END IF;
+        fits := false;
+        EXIT;
+    END LOOP;
+    IF fits THEN
+        o_reservation := nextval('reservation_ids');
+        FOR i IN 1 .. n LOOP
+            k := array_position(c_name, p_counters[i]);
+            IF p_now >= c_floor[k] THEN
+                c_total[k] := sat(c_total[k]::numeric + p_amounts[i]);
+            END IF;
+            c_oldest[k] := LEAST(COALESCE(c_oldest[k], p_now), p_now);
+            c_newest[k] := GREATEST(COALESCE(c_newest[k], p_now), p_now);
+        END LOOP;
+        -- Two checks of one counter share its spend row.
+        INSERT INTO spend AS s (server_id, counter, at, reservation, amount)
+            SELECT p_server, u.c, p_now, o_reservation, sat(sum(u.a))
+            FROM unnest(p_counters, p_amounts) AS u(c, a) GROUP BY u.c
+            ON CONFLICT (server_id, counter, at, reservation)
+            DO UPDATE SET amount = sat(s.amount::numeric + excluded.amount);
+    END IF;
+    -- Every state change stays, admitted or refused (as in the other stores).
+    UPDATE counters AS c SET total = v.total, floor = v.floor, pruned = v.pruned,
+            rolling_ms = v.rolling, oldest = v.oldest, newest = v.newest
+        FROM unnest(c_name, c_total, c_floor, c_pruned, c_rolling, c_oldest, c_newest)
+            AS v(counter, total, floor, pruned, rolling, oldest, newest)
+        WHERE c.server_id = p_server AND c.counter = v.counter;
+END
+$fn$;
+
+-- `usage` of version 2, with the same rule.
+CREATE OR REPLACE FUNCTION usage(p_server text, p_counter text, p_amount bigint, p_limit bigint,
+    p_ms bigint, p_floor bigint, p_end bigint,
+    OUT o_spent bigint, OUT o_available_at bigint)
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    st counters%ROWTYPE;
+    delta numeric;
+    spent numeric;
+    first_free bigint;
+BEGIN
+    SELECT * INTO st FROM counters WHERE server_id = p_server AND counter = p_counter;
+    IF NOT FOUND THEN
+        spent := 0;
+    ELSE
+        IF p_ms IS NOT NULL THEN
+            IF st.rolling_ms IS NOT NULL AND p_ms > st.rolling_ms THEN
+                st.pruned := -9223372036854775808;
+            END IF;
+        END IF;
+        IF p_floor < st.pruned THEN
+            -- Over deleted spend: the window counts as full.
+            o_spent := p_limit;
+            o_available_at := CASE WHEN p_ms IS NULL THEN p_end
+                ELSE sat(sat(st.pruned::numeric + p_ms)::numeric - 1) END;
+            RETURN;
+        END IF;
+        IF p_floor <> st.floor THEN
+            SELECT COALESCE(sum(amount), 0) INTO delta FROM spend
+                WHERE server_id = p_server AND counter = p_counter
+                  AND at >= LEAST(p_floor, st.floor) AND at < GREATEST(p_floor, st.floor);
+            IF p_floor > st.floor THEN
+                st.total := GREATEST(st.total - delta, 0);
+            ELSE
+                st.total := sat(st.total + delta);
+            END IF;
+        END IF;
+        spent := st.total;
+        IF p_ms IS NULL THEN
+            SELECT GREATEST(spent - COALESCE(sum(amount), 0), 0) INTO spent FROM spend
+                WHERE server_id = p_server AND counter = p_counter AND at >= p_end;
+        END IF;
+    END IF;
+    o_spent := sat(spent);
+    IF spent + GREATEST(p_amount, 1) <= p_limit THEN
+        o_available_at := NULL;
+    ELSIF p_ms IS NULL THEN
+        o_available_at := p_end;
+    ELSIF GREATEST(p_amount, 1) > p_limit THEN
+        o_available_at := 9223372036854775807;
+    ELSE
+        SELECT w.at INTO first_free FROM (
+            SELECT s.at, sum(s.amount) OVER (ORDER BY s.at, s.reservation) AS freed
+            FROM spend AS s
+            WHERE s.server_id = p_server AND s.counter = p_counter AND s.at >= p_floor
+        ) AS w
+        WHERE w.freed >= spent + GREATEST(p_amount, 1) - p_limit
+        ORDER BY w.at LIMIT 1;
+        o_available_at := CASE WHEN first_free IS NULL THEN 9223372036854775807
+            ELSE sat(first_free::numeric + p_ms) END;
+    END IF;
 END
 $fn$;
 "#;

@@ -27,6 +27,8 @@ fn store(spec: &str, prefix: &str, pool_size: usize) -> PostgresStore {
     let options = PostgresOptions {
         schema: support::fresh_schema(prefix),
         pool_size,
+        // Fixed instants of 2026-03: not the database's clock.
+        max_clock_skew: None,
         ..PostgresOptions::default()
     };
     PostgresStore::open_with(spec, &options).expect("open a PostgreSQL store")
@@ -137,7 +139,7 @@ proptest! {
                             } else {
                                 let key = DecisionKey::new("srv", format!("t{thread}:{n}"));
                                 let mut buffer = Vec::new();
-                                pg.replay_or_admit(&key, "digest", now, &mut buffer, &mut |_, out| {
+                                pg.replay_or_admit(&key, None, "digest", now, &mut buffer, &mut |_, out| {
                                     out.extend(checks.iter().cloned());
                                     Evaluation::Admit
                                 })

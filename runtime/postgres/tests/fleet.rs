@@ -131,6 +131,8 @@ fn options(schema: &str, pool: usize) -> PostgresOptions {
         schema: schema.to_owned(),
         pool_size: pool,
         connect_timeout: Duration::from_secs(2),
+        // Fixed instants of 2026-03: not the database's clock.
+        max_clock_skew: None,
         ..PostgresOptions::default()
     }
 }
@@ -205,13 +207,22 @@ fn child_hold(spec: &str, schema: &str) {
     loop {
         let mut checks = Vec::new();
         let answer = store
-            .replay_or_admit(&key, "d", now(), &mut checks, &mut |stored, out| {
-                assert!(stored.is_some(), "the allow is stored");
-                // Killed here, most of the time: mid-transaction, row locked.
-                std::thread::sleep(Duration::from_millis(3));
-                out.push(held_budget());
-                Evaluation::Admit
-            })
+            // The allow is probed as an approval: the refusal key answers
+            // only with denials (`docs/spec/store.md`, "The atomic decision").
+            .replay_or_admit(
+                &key,
+                Some(&key.identity),
+                "d",
+                now(),
+                &mut checks,
+                &mut |stored, out| {
+                    assert!(stored.is_some(), "the allow is stored");
+                    // Killed here, most of the time: mid-transaction, row locked.
+                    std::thread::sleep(Duration::from_millis(3));
+                    out.push(held_budget());
+                    Evaluation::Admit
+                },
+            )
             .expect("replay_or_admit");
         match answer.admission {
             Some(mcpolicy_runtime::store::Admission::Admitted { .. }) => {
@@ -424,7 +435,7 @@ fn a_client_killed_mid_transaction_loses_nothing_acknowledged_and_overspends_not
     loop {
         let mut checks = Vec::new();
         let answer = store
-            .replay_or_admit(&held_key(), "d", now(), &mut checks, &mut |_, out| {
+            .replay_or_admit(&held_key(), None, "d", now(), &mut checks, &mut |_, out| {
                 out.push(held_budget());
                 Evaluation::Admit
             })
@@ -444,63 +455,12 @@ fn a_client_killed_mid_transaction_loses_nothing_acknowledged_and_overspends_not
     );
 }
 
-/// A cluster of this test's own (it is stopped and started), removed at the end.
-struct OwnCluster {
-    dir: tempfile::TempDir,
-    script: std::path::PathBuf,
-}
-
-impl OwnCluster {
-    fn start() -> OwnCluster {
-        let dir = tempfile::Builder::new()
-            .prefix("mcpolicy-pg-restart")
-            .tempdir()
-            .expect("tempdir");
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-test-cluster.sh");
-        let cluster = OwnCluster { dir, script };
-        cluster.ctl("start");
-        cluster
-    }
-
-    fn ctl(&self, action: &str) {
-        let output = Command::new("bash")
-            .arg(&self.script)
-            .arg(action)
-            .arg(self.dir.path())
-            .output()
-            .expect("run pg-test-cluster.sh");
-        assert!(
-            output.status.success(),
-            "pg-test-cluster.sh {action}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    fn spec(&self) -> String {
-        format!(
-            "host={} port=5432 user=postgres dbname=postgres",
-            self.dir.path().display()
-        )
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(&self.script)
-            .arg("kill")
-            .arg(self.dir.path())
-            .output();
-    }
-}
-
 #[test]
 fn a_database_restart_fails_closed_then_resumes_without_overspending() {
     if support::spec().is_none() {
         return; // the same switch: CI has PostgreSQL installed
     }
-    let cluster = OwnCluster::start();
+    let cluster = support::OwnCluster::start("mcpolicy-pg-restart");
     let spec = cluster.spec();
     let schema = support::fresh_schema("fleet_restart");
     let store = Arc::new(PostgresStore::open_with(&spec, &options(&schema, 8)).expect("open"));
@@ -654,4 +614,115 @@ fn two_policies_in_one_database_keep_each_others_decisions() {
         } => assert!(denial.replayed(), "answered from the store"),
         _ => panic!("the strict policy's denial is not replayed"),
     }
+}
+
+/// Two policies for one server id in one schema (two clients, or a policy
+/// edited while an older session runs): the user's refusal under A
+/// survives B's decisions and is replayed to A (`docs/spec/store.md`,
+/// "Digests and staleness").
+#[test]
+fn two_policies_in_one_schema_keep_each_others_user_answers() {
+    let Some(spec) = support::spec() else { return };
+    let asking = policy(
+        "mcpolicy 1\nprotocol 2025-11-25\nidentity messages\n\nserver \"fleet\" {\n  consent first\n}\n",
+    );
+    let limited = policy(
+        "mcpolicy 1\nprotocol 2025-11-25\nidentity messages\n\nserver \"fleet\" {\n  consent first\n  max_input 1 KiB\n}\n",
+    );
+    let schema = support::fresh_schema("fleet_two_policies");
+    let engine = |policy: &Policy| {
+        let store = PostgresStore::open_with(&spec, &options(&schema, 2)).expect("open");
+        Engine::new(policy.clone(), Arc::new(store), Arc::new(FixedClock(now())))
+    };
+    let ctx = ClientContext::default();
+    let (a, b) = (engine(&asking), engine(&limited));
+    let Answer::Decided {
+        decision: Decision::NeedsConsent(pending),
+        ..
+    } = a.decide("fleet", &request("mail", 1), &ctx)
+    else {
+        panic!("A asks its user");
+    };
+    assert_eq!(
+        pending.refuse().recorded().expect("store").reason(),
+        "user.denied"
+    );
+    assert!(
+        matches!(decide(&b, &"x".repeat(4096), 1), Outcome::Denied(r) if r == "policy.input_too_large")
+    );
+    let Answer::Decided {
+        decision: Decision::NeedsConsent(pending),
+        ..
+    } = b.decide("fleet", &request("other", 1), &ctx)
+    else {
+        panic!("B asks its user");
+    };
+    pending.approve().expect("store");
+    match engine(&asking).decide("fleet", &request("mail", 1), &ctx) {
+        Answer::Decided {
+            decision: Decision::Deny(denial),
+            ..
+        } => {
+            assert_eq!(denial.reason(), "user.denied");
+            assert!(denial.replayed(), "answered from the store");
+        }
+        _ => panic!("A asked its user again"),
+    }
+}
+
+/// A fleet's admissions follow one clock, the database's: a node whose
+/// clock is a day behind cannot spend a second daily budget, and a node in
+/// the year 9999 cannot fill the rolling windows of the whole fleet; each
+/// fails closed (`runtime.store_unavailable`) and records nothing, while a
+/// node on time spends the budget exactly (`docs/spec/store.md`, "One
+/// clock for a fleet").
+#[test]
+fn nodes_whose_clocks_are_off_fail_closed_and_the_budget_holds() {
+    use mcpolicy_runtime::clock::{Clock, SystemClock};
+    let Some(spec) = support::spec() else { return };
+    let policy = policy(
+        "mcpolicy 1\nprotocol 2025-11-25\nidentity messages\n\nserver \"fleet\" {\n  consent never\n  budget 40 requests per day\n  budget 100000 tokens per 24h\n}\n",
+    );
+    let schema = support::fresh_schema("fleet_skew");
+    let node = |at: Millis| {
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            pool_size: 2,
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::open_with(&spec, &options).expect("open");
+        Engine::new(policy.clone(), Arc::new(store), Arc::new(FixedClock(at)))
+    };
+    let on_time = SystemClock.now();
+    let behind = node(on_time - 86_400_000);
+    let far_ahead = node(timestamp(9999, 6, 1, 0, 0, 0));
+    let correct = node(on_time);
+    let refused = |engine: &Engine, tag: &str, tokens: u64, direction: &str| match engine.decide(
+        "fleet",
+        &request(tag, tokens),
+        &ClientContext::default(),
+    ) {
+        Answer::Failed { reply, error } => {
+            let reply = String::from_utf8_lossy(&reply);
+            assert!(reply.contains("runtime.store_unavailable"), "{reply}");
+            assert!(error.to_string().contains(direction), "{error}");
+        }
+        _ => panic!("a node {direction} the database's clock decided"),
+    };
+    for n in 0..40 {
+        refused(&behind, &format!("behind {n}"), 1, "behind");
+    }
+    refused(&far_ahead, "year 9999", 99_999, "ahead of");
+    let (mut allowed, mut exhausted) = (0, 0);
+    for n in 0..41 {
+        match decide(&correct, &format!("on time {n}"), 1) {
+            Outcome::Allowed(_) => allowed += 1,
+            Outcome::Denied(reason) => {
+                assert_eq!(reason, "policy.budget_exhausted");
+                exhausted += 1;
+            }
+            Outcome::Failed(reply) => panic!("the node on time failed: {reply}"),
+        }
+    }
+    assert_eq!((allowed, exhausted), (40, 1));
 }

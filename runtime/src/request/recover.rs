@@ -188,6 +188,19 @@ impl IdScan {
         }
     }
 
+    /// The id as written (its JSON text, a string with its quotes), exactly
+    /// when [`IdScan::finish`] gives one: a frame that echoes this answers
+    /// the spelling the sender used (`-0`, `1.0`, an integer no double
+    /// holds), which the parsed number cannot (`docs/spec/frames.md`,
+    /// "Echoing the id").
+    pub fn finish_text(self) -> Option<String> {
+        let text = match &self.id {
+            Id::Raw(raw) => String::from_utf8(raw.clone()).ok()?,
+            _ => return None,
+        };
+        self.finish().map(|_| text)
+    }
+
     fn fail(&mut self) {
         self.mode = Mode::Failed;
     }

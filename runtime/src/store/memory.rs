@@ -16,8 +16,8 @@ use super::{
     Admission, Assessed, CounterUsage, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionFilter,
     DecisionKey, DecisionStore, Evaluation, EvictionKey, LimitCheck, LimitWindow, Millis,
     PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
-    StoreSize, StoredDecision, StoredEntry, eviction_key, pending, prune_cut, retention,
-    window_changed, window_floor,
+    StoreSize, StoredDecision, StoredEntry, answers_probe, eviction_key, may_replace, pending,
+    prune_cut, retention, window_changed, window_floor,
 };
 
 /// Number of shards; a power of two so a hash picks one with a mask.
@@ -447,6 +447,9 @@ impl StoreAdmin for MemoryStore {
         check: &LimitCheck,
         now: Millis,
     ) -> Result<CounterUsage, StoreError> {
+        if let Some(full) = super::usage_outside_calendar(check, now) {
+            return Ok(full);
+        }
         let (hash, shard) = self.spend_shard(server_id)?;
         // A copy: the admission's steps move the floor and may forget a
         // prune mark, and a look must change nothing.
@@ -624,6 +627,31 @@ fn admit_into(
     Admission::Admitted { reservation }
 }
 
+impl MemoryStore {
+    /// [`DecisionStore::replay`] of a decision that `answers` accepts.
+    fn replay_where(
+        &self,
+        key: &DecisionKey,
+        digest: &str,
+        now: Millis,
+        answers: impl Fn(&StoredDecision) -> bool,
+    ) -> Result<Option<StoredDecision>, StoreError> {
+        let (hash, mut shard) = self.decision_shard(key)?;
+        let found = shard
+            .get_mut(&hash)
+            .and_then(|bucket| bucket.iter_mut().find(|(k, _)| k == key));
+        match found {
+            Some((_, found))
+                if same_text(&found.digest, digest) && !found.is_expired(now) && answers(found) =>
+            {
+                found.represented = found.represented.saturating_add(1);
+                Ok(Some(found.clone()))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 impl DecisionStore for MemoryStore {
     fn replay(
         &self,
@@ -631,17 +659,7 @@ impl DecisionStore for MemoryStore {
         digest: &str,
         now: Millis,
     ) -> Result<Option<StoredDecision>, StoreError> {
-        let (hash, mut shard) = self.decision_shard(key)?;
-        let found = shard
-            .get_mut(&hash)
-            .and_then(|bucket| bucket.iter_mut().find(|(k, _)| k == key));
-        match found {
-            Some((_, found)) if same_text(&found.digest, digest) && !found.is_expired(now) => {
-                found.represented = found.represented.saturating_add(1);
-                Ok(Some(found.clone()))
-            }
-            _ => Ok(None),
-        }
+        self.replay_where(key, digest, now, |_| true)
     }
 
     fn admit(
@@ -654,6 +672,9 @@ impl DecisionStore for MemoryStore {
             return Ok(Admission::Admitted {
                 reservation: Reservation::NONE,
             });
+        }
+        if let Some(refused) = super::refuse_outside_calendar(checks, now) {
+            return Ok(refused);
         }
         let (hash, mut shard) = self.spend_shard(server_id)?;
         let reservation = || Reservation {
@@ -716,6 +737,8 @@ impl DecisionStore for MemoryStore {
             let (hash, mut shard) = self.decision_shard(key)?;
             let bucket = shard.entry(hash).or_default();
             match bucket.iter_mut().find(|(k, _)| k == key) {
+                // A user's answer in force is kept (`store::may_replace`).
+                Some((_, slot)) if !may_replace(slot, &stored) => return Ok(()),
                 Some((_, slot)) => Some(std::mem::replace(slot, stored)),
                 None => {
                     bucket.push((key.clone(), stored));
@@ -794,12 +817,21 @@ impl DecisionStore for MemoryStore {
     fn replay_or_admit(
         &self,
         key: &DecisionKey,
+        approval: Option<&str>,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
         evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
     ) -> Result<ReplayOrAdmit, StoreError> {
-        let replayed = self.replay(key, digest, now)?;
+        let mut replayed =
+            self.replay_where(key, digest, now, |d| answers_probe(&d.verdict, false))?;
+        if replayed.is_none()
+            && let Some(approval) = approval
+        {
+            let approval = DecisionKey::new(key.server_id.as_str(), approval);
+            replayed =
+                self.replay_where(&approval, digest, now, |d| answers_probe(&d.verdict, true))?;
+        }
         checks.clear();
         let admission = match evaluate(replayed.as_ref(), checks) {
             Evaluation::Admit => Some(self.admit(&key.server_id, checks, now)?),

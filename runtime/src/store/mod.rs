@@ -114,10 +114,41 @@ pub struct StoredDecision {
 }
 
 impl StoredDecision {
+    /// Whether this is the user's answer: a reason of the reserved `user.`
+    /// namespace (`user.denied`, `user.approved`), which only the user's
+    /// word produces (`docs/spec/language.md`, reserved reasons).
+    pub fn is_users_answer(&self) -> bool {
+        self.reason.starts_with("user.")
+    }
+
     /// Whether the decision has expired at `now` (expiry is exclusive: at
     /// `expires_at` it is already gone, so a denial expires exactly at `resetsAt`).
     pub fn is_expired(&self, now: Millis) -> bool {
         self.expires_at.is_some_and(|at| now >= at)
+    }
+}
+
+/// Whether `new` may replace `old`, stored under the same key
+/// (`docs/spec/store.md`, "What a later decision may replace"): a user's
+/// answer replaces anything; a policy decision replaces anything but a
+/// user's answer that is still in force (same digest, not expired when
+/// `new` was decided). Every store's [`DecisionStore::record`] follows it.
+pub fn may_replace(old: &StoredDecision, new: &StoredDecision) -> bool {
+    new.is_users_answer()
+        || !old.is_users_answer()
+        || *old.digest != *new.digest
+        || old.is_expired(new.decided_at)
+}
+
+/// Whether a stored decision with `verdict` answers the probe of
+/// [`DecisionStore::replay_or_admit`] by this kind of key: the refusal key
+/// answers with denials only, the approval key with approvals only (an
+/// approval stored under a refusal key, as before the two keys, is never
+/// replayed).
+pub fn answers_probe(verdict: &Verdict, approval_probe: bool) -> bool {
+    match verdict {
+        Verdict::Deny => !approval_probe,
+        Verdict::Allow => approval_probe,
     }
 }
 
@@ -326,6 +357,11 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// Check every limit against its window and, only if all fit, record all spends at `now`. Atomic with
     /// respect to every other call on the same store (also across processes for SQLite).
     ///
+    /// A check fits when its window's spend plus its amount stays within
+    /// its limit and the window is not exhausted: an amount of 0 needs room
+    /// for 1, so a spent window refuses every amount (`docs/spec/store.md`,
+    /// "Expiry, windows and reservations").
+    ///
     /// Spend rows are pruned here once they are more than a retention (one
     /// window length and an eighth, at least a minute) before
     /// the window's floor, a few per call. A window whose floor lies before a
@@ -355,7 +391,10 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
         counter: &str,
         actual: u64,
     ) -> Result<(), StoreError>;
-    /// Store (insert or replace) the decision for `key` (represented starts at 0).
+    /// Store (insert or replace) the decision for `key` (represented
+    /// starts at 0), unless the stored one is a user's answer still in
+    /// force and the new one is not ([`may_replace`]): then nothing
+    /// changes.
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError>;
     /// The stored decision as it is, without counting a replay (for tests and `mcpc eval`).
     fn get(&self, key: &DecisionKey) -> Result<Option<StoredDecision>, StoreError>;
@@ -372,8 +411,13 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// Steps 3–8 of an evaluation as one atomic operation: what the engine
     /// calls for every request, and the only way it replays or admits.
     ///
-    /// The store replays `key` under `digest` exactly as
-    /// [`DecisionStore::replay`] would (counting the re-presentation), then
+    /// The store looks the request up by its two keys
+    /// (`docs/spec/store.md`, "The atomic decision"): `key` (the refusal
+    /// key) answers only with a stored **denial**, then, on a miss, the
+    /// approval key `approval` of the same server (when given) answers only
+    /// with a stored **approval**; each probe is [`DecisionStore::replay`]
+    /// restricted to that verdict (counting the re-presentation of the row
+    /// it hits, and only that one). It then
     /// calls `evaluate` once with that answer (`None` on a miss) and an
     /// empty `checks`. `evaluate` is pure computation (the engine's steps
     /// 4–6: no I/O, no call back into the store); it fills `checks` and
@@ -397,6 +441,7 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     fn replay_or_admit(
         &self,
         key: &DecisionKey,
+        approval: Option<&str>,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
@@ -575,6 +620,45 @@ pub fn prune_cut(rolling_ms: Option<u64>, now: Millis) -> Millis {
     window_floor(window, now).saturating_sub(retention(window))
 }
 
+/// The first instant of the calendar the runtime computes windows in and
+/// writes back (RFC 3339's years 0000–9999): `0000-01-01T00:00:00Z`.
+pub const CALENDAR_FIRST: Millis = -62_167_219_200_000;
+
+/// The last instant of that calendar: `9999-12-31T23:59:59.999Z`.
+pub const CALENDAR_LAST: Millis = 253_402_300_799_999;
+
+/// Whether `now` lies in the calendar ([`CALENDAR_FIRST`] ..=
+/// [`CALENDAR_LAST`]). Outside it (a clock at `Millis::MAX` or
+/// `Millis::MIN`, a year past 9999) a window's floor, end and retention
+/// saturate and stop meaning a window, so every store refuses every
+/// admission with checks there (`docs/spec/store.md`, "Time outside the
+/// calendar").
+pub fn in_calendar(now: Millis) -> bool {
+    (CALENDAR_FIRST..=CALENDAR_LAST).contains(&now)
+}
+
+/// What every store answers to an admission of `checks` (not empty) at a
+/// `now` outside the calendar: refused by the first check, never available
+/// (`Millis::MAX`), nothing recorded. `None` inside the calendar.
+pub fn refuse_outside_calendar(checks: &[LimitCheck], now: Millis) -> Option<Admission> {
+    let first = checks.first()?;
+    (!in_calendar(now)).then(|| Admission::Refused {
+        index: 0,
+        counter: first.counter.clone(),
+        available_at: Millis::MAX,
+    })
+}
+
+/// What [`StoreAdmin::usage`] answers for `check` at a `now` outside the
+/// calendar: the window counts as full and never frees (what an admission
+/// there would answer). `None` inside the calendar.
+pub fn usage_outside_calendar(check: &LimitCheck, now: Millis) -> Option<CounterUsage> {
+    (!in_calendar(now)).then_some(CounterUsage {
+        spent: check.limit,
+        available_at: Some(Millis::MAX),
+    })
+}
+
 /// The outcome of one check against its counter, shared by admission and
 /// [`StoreAdmin::usage`] so that both compute the same figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -605,15 +689,18 @@ impl Assessed {
         floor: Millis,
         rows: impl FnOnce(Millis) -> Result<Vec<(Millis, u64)>, E>,
     ) -> Result<Assessed, E> {
-        let available_at = if spent.saturating_add(check.amount) <= check.limit {
+        // An exhausted window refuses whatever the amount: a reservation of
+        // 0 needs room for 1 (`docs/spec/evaluation.md`, "Step 8: Budgets").
+        let need = room_needed(check.amount);
+        let available_at = if spent.saturating_add(need) <= check.limit {
             None
         } else {
             Some(match check.window {
                 LimitWindow::Fixed { end, .. } => end,
                 LimitWindow::Rolling { ms } => rolling_available_at(
                     rows(floor)?,
-                    must_free(spent, check.amount, check.limit),
-                    check.amount,
+                    must_free(spent, need, check.limit),
+                    need,
                     check.limit,
                     ms,
                 ),
@@ -734,17 +821,25 @@ impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
     fn replay_or_admit(
         &self,
         key: &DecisionKey,
+        approval: Option<&str>,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
         evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
     ) -> Result<ReplayOrAdmit, StoreError> {
-        (**self).replay_or_admit(key, digest, now, checks, evaluate)
+        (**self).replay_or_admit(key, approval, digest, now, checks, evaluate)
     }
 }
 
 /// How much of `amount` cannot fit: the spend that must leave a rolling
 /// window before `amount` fits under `limit`, given `spent` so far.
+/// The room an amount needs in its window to fit: the amount, and at least
+/// 1, so that an exhausted window (`spent == limit`) refuses a reservation
+/// of 0 as it refuses any other. What is recorded stays the amount itself.
+pub(crate) fn room_needed(amount: u64) -> u64 {
+    amount.max(1)
+}
+
 fn must_free(spent: u64, amount: u64, limit: u64) -> u64 {
     spent.saturating_add(amount).saturating_sub(limit)
 }

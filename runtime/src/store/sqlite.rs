@@ -26,8 +26,8 @@ use super::checkpointer::Checkpointer;
 use super::{
     Admission, Assessed, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation,
     LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats,
-    StoreAdmin, StoreError, StoreSize, StoredDecision, StoredEntry, Verdict, WALK_LIMIT, pending,
-    prune_cut, retention, window_changed, window_floor,
+    StoreAdmin, StoreError, StoreSize, StoredDecision, StoredEntry, Verdict, WALK_LIMIT,
+    may_replace, pending, prune_cut, retention, window_changed, window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
@@ -927,19 +927,30 @@ fn multi_row_sql(head: &str, rows: usize, columns: usize, tail: &str) -> String 
 }
 
 /// [`DecisionStore::replay`] inside a write transaction.
+///
+/// `verdict`: only a decision with this verdict is a hit (the two probes of
+/// [`DecisionStore::replay_or_admit`]); `None` for any.
 fn replay_in(
     path: &Path,
     conn: &Connection,
     key: &DecisionKey,
     digest: &str,
     now: Millis,
+    verdict: Option<Verdict>,
 ) -> Result<Option<StoredDecision>, Fail> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {DECISION_COLUMNS} FROM decisions
          WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
-           AND (expires_at IS NULL OR expires_at > ?4)"
+           AND (expires_at IS NULL OR expires_at > ?4)
+           AND (?5 IS NULL OR verdict = ?5)"
     ))?;
-    let mut rows = stmt.query(params![key.server_id, key.identity, digest, now])?;
+    let mut rows = stmt.query(params![
+        key.server_id,
+        key.identity,
+        digest,
+        now,
+        verdict.as_ref().map(Verdict::as_str)
+    ])?;
     let Some(row) = rows.next()? else {
         return Ok(None); // a miss
     };
@@ -1036,6 +1047,9 @@ fn admit_in(
     now: Millis,
     id: u64,
 ) -> Result<Admission, Fail> {
+    if let Some(refused) = super::refuse_outside_calendar(checks, now) {
+        return Ok(refused);
+    }
     // Each counter's state as read, and as it is now: written back together
     // with the new spend, in one statement.
     let mut states: Vec<(&str, CounterState, CounterState)> = Vec::with_capacity(checks.len());
@@ -1148,7 +1162,7 @@ impl DecisionStore for SqliteStore {
             return Ok(None);
         }
         self.write(&session, |conn| {
-            replay_in(&self.path, conn, key, digest, now)
+            replay_in(&self.path, conn, key, digest, now, None)
         })
     }
 
@@ -1242,9 +1256,20 @@ impl DecisionStore for SqliteStore {
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
         let session = self.lock()?;
         self.write(&session, |conn| {
-            let existed = conn
-                .prepare_cached("SELECT 1 FROM decisions WHERE server_id = ?1 AND identity = ?2")?
-                .exists(params![key.server_id, key.identity])?;
+            let existing = conn
+                .prepare_cached(&format!(
+                    "SELECT {DECISION_COLUMNS} FROM decisions WHERE server_id = ?1 AND identity = ?2"
+                ))?
+                .query_row(params![key.server_id, key.identity], |row| {
+                    Ok(decision_from_row(&self.path, row))
+                })
+                .optional()?
+                .transpose()?;
+            // A user's answer in force is kept (`store::may_replace`).
+            if existing.as_ref().is_some_and(|old| !may_replace(old, decision)) {
+                return Ok(());
+            }
+            let existed = existing.is_some();
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO decisions
                  (server_id, identity, verdict, reason, digest, expires_at, data, represented,
@@ -1321,6 +1346,7 @@ impl DecisionStore for SqliteStore {
     fn replay_or_admit(
         &self,
         key: &DecisionKey,
+        approval: Option<&str>,
         digest: &str,
         now: Millis,
         checks: &mut Vec<LimitCheck>,
@@ -1331,7 +1357,22 @@ impl DecisionStore for SqliteStore {
         // own); unused when nothing is admitted, which leaves a gap, never a repeat.
         let id = self.next_id(&mut session)?;
         self.write(&session, |conn| {
-            let replayed = replay_in(&self.path, conn, key, digest, now)?;
+            // The refusal key answers with a denial only, then the approval
+            // key with an approval only (`store::answers_probe`).
+            let mut replayed = replay_in(&self.path, conn, key, digest, now, Some(Verdict::Deny))?;
+            if replayed.is_none()
+                && let Some(approval) = approval
+            {
+                let approval = DecisionKey::new(key.server_id.as_str(), approval);
+                replayed = replay_in(
+                    &self.path,
+                    conn,
+                    &approval,
+                    digest,
+                    now,
+                    Some(Verdict::Allow),
+                )?;
+            }
             checks.clear();
             let admission = if evaluate(replayed.as_ref(), checks) == Evaluation::Admit {
                 Some(if checks.is_empty() {
@@ -1470,6 +1511,9 @@ impl StoreAdmin for SqliteStore {
         check: &LimitCheck,
         now: Millis,
     ) -> Result<CounterUsage, StoreError> {
+        if let Some(full) = super::usage_outside_calendar(check, now) {
+            return Ok(full);
+        }
         self.read(|conn| {
             let (mut state, after_end, oldest) =
                 read_counter(conn, server_id, &check.counter, until(check))?;

@@ -133,6 +133,20 @@ pub fn table_with(
         fallback: entry("*", fallback, &reasons),
         reasons,
     };
+    // Digests cover the protocol when it is not the default.
+    let mut table = table;
+    for entry in table
+        .servers
+        .iter_mut()
+        .chain(std::iter::once(&mut table.fallback))
+    {
+        entry.digest = mcpolicy_runtime::table::entry_digest(
+            &entry.block,
+            &table.reasons,
+            &table.identity,
+            table.protocol,
+        );
+    }
     table.verify().expect("test table verifies");
     // The JSON form round-trips: what the compiler would write, the runtime reads.
     let reread = Table::from_json(table.to_json().as_bytes()).expect("table re-reads");
@@ -239,7 +253,7 @@ pub fn resolve(pending: PendingConsent, approved: bool) -> Decision {
             Decision::Allow(grant)
         }
     } else {
-        Decision::Deny(pending.refuse().expect("store"))
+        Decision::Deny(pending.refuse().recorded().expect("store"))
     }
 }
 

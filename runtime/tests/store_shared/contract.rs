@@ -45,6 +45,7 @@ macro_rules! each_contract_test {
             refusal_records_nothing,
             repeated_counter_in_one_admission,
             amount_larger_than_limit_never_fits,
+            an_exhausted_window_refuses_a_zero_amount,
             settle_lowers_and_raises_token_spend,
             settle_unknown_reservation_is_an_error,
             eight_threads_never_overspend,
@@ -54,6 +55,9 @@ macro_rules! each_contract_test {
             a_clock_behind_within_the_retention_counts_exactly,
             lengthening_a_rolling_window_does_not_refuse_for_its_length,
             a_flood_of_static_denials_is_bounded_and_keeps_user_answers,
+            a_policy_decision_never_replaces_a_users_answer_in_force,
+            the_refusal_key_answers_with_denials_and_the_approval_key_with_approvals,
+            at_the_clocks_extremes_every_limit_fails_closed,
         );
     };
 }
@@ -373,6 +377,63 @@ pub fn amount_larger_than_limit_never_fits(f: Fixture) {
     );
 }
 
+/// `docs/spec/store.md`, "Expiry, windows and reservations": a check fits
+/// when `spent + max(amount, 1) <= limit`. A reservation of 0 (`maxTokens:
+/// 0` against a token budget) passed a spent budget when `spent + 0 <=
+/// limit` was the rule.
+pub fn an_exhausted_window_refuses_a_zero_amount(f: Fixture) {
+    let s = &f.store;
+    assert!(admitted(
+        &s.admit("srv", &[rolling("t", 10, 10, 1_000)], 0)
+            .expect("admit")
+    ));
+    assert_eq!(
+        s.admit("srv", &[rolling("t", 0, 10, 1_000)], 500)
+            .expect("admit"),
+        Admission::Refused {
+            index: 0,
+            counter: "t".into(),
+            // The spend of 0 leaves the window at 1 000: then 0 fits.
+            available_at: 1_000
+        }
+    );
+    assert!(admitted(
+        &s.admit("srv", &[rolling("t", 0, 10, 1_000)], 1_000)
+            .expect("admit")
+    ));
+    assert!(admitted(
+        &s.admit("srv", &[fixed("f", 5, 5, 0, 1_000)], 0)
+            .expect("admit")
+    ));
+    assert_eq!(
+        s.admit("srv", &[fixed("f", 0, 5, 0, 1_000)], 10)
+            .expect("admit"),
+        Admission::Refused {
+            index: 0,
+            counter: "f".into(),
+            available_at: 1_000
+        }
+    );
+    // One below the limit: 0 fits, and so does 1.
+    assert!(admitted(
+        &s.admit("srv", &[fixed("g", 4, 5, 0, 1_000)], 0)
+            .expect("admit")
+    ));
+    assert!(admitted(
+        &s.admit("srv", &[fixed("g", 0, 5, 0, 1_000)], 10)
+            .expect("admit")
+    ));
+    assert!(admitted(
+        &s.admit("srv", &[fixed("g", 1, 5, 0, 1_000)], 20)
+            .expect("admit")
+    ));
+    // A limit of 0 holds nothing, not even 0.
+    assert!(!admitted(
+        &s.admit("srv", &[fixed("h", 0, 0, 0, 1_000)], 0)
+            .expect("admit")
+    ));
+}
+
 pub fn settle_lowers_and_raises_token_spend(f: Fixture) {
     let s = &f.store;
     let end = DAY as Millis;
@@ -668,4 +729,213 @@ pub fn a_flood_of_static_denials_is_bounded_and_keeps_user_answers(f: Fixture) {
         .expect("record");
     assert_eq!(s.server_stats("other").expect("stats").stored, 1);
     assert_eq!(s.server_stats("srv").expect("stats").stored, cap);
+}
+
+/// `docs/spec/store.md`, "What a later decision may replace": a user's
+/// answer replaces anything; a policy decision replaces anything but a
+/// user's answer in force (same digest, not expired).
+pub fn a_policy_decision_never_replaces_a_users_answer_in_force(f: Fixture) {
+    let s = &f.store;
+    let users_refusal = StoredDecision {
+        reason: "user.denied".into(),
+        statement: Some("consent".into()),
+        ..deny("d", None, DATA)
+    };
+    let k = key("srv", 1);
+    s.record(&k, &users_refusal).expect("record");
+    // A budget denial of the same key, later: the user's refusal stays.
+    let later_budget = StoredDecision {
+        decided_at: 5_000,
+        ..deny("d", Some(90_000), DATA)
+    };
+    s.record(&k, &later_budget).expect("record");
+    assert_eq!(s.get(&k).expect("get"), Some(users_refusal.clone()));
+    assert_eq!(s.server_stats("srv").expect("stats").stored, 1);
+    // An approval keeps against a policy denial too.
+    let a = key("srv", 2);
+    s.record(&a, &allow("d")).expect("record");
+    s.record(&a, &later_budget).expect("record");
+    assert_eq!(s.get(&a).expect("get"), Some(allow("d")));
+    // A user's answer replaces a user's answer, and a policy denial.
+    s.record(&a, &users_refusal).expect("record");
+    assert_eq!(s.get(&a).expect("get"), Some(users_refusal.clone()));
+    let p = key("srv", 3);
+    s.record(&p, &later_budget).expect("record");
+    s.record(&p, &allow("d")).expect("record");
+    assert_eq!(s.get(&p).expect("get"), Some(allow("d")));
+    // A user's answer no longer in force (another digest, or expired when
+    // the new decision is made) is replaced.
+    s.record(&k, &deny("d2", None, DATA)).expect("record");
+    assert_eq!(s.get(&k).expect("get"), Some(deny("d2", None, DATA)));
+    let brief = StoredDecision {
+        expires_at: Some(4_000),
+        ..users_refusal.clone()
+    };
+    let e = key("srv", 4);
+    s.record(&e, &brief).expect("record");
+    s.record(&e, &later_budget).expect("record");
+    assert_eq!(s.get(&e).expect("get"), Some(later_budget.clone()));
+    assert_eq!(s.server_stats("srv").expect("stats").stored, 4);
+}
+
+/// `docs/spec/store.md`, "The atomic decision": `replay_or_admit` probes
+/// the refusal key for a denial, then the approval key for an approval,
+/// and counts only the row it answers with.
+pub fn the_refusal_key_answers_with_denials_and_the_approval_key_with_approvals(f: Fixture) {
+    let s = &f.store;
+    let refusal = key("srv", 1);
+    let approval = "srv:approval:00000000000000000000000000000001";
+    let approval_key = DecisionKey::new("srv", approval);
+    let probe = |approval: Option<&str>| {
+        let mut checks = Vec::new();
+        s.replay_or_admit(&refusal, approval, "d", 10, &mut checks, &mut |_, _| {
+            mcpolicy_runtime::store::Evaluation::Admit
+        })
+        .expect("replay_or_admit")
+        .replayed
+    };
+    // Nothing stored: a miss.
+    assert_eq!(probe(Some(approval)), None);
+    // An approval under the approval key answers, and only it is counted.
+    s.record(&approval_key, &allow("d")).expect("record");
+    let hit = probe(Some(approval)).expect("the approval");
+    assert_eq!((hit.verdict.clone(), hit.represented), (Verdict::Allow, 1));
+    assert_eq!(probe(None), None, "no approval key given: a miss");
+    // An approval stored under a refusal key (as before the two keys) is
+    // never replayed, nor counted.
+    s.record(&refusal, &allow("d")).expect("record");
+    assert_eq!(probe(None), None);
+    assert_eq!(
+        s.get(&refusal).expect("get").expect("present").represented,
+        0
+    );
+    // A denial under the refusal key answers first; the approval is not
+    // counted. (The user's refusal replaces the old approval; a policy
+    // denial would not: `a_policy_decision_never_replaces_a_users_answer_in_force`.)
+    let users_refusal = StoredDecision {
+        reason: "user.denied".into(),
+        ..deny("d", None, DATA)
+    };
+    s.record(&refusal, &users_refusal).expect("record");
+    let hit = probe(Some(approval)).expect("the denial");
+    assert_eq!((hit.verdict, hit.represented), (Verdict::Deny, 1));
+    assert_eq!(
+        s.get(&approval_key)
+            .expect("get")
+            .expect("present")
+            .represented,
+        1
+    );
+    // A denial under an approval key is never an approval.
+    let other = "srv:approval:00000000000000000000000000000002";
+    s.record(&DecisionKey::new("srv", other), &deny("d", None, DATA))
+        .expect("record");
+    let mut checks = Vec::new();
+    let miss = s
+        .replay_or_admit(
+            &key("srv", 9),
+            Some(other),
+            "d",
+            10,
+            &mut checks,
+            &mut |_, _| mcpolicy_runtime::store::Evaluation::Admit,
+        )
+        .expect("replay_or_admit");
+    assert_eq!(miss.replayed, None);
+}
+
+/// The instants a clock can be at: the ends of `Millis`, the edges of the
+/// calendar (`store::CALENDAR_FIRST`, `CALENDAR_LAST`) and either side of
+/// them, any `i64`, and any instant inside the calendar.
+pub fn any_now() -> impl proptest::strategy::Strategy<Value = Millis> {
+    use mcpolicy_runtime::store::{CALENDAR_FIRST, CALENDAR_LAST};
+    use proptest::prelude::*;
+    prop_oneof![
+        prop::sample::select(vec![
+            Millis::MIN,
+            Millis::MIN + 1,
+            Millis::MAX,
+            Millis::MAX - 1,
+            CALENDAR_FIRST - 1,
+            CALENDAR_FIRST,
+            CALENDAR_LAST,
+            CALENDAR_LAST + 1,
+            0,
+        ]),
+        any::<Millis>(),
+        CALENDAR_FIRST..=CALENDAR_LAST,
+    ]
+}
+
+/// At `Millis::MAX`, `Millis::MIN` and every instant outside the calendar,
+/// every rate and budget fails closed: the admission is refused by its
+/// first check, never available, and records nothing, for rolling and
+/// fixed windows alike. Inside the
+/// calendar a limit of L admits exactly L at one instant. A property over
+/// extreme and random instants, run against every store (memory, SQLite,
+/// PostgreSQL), which therefore agree (`docs/spec/store.md`, "Time outside
+/// the calendar").
+pub fn at_the_clocks_extremes_every_limit_fails_closed(f: Fixture) {
+    use mcpolicy_runtime::store::in_calendar;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(48);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let next = AtomicU64::new(0);
+    let windows = prop::sample::select(vec![0u64, 1, 1_000, DAY, u64::MAX]);
+    runner
+        .run(
+            &(any_now(), windows, 1u64..4, any::<bool>()),
+            |(now, ms, limit, settle)| {
+                let server = format!("extreme{}", next.fetch_add(1, Ordering::Relaxed));
+                let check = if ms == 0 {
+                    let day = now.div_euclid(DAY as Millis);
+                    fixed(
+                        "budget:requests:day",
+                        1,
+                        limit,
+                        day.saturating_mul(DAY as Millis),
+                        day.saturating_add(1).saturating_mul(DAY as Millis),
+                    )
+                } else {
+                    rolling("rate", 1, limit, ms)
+                };
+                let checks = [check.clone(), rolling("budget:tokens", 1, 1_000, DAY)];
+                let mut granted = 0;
+                for _ in 0..=limit {
+                    let answer = f.store.admit(&server, &checks, now).expect("admit");
+                    if !in_calendar(now) {
+                        prop_assert_eq!(
+                            &answer,
+                            &Admission::Refused {
+                                index: 0,
+                                counter: check.counter.clone(),
+                                available_at: Millis::MAX,
+                            },
+                            "now {}",
+                            now
+                        );
+                    }
+                    if let Admission::Admitted { reservation } = answer {
+                        granted += 1;
+                        if settle {
+                            f.store
+                                .settle(&server, reservation, "budget:tokens", 0)
+                                .expect("settle");
+                        }
+                    }
+                }
+                let expected = if in_calendar(now) { limit } else { 0 };
+                prop_assert_eq!(granted, expected, "now {}, window {}", now, ms);
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|failure| panic!("{failure}"));
 }

@@ -46,6 +46,9 @@ pub enum Op {
         ttl: Option<u16>,
         deny: bool,
         recomputable: bool,
+        /// A policy's decision (`policy.budget_exhausted`, a denial), not
+        /// the user's answer: it may not replace a user's answer in force.
+        policy: bool,
     },
     /// Compare a server's stored/evicted counts.
     Stats {
@@ -69,6 +72,8 @@ pub enum Op {
     ReplayOrAdmit {
         server: u8,
         id: u8,
+        /// The approval key probed after the refusal key `id`, if any.
+        approval: Option<u8>,
         digest: u8,
         mask: u8,
         tokens: u16,
@@ -137,14 +142,14 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (50_000u32..150_000).prop_map(Op::Wait),
         6 => (0u8..2, 1u8..8, 0u16..60).prop_map(|(server, mask, tokens)| Op::Admit { server, mask, tokens }),
         2 => (0u8..16, 0u16..90).prop_map(|(nth, actual)| Op::Settle { nth, actual }),
-        3 => (0u8..2, 0u8..6, 0u8..2, proptest::option::of(0u16..2_000), any::<bool>(), any::<bool>())
-            .prop_map(|(server, id, digest, ttl, deny, recomputable)| Op::Record { server, id, digest, ttl, deny, recomputable }),
+        3 => (0u8..2, 0u8..6, 0u8..2, proptest::option::of(0u16..2_000), any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(server, id, digest, ttl, deny, recomputable, policy)| Op::Record { server, id, digest, ttl, deny, recomputable, policy }),
         1 => (0u8..2).prop_map(|server| Op::Stats { server }),
         2 => (0u8..2, 0u8..6, 0u8..2).prop_map(|(server, id, digest)| Op::Replay { server, id, digest }),
         1 => (0u8..2, 0u8..6).prop_map(|(server, id)| Op::Get { server, id }),
         1 => (0u8..2, 0u8..2).prop_map(|(server, digest)| Op::Purge { server, digest }),
-        4 => (0u8..2, 0u8..6, 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, digest, mask, tokens)| {
-            Op::ReplayOrAdmit { server, id, digest, mask, tokens }
+        4 => (0u8..2, 0u8..6, proptest::option::of(0u8..6), 0u8..2, 1u8..8, 0u16..60).prop_map(|(server, id, approval, digest, mask, tokens)| {
+            Op::ReplayOrAdmit { server, id, approval, digest, mask, tokens }
         }),
         1 => filter().prop_map(Op::Decisions),
         1 => filter().prop_map(Op::Forget),
@@ -156,6 +161,13 @@ pub fn op() -> impl Strategy<Value = Op> {
 }
 
 const SERVERS: [&str; 2] = ["alpha", "beta"];
+
+/// Whether `check` fits a window that holds `spent`: its amount, and room
+/// for at least 1, so that an exhausted window refuses an amount of 0
+/// (`docs/spec/store.md`, "Expiry, windows and reservations").
+fn fits(spent: u64, check: &LimitCheck) -> bool {
+    spent + check.amount.max(1) <= check.limit
+}
 
 /// The checks an admission makes: rate (rolling 1 s, 5), requests per fixed
 /// 1 s window (8), tokens (rolling 3 s, 100), in that order, as `mask` selects.
@@ -211,6 +223,17 @@ impl Model {
     /// Stores a decision and evicts past [`BOUND`]: recomputable first, then
     /// soonest expiry (none last), then oldest, then identity (STORE.md).
     fn record(&mut self, key: DecisionKey, decision: StoredDecision) {
+        // A user's answer in force is replaced by another answer of the
+        // user's only (`docs/spec/store.md`, "What a later decision may replace").
+        let users = |d: &StoredDecision| d.reason.starts_with("user.");
+        if let Some(old) = self.decisions.get(&key)
+            && users(old)
+            && !users(&decision)
+            && old.digest == decision.digest
+            && old.expires_at.is_none_or(|at| decision.decided_at < at)
+        {
+            return;
+        }
         let server = key.server_id.clone();
         let new = self.decisions.insert(key, decision).is_none();
         let stats = self.stats.entry(server.clone()).or_default();
@@ -260,8 +283,7 @@ impl Model {
         let spent = self.spent(server, check, now);
         CounterUsage {
             spent,
-            available_at: (spent + check.amount > check.limit)
-                .then(|| self.available_at(server, check, now)),
+            available_at: (!fits(spent, check)).then(|| self.available_at(server, check, now)),
         }
     }
 
@@ -315,7 +337,7 @@ impl Model {
                     ats.dedup();
                     ats.into_iter()
                         .map(|at| at + ms as Millis)
-                        .find(|&t| self.spent(server, check, t) + check.amount <= check.limit)
+                        .find(|&t| fits(self.spent(server, check, t), check))
                         .unwrap_or(now)
                 }
             }
@@ -333,8 +355,7 @@ impl Model {
             self.counted.insert(server.to_owned());
         }
         for (index, check) in checks.iter().enumerate() {
-            let spent = self.spent(server, check, now);
-            if spent + check.amount <= check.limit {
+            if fits(self.spent(server, check, now), check) {
                 continue;
             }
             let available_at = self.available_at(server, check, now);
@@ -418,11 +439,21 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
                 ttl,
                 deny,
                 recomputable,
+                policy,
             } => {
                 let key = DecisionKey::new(SERVERS[usize::from(server)], format!("i{id}"));
                 let decision = StoredDecision {
-                    verdict: if deny { Verdict::Deny } else { Verdict::Allow },
-                    reason: if deny { "user.denied" } else { "user.approved" }.into(),
+                    verdict: if deny || policy {
+                        Verdict::Deny
+                    } else {
+                        Verdict::Allow
+                    },
+                    reason: match (policy, deny) {
+                        (true, _) => "policy.budget_exhausted",
+                        (false, true) => "user.denied",
+                        (false, false) => "user.approved",
+                    }
+                    .into(),
                     digest: format!("d{digest}").into(),
                     expires_at: ttl.map(|t| now + Millis::from(t)),
                     data: deny.then(|| format!("{{\"step\":{step}}}").into()),
@@ -463,21 +494,35 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
             Op::ReplayOrAdmit {
                 server,
                 id,
+                approval,
                 digest,
                 mask,
                 tokens,
             } => {
                 let server = SERVERS[usize::from(server)];
                 let key = DecisionKey::new(server, format!("i{id}"));
+                let approval = approval.map(|a| format!("i{a}"));
                 let digest = format!("d{digest}");
                 let wanted = checks(mask, tokens, now);
-                let expected_replay = match model.decisions.get_mut(&key) {
-                    Some(d) if *d.digest == *digest && d.expires_at.is_none_or(|at| now < at) => {
-                        d.represented += 1;
-                        Some(d.clone())
-                    }
-                    _ => None,
-                };
+                // The refusal key answers with a denial, then the approval
+                // key with an approval (`docs/spec/store.md`, "The atomic decision").
+                let mut probe =
+                    |key: &DecisionKey, verdict: Verdict| match model.decisions.get_mut(key) {
+                        Some(d)
+                            if *d.digest == *digest
+                                && d.expires_at.is_none_or(|at| now < at)
+                                && d.verdict == verdict =>
+                        {
+                            d.represented += 1;
+                            Some(d.clone())
+                        }
+                        _ => None,
+                    };
+                let expected_replay = probe(&key, Verdict::Deny).or_else(|| {
+                    approval
+                        .as_ref()
+                        .and_then(|a| probe(&DecisionKey::new(server, a.as_str()), Verdict::Allow))
+                });
                 let go = |stored: Option<&StoredDecision>| !matches!(stored, Some(d) if d.verdict == Verdict::Deny);
                 let expected_admission =
                     go(expected_replay.as_ref()).then(|| model.admit(server, &wanted, now, step));
@@ -494,7 +539,14 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
                             }
                         };
                     let answer = store
-                        .replay_or_admit(&key, &digest, now, &mut buffer, &mut evaluate)
+                        .replay_or_admit(
+                            &key,
+                            approval.as_deref(),
+                            &digest,
+                            now,
+                            &mut buffer,
+                            &mut evaluate,
+                        )
                         .expect("replay_or_admit");
                     let (replayed, admission) = (answer.replayed, answer.admission);
                     assert_eq!(

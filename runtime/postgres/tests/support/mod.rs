@@ -46,6 +46,8 @@ pub fn fresh_store(spec: &str, prefix: &str, max_per_server: u64) -> PostgresSto
         schema: fresh_schema(prefix),
         pool_size: 8,
         max_decisions_per_server: max_per_server,
+        // Fixed instants of 2026-03: not the database's clock.
+        max_clock_skew: None,
         ..PostgresOptions::default()
     };
     PostgresStore::open_with(spec, &options).expect("open a PostgreSQL store")
@@ -94,6 +96,117 @@ pub fn tls_clusters() -> Option<TlsClusters> {
             );
             eprintln!("note: MCPOLICY_TEST_POSTGRES_TLS is not set; PostgreSQL TLS test not run");
             None
+        }
+    }
+}
+
+/// A cluster of this test's own (it is stopped and started), removed at the end.
+pub struct OwnCluster {
+    dir: tempfile::TempDir,
+    script: std::path::PathBuf,
+}
+
+impl OwnCluster {
+    pub fn start(prefix: &str) -> OwnCluster {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .expect("tempdir");
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-test-cluster.sh");
+        let cluster = OwnCluster { dir, script };
+        cluster.ctl("start");
+        cluster
+    }
+
+    pub fn ctl(&self, action: &str) {
+        let output = std::process::Command::new("bash")
+            .arg(&self.script)
+            .arg(action)
+            .arg(self.dir.path())
+            .output()
+            .expect("run pg-test-cluster.sh");
+        assert!(
+            output.status.success(),
+            "pg-test-cluster.sh {action}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    pub fn spec(&self) -> String {
+        format!(
+            "host={} port=5432 user=postgres dbname=postgres",
+            self.dir.path().display()
+        )
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        // A cluster a test stopped with SIGSTOP must run to shut down.
+        if self.dir.path().join("data/postmaster.pid").exists() {
+            for pid in self.pids() {
+                let _ = std::process::Command::new("kill")
+                    .arg("-CONT")
+                    .arg(pid.to_string())
+                    .status();
+            }
+        }
+        let _ = std::process::Command::new("bash")
+            .arg(&self.script)
+            .arg("kill")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+impl OwnCluster {
+    /// The cluster's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Every process of the cluster: the postmaster (`data/postmaster.pid`)
+    /// and its children.
+    pub fn pids(&self) -> Vec<u32> {
+        let text = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid"))
+            .unwrap_or_default();
+        let Some(postmaster) = text
+            .lines()
+            .next()
+            .and_then(|line| line.trim().parse::<u32>().ok())
+        else {
+            return Vec::new();
+        };
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`: the fields after the last `)`.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to every process of the cluster.
+    pub fn signal(&self, signal: &str) {
+        for pid in self.pids() {
+            let status = std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string())
+                .status()
+                .expect("kill");
+            assert!(status.success(), "kill -{signal} {pid}");
         }
     }
 }
