@@ -131,6 +131,10 @@ fn options(schema: &str, pool: usize) -> PostgresOptions {
         schema: schema.to_owned(),
         pool_size: pool,
         connect_timeout: Duration::from_secs(2),
+        // Thirty-two connections queue on one counter's row lock: on a loaded
+        // machine a call can wait longer than the default bound. These tests
+        // hold exactness under contention; `tests/hang.rs` holds the bound.
+        call_timeout: Duration::from_secs(120),
         // Fixed instants of 2026-03: not the database's clock.
         max_clock_skew: None,
         ..PostgresOptions::default()
