@@ -419,15 +419,18 @@ fn action_check_step_defaults_to_the_workspace_and_denies_warnings_on_request() 
 #[test]
 fn action_check_step_writes_sarif_on_request() {
     let ws = workspace(&[("bad.mcpolicy", BAD)]);
-    let step = action_step(
-        "check",
-        ws.path(),
-        &[
-            ("MCPC", MCPC),
-            ("INPUT_PATHS", "bad.mcpolicy"),
-            ("INPUT_SARIF_FILE", "out/results.sarif"),
-        ],
-    );
+    let check_into_out = || {
+        action_step(
+            "check",
+            ws.path(),
+            &[
+                ("MCPC", MCPC),
+                ("INPUT_PATHS", "bad.mcpolicy"),
+                ("INPUT_SARIF_FILE", "out/results.sarif"),
+            ],
+        )
+    };
+    let step = check_into_out();
     assert_eq!(
         step.code, 2,
         "the directory out/ does not exist: {}",
@@ -439,15 +442,7 @@ fn action_check_step_writes_sarif_on_request() {
     );
 
     fs::create_dir(ws.path().join("out")).unwrap();
-    let step = action_step(
-        "check",
-        ws.path(),
-        &[
-            ("MCPC", MCPC),
-            ("INPUT_PATHS", "bad.mcpolicy"),
-            ("INPUT_SARIF_FILE", "out/results.sarif"),
-        ],
-    );
+    let step = check_into_out();
     assert_eq!(step.code, 1, "{}{}", step.stdout, step.stderr);
     assert_eq!(step.output("sarif-file"), Some("out/results.sarif"));
     assert!(
@@ -576,12 +571,15 @@ fn action_install_step_builds_once_with_cargo_and_reuses_the_cache() {
     let without_cargo = tools(&[]);
     let with_cargo = with_cargo.path().to_str().unwrap();
     let without_cargo = without_cargo.path().to_str().unwrap();
+    let install_with_path = |path: &str| {
+        action_step(
+            "install",
+            ws.path(),
+            &[("PATH", path), ("MCPC_ROOT", root_text)],
+        )
+    };
 
-    let step = action_step(
-        "install",
-        ws.path(),
-        &[("PATH", without_cargo), ("MCPC_ROOT", root_text)],
-    );
+    let step = install_with_path(without_cargo);
     assert_eq!(step.code, 2, "{}{}", step.stdout, step.stderr);
     assert!(
         step.stdout.contains("no cargo on PATH") && step.stdout.contains("Rust toolchain"),
@@ -589,11 +587,7 @@ fn action_install_step_builds_once_with_cargo_and_reuses_the_cache() {
         step.stdout
     );
 
-    let step = action_step(
-        "install",
-        ws.path(),
-        &[("PATH", with_cargo), ("MCPC_ROOT", root_text)],
-    );
+    let step = install_with_path(with_cargo);
     assert_eq!(step.code, 0, "{}{}", step.stdout, step.stderr);
     let cli = repo().join("cli");
     assert_eq!(
@@ -612,11 +606,7 @@ fn action_install_step_builds_once_with_cargo_and_reuses_the_cache() {
         step.stdout
     );
 
-    let step = action_step(
-        "install",
-        ws.path(),
-        &[("PATH", without_cargo), ("MCPC_ROOT", root_text)],
-    );
+    let step = install_with_path(without_cargo);
     assert_eq!(step.code, 0, "{}{}", step.stdout, step.stderr);
     assert!(step.stdout.contains("using the cached"), "{}", step.stdout);
     assert_eq!(step.output("mcpc"), Some(installed.as_str()));
