@@ -5,7 +5,11 @@
 //! The links go to a page whose `#anchor`s are the codes: `docs/codes.md`
 //! rendered. Which page is the `codeDocsUrl` setting (`crate::settings`),
 //! kept as a salsa input ([`CodeDocs`]) so that a change to it cancels the
-//! checks in flight, whose diagnostics would carry the old links.
+//! checks in flight, whose diagnostics would carry the old links. Until a
+//! setting or the build names a page, diagnostics carry no link: the
+//! project has no published home for the page yet, and a link to a guessed
+//! one would be broken (the explanation itself is `mcpc explain CODE`, and
+//! the hover over a code).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -14,25 +18,17 @@ use lsp_types::{CodeDescription, DiagnosticTag, Uri};
 use mcpolicy_compiler::codes::Code;
 use mcpolicy_compiler::ide::docs::code_anchor;
 
-/// Where `docs/codes.md` is published according to the workspace's
-/// `repository` (root `Cargo.toml`): followed by `/blob/main/docs/codes.md`,
-/// the path a GitHub- or GitLab-style host serves the file at on the main
-/// branch.
-pub const CODES_PAGE: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/codes.md");
-
 /// The page the links go to when no setting names one: the build's
 /// `MCPOLICY_CODE_DOCS_URL` if it set one (a packager who publishes the
-/// page elsewhere), else [`CODES_PAGE`].
-pub const DEFAULT_PAGE: &str = match option_env!("MCPOLICY_CODE_DOCS_URL") {
-    Some(url) => url,
-    None => CODES_PAGE,
-};
+/// page), else none, and diagnostics carry no `codeDescription`.
+pub const DEFAULT_PAGE: Option<&str> = option_env!("MCPOLICY_CODE_DOCS_URL");
 
 /// The page of code explanations, with the link of each code into it
 /// (parsed once per page, not per finding: a file can have thousands).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodesPage {
-    url: String,
+    /// `None`: no page, no links.
+    url: Option<String>,
     links: HashMap<Code, Uri>,
 }
 
@@ -62,29 +58,36 @@ impl CodesPage {
             links.insert(code, link);
         }
         Ok(CodesPage {
-            url: url.to_owned(),
+            url: Some(url.to_owned()),
             links,
         })
     }
 
-    /// The default page, [`DEFAULT_PAGE`]. Should the build have set a
-    /// page that is not a URL, its diagnostics carry no link rather than a
-    /// broken one.
+    /// No page: diagnostics carry no link.
+    pub fn none() -> CodesPage {
+        CodesPage {
+            url: None,
+            links: HashMap::new(),
+        }
+    }
+
+    /// The default page, [`DEFAULT_PAGE`], or none. Should the build have
+    /// set a page that is not a URL, its diagnostics carry no link rather
+    /// than a broken one.
     pub fn built_in() -> Arc<CodesPage> {
         static BUILT_IN: LazyLock<Arc<CodesPage>> = LazyLock::new(|| {
             Arc::new(
-                CodesPage::parse(DEFAULT_PAGE).unwrap_or_else(|_| CodesPage {
-                    url: DEFAULT_PAGE.to_owned(),
-                    links: HashMap::new(),
-                }),
+                DEFAULT_PAGE
+                    .and_then(|url| CodesPage::parse(url).ok())
+                    .unwrap_or_else(CodesPage::none),
             )
         });
         Arc::clone(&BUILT_IN)
     }
 
-    /// The page's URL, as the setting gave it.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The page's URL, as the setting gave it; `None` for no page.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
     }
 
     /// The link to `code`'s section of the page, as the LSP wants it.
@@ -127,16 +130,18 @@ pub fn tags(code: Code) -> Option<Vec<DiagnosticTag>> {
 mod tests {
     use super::*;
 
+    /// Without a page named at build time, no diagnostic links anywhere
+    /// (there is no published page to link to); with one, every code links
+    /// to its anchor in it.
     #[test]
-    fn every_code_has_a_link_into_the_codes_page() {
+    fn the_built_in_page_links_every_code_only_when_the_build_names_one() {
         let page = CodesPage::built_in();
         assert_eq!(page.url(), DEFAULT_PAGE);
         for code in Code::ALL {
-            let description = page.description(*code).expect("a URI");
-            assert_eq!(
-                description.href.as_str(),
-                format!("{DEFAULT_PAGE}#{}", code.as_str().to_ascii_lowercase()),
-            );
+            let href = page.description(*code).map(|d| d.href.as_str().to_owned());
+            let expected =
+                DEFAULT_PAGE.map(|url| format!("{url}#{}", code.as_str().to_ascii_lowercase()));
+            assert_eq!(href, expected, "{code}");
         }
     }
 

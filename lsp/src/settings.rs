@@ -145,7 +145,7 @@ pub fn fingerprint(db: &dyn salsa::Database) -> String {
     let protocol = protocol.map_or("default", |p| p.as_str());
     format!(
         "denyWarnings={deny} protocol={protocol} codeDocsUrl={}",
-        crate::code_docs::page(db).url()
+        crate::code_docs::page(db).url().unwrap_or("null")
     )
 }
 

@@ -53,33 +53,25 @@ fn every_code_has_a_section_with_its_explanation() {
     }
 }
 
-/// Over stdio: each finding's `codeDescription.href` is the repository's
-/// `docs/codes.md` at its code's anchor; an unused reason (W0410) is tagged
-/// `Unnecessary` (1) and a finding that is not about dead text has no tag.
+/// Over stdio: with no page named (the default: the project has no
+/// published home for `docs/codes.md`), a finding carries no
+/// `codeDescription` at all, never a link to a guessed address; an unused
+/// reason (W0410) is tagged `Unnecessary` (1) and a finding that is not
+/// about dead text has no tag.
 #[test]
-fn published_diagnostics_link_to_their_code_and_tag_dead_text() {
+fn published_diagnostics_tag_dead_text_and_link_nowhere_by_default() {
     let mut client = Client::stdio();
     client.initialize(&["utf-8"]);
-    let text = "mcpolicy 1\nreason acme.unused { retryable false; ttl forever }\n\
-                server \"a\" { max_tokns 5 }\n";
-    client.open(URI, text);
+    client.open(URI, FINDINGS);
     let published = client.diagnostics_for(URI, 1);
     let diagnostics = published["diagnostics"].as_array().unwrap();
-    let repository = env!("CARGO_PKG_REPOSITORY");
-    assert_eq!(repository, "https://example.invalid/mcpolicy");
-    // Unless the build names another page (`MCPOLICY_CODE_DOCS_URL`).
-    let page = option_env!("MCPOLICY_CODE_DOCS_URL").map_or_else(
-        || format!("{repository}/blob/main/docs/codes.md"),
-        str::to_owned,
-    );
     let mut seen = Vec::new();
     for d in diagnostics {
         let code = d["code"].as_str().unwrap();
-        assert_eq!(
-            d["codeDescription"]["href"],
-            format!("{page}#{}", code.to_lowercase()),
-            "{d:#}"
-        );
+        // Unless the build names a page (`MCPOLICY_CODE_DOCS_URL`).
+        let expected = mcpolicy_lsp::code_docs::DEFAULT_PAGE
+            .map(|page| json!({ "href": format!("{page}#{}", code.to_lowercase()) }));
+        assert_eq!(d.get("codeDescription").cloned(), expected, "{d:#}");
         seen.push((code.to_owned(), d.get("tags").cloned()));
     }
     let tags = |code: &str| {
@@ -91,10 +83,22 @@ fn published_diagnostics_link_to_their_code_and_tag_dead_text() {
     };
     assert_eq!(tags("W0410"), Some(json!([1])));
     assert_eq!(tags("E0101"), None);
-    // The anchors the links name exist in the committed page.
-    let page = std::fs::read_to_string(root().join("docs/codes.md")).unwrap();
-    for (code, _) in &seen {
-        assert!(page.contains(&format!("<a id=\"{}\"></a>", code.to_lowercase())));
+    assert!(client.shutdown());
+}
+
+/// With a page named, each finding's `codeDescription.href` is that page at
+/// its code's anchor, and the anchors exist in the committed
+/// `docs/codes.md`.
+#[test]
+fn a_named_page_links_each_finding_to_its_code_anchor() {
+    let page = "file:///usr/share/doc/mcpolicy/codes.html";
+    let mut client = initialized_with(json!({ "codeDocsUrl": page }));
+    client.open(URI, FINDINGS);
+    let published = links(&client.diagnostics_for(URI, 1));
+    assert!(all_into(&published, Some(page)), "{published:?}");
+    let committed = std::fs::read_to_string(root().join("docs/codes.md")).unwrap();
+    for (code, _) in &published {
+        assert!(committed.contains(&format!("<a id=\"{}\"></a>", code.to_lowercase())));
     }
     assert!(client.shutdown());
 }
@@ -102,26 +106,26 @@ fn published_diagnostics_link_to_their_code_and_tag_dead_text() {
 const FINDINGS: &str = "mcpolicy 1\nreason acme.unused { retryable false; ttl forever }\n\
                         server \"a\" { max_tokns 5 }\n";
 
-/// Each diagnostic's link, with its code.
-fn links(published: &Value) -> Vec<(String, String)> {
+/// Each diagnostic's link, with its code (`None`: no `codeDescription`).
+fn links(published: &Value) -> Vec<(String, Option<String>)> {
     let diagnostics = published["diagnostics"].as_array().unwrap();
     assert!(!diagnostics.is_empty(), "{published}");
     diagnostics
         .iter()
         .map(|d| {
-            (
-                d["code"].as_str().unwrap().to_owned(),
-                d["codeDescription"]["href"].as_str().unwrap().to_owned(),
-            )
+            let href = d
+                .get("codeDescription")
+                .map(|description| description["href"].as_str().unwrap().to_owned());
+            (d["code"].as_str().unwrap().to_owned(), href)
         })
         .collect()
 }
 
-/// Whether every link is `page` at its code's anchor.
-fn all_into(links: &[(String, String)], page: &str) -> bool {
+/// Whether every link is `page` at its code's anchor (`None`: no link).
+fn all_into(links: &[(String, Option<String>)], page: Option<&str>) -> bool {
     links
         .iter()
-        .all(|(code, href)| *href == format!("{page}#{}", code.to_lowercase()))
+        .all(|(code, href)| *href == page.map(|page| format!("{page}#{}", code.to_lowercase())))
 }
 
 /// Waits for a log line and returns it; nothing is published before it.
@@ -153,7 +157,8 @@ fn initialized_with(options: Value) -> Client {
 
 /// `codeDocsUrl` in `initializationOptions` and in
 /// `workspace/didChangeConfiguration` changes the links of the next
-/// diagnostics; `null` restores the built-in page.
+/// diagnostics; `null` restores the default (no links, unless the build
+/// names a page).
 #[test]
 fn the_code_docs_url_setting_changes_the_links() {
     let first = "https://docs.example.org/mcpolicy/codes.html";
@@ -161,14 +166,14 @@ fn the_code_docs_url_setting_changes_the_links() {
     let mut client = initialized_with(json!({ "mcpolicy": { "codeDocsUrl": first } }));
     client.open(URI, FINDINGS);
     let published = links(&client.diagnostics_for(URI, 1));
-    assert!(all_into(&published, first), "{published:?}");
+    assert!(all_into(&published, Some(first)), "{published:?}");
 
     client.notify(
         "workspace/didChangeConfiguration",
         json!({ "settings": { "codeDocsUrl": second } }),
     );
     let published = links(&client.diagnostics(URI));
-    assert!(all_into(&published, second), "{published:?}");
+    assert!(all_into(&published, Some(second)), "{published:?}");
 
     client.notify(
         "workspace/didChangeConfiguration",
@@ -205,7 +210,7 @@ fn an_invalid_code_docs_url_is_logged_and_changes_nothing() {
         "workspace/didChangeConfiguration",
         json!({ "settings": { "codeDocsUrl": page } }),
     );
-    assert!(all_into(&links(&client.diagnostics(URI)), page));
+    assert!(all_into(&links(&client.diagnostics(URI)), Some(page)));
 
     let mut version = 1;
     for bad in [
@@ -228,7 +233,7 @@ fn an_invalid_code_docs_url_is_logged_and_changes_nothing() {
             json!([{ "text": format!("{FINDINGS}# v{version}\n") }]),
         );
         let published = links(&client.diagnostics_for(URI, version));
-        assert!(all_into(&published, page), "{bad}: {published:?}");
+        assert!(all_into(&published, Some(page)), "{bad}: {published:?}");
     }
     assert!(client.shutdown());
 }

@@ -75,7 +75,8 @@ pub fn codes_markdown() -> String {
          # Diagnostic codes\n\n\
          Every finding of `mcpc check` and of the language server carries one of these\n\
          codes. Each section is the text `mcpc explain CODE` prints; the language\n\
-         server links each diagnostic here (`codeDescription`).\n\n",
+         server links each diagnostic here (`codeDescription`) once its `codeDocsUrl`\n\
+         setting names where this page is published.\n\n",
     );
     for code in Code::ALL {
         md.push_str(&format!(
