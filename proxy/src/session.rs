@@ -2477,7 +2477,7 @@ mod tests {
         assert!(rig.client.take().is_empty());
     }
 
-    /// Issue 11 item 16 through the proxy: a frame the probe cannot read is
+    /// `docs/spec/frames.md`, "Echoing the id", through the proxy: a frame the probe cannot read is
     /// still answered with its id when the id can be read and names no
     /// request in flight.
     #[test]
@@ -2523,7 +2523,7 @@ mod tests {
         assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
     }
 
-    /// Issue 11 item 17 through the proxy: an allowed request whose
+    /// `docs/spec/evaluation.md`, "Step 1: Validation", through the proxy: an allowed request whose
     /// `maxTokens` is spelt `9e2` or `1e0` goes on with the integer (0,
     /// however spelt, is refused: `docs/spec/evaluation.md`, step 1).
     #[test]
@@ -3192,7 +3192,8 @@ mod tests {
         json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
     }
 
-    /// Issue 11 item 1: only the MCP user rejection (-1) is a refusal.
+    /// Only the MCP user rejection (-1) is a refusal (`docs/threat-model.md`,
+    /// "A broken or slow client").
     #[test]
     fn a_client_error_is_not_a_refusal() {
         let rig = rig("once");
@@ -3222,7 +3223,7 @@ mod tests {
         );
     }
 
-    /// Issue 11 item 2: a second request with an id still in flight is
+    /// A second request with an id still in flight is
     /// answered with an error frame, never forwarded, and the first
     /// request's answer stays its own.
     #[test]
@@ -3328,7 +3329,7 @@ mod tests {
         }
     }
 
-    /// Issue 11 item 3: a request the server cancelled stays tracked; the
+    /// A request the server cancelled stays tracked; the
     /// user's refusal is still recorded and nothing reaches the server.
     #[test]
     fn a_cancelled_request_still_records_the_refusal() {
@@ -3357,7 +3358,7 @@ mod tests {
         );
     }
 
-    /// Issue 11 item 3: an approval of a cancelled request still settles and,
+    /// An approval of a cancelled request still settles and,
     /// under `consent first`, is remembered; the server hears nothing.
     #[test]
     fn a_cancelled_request_still_records_the_approval() {
@@ -3540,7 +3541,7 @@ mod tests {
         rig
     }
 
-    /// Issue 11 item 4: a `-1` answer to `tasks/result` is the refusal; the
+    /// A `-1` answer to `tasks/result` is the refusal; the
     /// server receives the policy's frame on its `tasks/result` id.
     #[test]
     fn a_rejected_task_result_is_a_refusal() {
@@ -3566,7 +3567,7 @@ mod tests {
         assert!(rig.client.take().is_empty());
     }
 
-    /// Issue 11 item 4: the trim annotations land on the task's final result
+    /// The trim annotations land on the task's final result
     /// (`tasks/result`), not on the creation reply.
     #[test]
     fn a_trimmed_task_is_annotated_on_its_result() {
