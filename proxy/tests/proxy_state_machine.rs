@@ -1,5 +1,5 @@
 //! The proxy's per-request state machine (`src/inflight.rs`, driven by
-//! `src/session.rs`) against a small reference model, over random
+//! `src/session.rs` and its modules under `src/session/`) against a small reference model, over random
 //! interleavings of:
 //!
 //! - server requests: sampling (plain or as a task), pings, `tasks/get` and
