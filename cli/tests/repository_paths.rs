@@ -347,13 +347,13 @@ fn check(repo: &Repository, text: &Text, problems: &mut Vec<String>) {
                 let Some(section) = cited_section(&text.markdown[range.end..]) else {
                     continue;
                 };
-                if let Some(markdown) = repo.markdown.get(&target) {
-                    if !names_a_title(&titles(markdown, true), &section) {
-                        report(
-                            range.start,
-                            format!("`{code}` has no section \"{section}\""),
-                        );
-                    }
+                if let Some(markdown) = repo.markdown.get(&target)
+                    && !names_a_title(&titles(markdown, true), &section)
+                {
+                    report(
+                        range.start,
+                        format!("`{code}` has no section \"{section}\""),
+                    );
                 }
             }
             Event::Start(Tag::Link { dest_url, .. }) if text.links => {
@@ -375,13 +375,13 @@ fn check(repo: &Repository, text: &Text, problems: &mut Vec<String>) {
                     report(range.start, format!("link `{dest}` resolves to nothing"));
                     continue;
                 }
-                if let (Some(anchor), Some(markdown)) = (anchor, repo.markdown.get(&target)) {
-                    if !anchors(markdown).contains(anchor) {
-                        report(
-                            range.start,
-                            format!("link `{dest}`: no heading has that anchor"),
-                        );
-                    }
+                if let (Some(anchor), Some(markdown)) = (anchor, repo.markdown.get(&target))
+                    && !anchors(markdown).contains(anchor)
+                {
+                    report(
+                        range.start,
+                        format!("link `{dest}`: no heading has that anchor"),
+                    );
                 }
             }
             _ => {}
