@@ -1,7 +1,8 @@
 //! `mcpc identity` and `mcpc eval` on refused requests, through the real
 //! binary: both answer a refusal the same way (the JSON-RPC error frame on
 //! stdout, a summary on stderr, exit code 1), frames carry a readable id,
-//! and the messages say what is wrong (issue 11, items 16 and 17).
+//! and the messages say what is wrong (`docs/spec/frames.md`, "Echoing the id";
+//! `docs/spec/evaluation.md`, "Step 1: Validation").
 
 use std::io::Write;
 use std::path::Path;

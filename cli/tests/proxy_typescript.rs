@@ -2,7 +2,7 @@
 //! client written with the official TypeScript SDK (both from npm, pinned
 //! in `tests/e2e/typescript/package-lock.json`): task-augmented sampling
 //! (MCP 2025-11-25 tasks) is decided on the task's terminal state, not on
-//! the task-creation reply (issue 11, item 4).
+//! the task-creation reply (`docs/spec/evaluation.md`, "Tasks").
 //!
 //! Needs node (≥ 20) and `tests/e2e/typescript/setup.sh` (`npm ci`) run.
 //! Without them the test is skipped with a message, unless

@@ -9,7 +9,7 @@
 //!   lowering to the decision table).
 //!
 //! - `findings_one_line`: 4k, 16k and 50k duplicate statements on one line
-//!   (issue 11, item 15): `db::diagnostics` alone, then with each renderer
+//!   (`docs/threat-model.md`: reported in linear time): `db::diagnostics` alone, then with each renderer
 //!   (`json`, `sarif`, `github`, `human`). Every finding has a column on the
 //!   same long line; the time must grow linearly with the number of findings.
 //!

@@ -601,7 +601,7 @@ mod tests {
     }
 
     #[test]
-    fn design_example() {
+    fn a_complete_policy_in_every_spacing() {
         check(
             r#"mcpolicy 1
 error_code -32010                      # implementation-defined band

@@ -301,7 +301,8 @@ mod tests {
         pub(super) static COUNTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
-    /// Issue 11, item 15: 50,000 findings on one 1 MB line. Each look-up
+    /// 50,000 findings on one 1 MB line (`docs/threat-model.md`, "A hostile
+    /// policy file (or a policy written in a hurry)"). Each look-up
     /// counts a bounded number of bytes, so the work is linear in the number
     /// of findings; counting from the line's start (as before) would count
     /// 25 GB here. The same holds for LSP positions, both ways.

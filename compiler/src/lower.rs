@@ -45,7 +45,8 @@ pub fn lower(model: &PolicyModel) -> Table {
 mod tests {
     use crate::{check, parse};
 
-    /// Issue 11, item 7: the table holds server patterns in NFC, so the
+    /// The table holds server patterns in NFC (`docs/spec/language.md`,
+    /// "Server patterns"), so the
     /// runtime's exact-id index finds `café` however the client spells it.
     #[test]
     fn patterns_are_written_in_nfc() {

@@ -815,7 +815,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_design_example() {
+    fn reads_a_complete_policy() {
         let text = r#"mcpolicy 1
 error_code -32010                      # implementation-defined band
 identity systemPrompt, messages, includeContext, modelPreferences

@@ -39,17 +39,18 @@
 //! two disagree; proptest stores its seed in
 //! `compiler/tests/differential.proptest-regressions` (keep that file), and
 //! each disagreement found is also kept below as an explicit test.
-//! The requests include unknown `includeContext` values (issue 11 item 5),
-//! a `maxTokens` of `9000.0` (handed on as `9000`, item 17) and fields of
+//! The requests include unknown `includeContext` values (refused -32602),
+//! a `maxTokens` of `9000.0` (handed on as `9000`) and fields of
 //! the wrong type, which `docs/spec/evaluation.md` step 1 refuses with -32602
 //! (`fields_of_the_wrong_type_are_invalid_params`);
 //! `MCPOLICY_DIFF_SKIP_PENDING=1` leaves out the first two, to run the
-//! property against a build from before issue 11.
+//! property against an older build that reads those two otherwise.
 //!
 //! Not covered here: clock steps back (the store's pruning after a step back
-//! is issue 11 item 9, and whether an expired decision counts again after a
-//! step back is not specified), non-ASCII and NFC/NFD server ids (item 7, in
-//! progress in parallel: ids are ASCII here), message prose (its `{limit}`
+//! is held by `store_model::clock_steps_never_admit_more_than_an_unpruned_store`,
+//! and whether an expired decision counts again after a step back is not
+//! specified), non-ASCII and NFC/NFD server ids (ids are ASCII here; NFC ids
+//! are held by `runtime/tests/table.rs`), message prose (its `{limit}`
 //! and `{window}` wording is not specified), and concurrent deciders
 //! (`runtime/tests/store*.rs`).
 

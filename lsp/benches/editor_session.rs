@@ -1,4 +1,4 @@
-//! The editor-like session of issue 15, over stdio against the built
+//! An editor-like session, over stdio against the built
 //! `mcpolicy-lsp`: a generated policy of about 10,000 lines
 //! (`compiler/examples/gen_policy.rs`, seed 1) is opened, then a character
 //! is typed (or deleted) inside a `server` block in the middle of the file

@@ -162,7 +162,8 @@ fn answer_within(client: &mut Client, id: &Value, within: Duration) -> Option<Va
     }
 }
 
-/// Issue 11 item 20: a bad header never ends the binary or leaves it deaf.
+/// A bad header never ends the binary or leaves it deaf (`docs/threat-model.md`,
+/// "A hostile editor peer (the language server's stdin)").
 /// Each one is answered with a JSON-RPC error, and the request sent right
 /// after it is answered too, in one session over real stdio.
 #[test]

@@ -1,4 +1,4 @@
-//! The scripted session of issue 4, against the server in-process and the
+//! A scripted editor session, against the server in-process and the
 //! built binary over stdio: both must say exactly the same thing.
 
 #![allow(clippy::unwrap_used)]

@@ -23,7 +23,8 @@ use serde_json::{Map, Value};
 /// U+2066–U+2069), which can make text read in another order. A backslash
 /// is doubled, so an escape cannot be forged. Every text output of the
 /// proxy and `mcpc audit` writes what a server controls through this
-/// (`docs/threat-model.md`, "Server text in the operator's outputs").
+/// (`docs/threat-model.md`, "A newline, ANSI escapes or bidi controls in a
+/// `method`, an id or a model name").
 pub fn escape_text(text: &str) -> Cow<'_, str> {
     fn escaped(c: char) -> bool {
         c.is_control()

@@ -1,5 +1,5 @@
-//! The proxy's per-request state machine (`src/proxy/inflight.rs`, driven by
-//! `src/proxy/session.rs`) against a small reference model, over random
+//! The proxy's per-request state machine (`src/inflight.rs`, driven by
+//! `src/session.rs` and its modules under `src/session/`) against a small reference model, over random
 //! interleavings of:
 //!
 //! - server requests: sampling (plain or as a task), pings, `tasks/get` and
@@ -985,9 +985,12 @@ fn random_interleavings_keep_the_invariants() {
     run_seeded(&proptest::collection::vec(op(), 1..60), |ops| run(&ops));
 }
 
-/// The scenarios of issue 11 items 1–4 in one interleaving, as a fixed case.
+/// A client error that is not a refusal, a reused id, a request cancelled
+/// while the user decides, sampling as a task and a restart, in one
+/// interleaving, as a fixed case (`docs/threat-model.md`, "A broken or slow
+/// client", and the hostile server's reused ids, cancellations and tasks).
 #[test]
-fn the_issue_11_scenarios_hold() {
+fn client_errors_reused_ids_cancellations_and_tasks_in_one_interleaving() {
     let ops = [
         Op::Sample {
             id: 5,

@@ -4,7 +4,7 @@
 //! - `decide/fresh`: a request with no stored decision: server lookup,
 //!   replay miss, switches, input limits (canonical byte count of a small
 //!   request), trims, one admission against a rate and an hourly budget,
-//!   and the grant. Target (issue 3): ≤ 1 µs.
+//!   and the grant. Target (`docs/performance.md`): ≤ 1 µs.
 //! - `decide/replay`: a re-presented request answered from a stored denial.
 //!   Target: ≤ 300 ns.
 //! - `decide/fresh_with_identity`: `fresh` plus the request identity, for scale.

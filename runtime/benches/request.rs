@@ -1,5 +1,5 @@
 //! Adversarial requests at the size cap: parse, validate and identity in
-//! time linear in the request's size (issue 11, item 12).
+//! time linear in the request's size (`docs/threat-model.md`, a hostile server's huge request).
 //!
 //! Each shape is built at 1, 4 and 16 MiB (the cap) and decided the way the
 //! engine's first two steps decide it: `request::parse_sampling` (strict

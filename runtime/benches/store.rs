@@ -5,7 +5,7 @@
 //!   budgets (one transaction, `replay_or_admit`), then the decision
 //!   recorded (a second) — for `synchronous=NORMAL` (the default) and
 //!   `FULL`, on a store that grows by one decision per iteration. Target
-//!   (issue 3): ≥ 20,000 decisions/s with the SQLite store on the 2-core
+//!   (`docs/performance.md`): ≥ 20,000 decisions/s with the SQLite store on the 2-core
 //!   reference machine; a plain fresh decision (no record) is measured
 //!   through the engine in `benches/decide.rs` (`decide_sqlite/fresh`).
 //! - `sqlite_cycle_threads/*`: the same cycle from 2 threads sharing one store.

@@ -1,4 +1,5 @@
-//! Opening a large SQLite store, and its first decision (issue 11, item 14).
+//! Opening a large SQLite store, and its first decision: opening costs the
+//! same at any size (`docs/spec/store.md`, "Durability").
 //!
 //! Builds once, and keeps in `target/mcpolicy-bench/store-1m.db`, a store
 //! of 1,000,000 decisions: 100 servers at the default bound of 10,000

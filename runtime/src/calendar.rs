@@ -348,9 +348,9 @@ mod tests {
         assert_eq!(ceil_to_second(3_000), 3_000);
     }
 
-    /// Issue 11, item 11: a month budget asked at the last representable
-    /// RFC 3339 instant resets at the start of the year 10000, which used to
-    /// be written clamped to `now` itself.
+    /// A month budget asked at the last representable RFC 3339 instant
+    /// resets at the start of the year 10000, which used to be written
+    /// clamped to `now` itself (`docs/threat-model.md`, "The clock").
     #[test]
     fn a_reset_near_the_first_instant_is_not_early() {
         // Found by `resets_are_the_next_period_start`: the day's start

@@ -200,7 +200,7 @@ pub fn refusal_key<F: AsRef<str>>(
 }
 
 /// The identity fields of `params` in presentation-normal form
-/// (`docs/spec/identity.md`, "Presentation-normal form"); other members are
+/// (`docs/spec/identity.md`, "The refusal key"); other members are
 /// left out. A field this function does not know (a policy may list
 /// `maxTokens` or a member of its own) is kept as written.
 pub fn presentation_normal<F: AsRef<str>>(

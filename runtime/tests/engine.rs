@@ -373,7 +373,7 @@ fn trims_lower_the_request_and_annotate_the_result() {
 
 #[test]
 fn unknown_include_context_is_refused_not_widened() {
-    // Issue 11 item 5: an unknown scope is a schema violation (-32602) with
+    // `docs/spec/evaluation.md`, "Step 1: Validation": an unknown scope is a schema violation (-32602) with
     // the request's id, never read as some scope and forwarded.
     let mut block = open_block();
     block.max_context = ContextScope::AllServers;

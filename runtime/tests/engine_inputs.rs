@@ -309,7 +309,8 @@ fn integral_at_most(value: &Value, max: u64) -> bool {
 /// Found by `mutated_requests_always_get_a_frame_or_a_decision`: a float
 /// spelling of a `maxTokens` under the block's limit is allowed, and one
 /// over it is lowered to the integer limit; either way the params handed on
-/// carry an integer (issue 11 item 17: `1.0` is refused by integer-typed clients).
+/// carry an integer (`docs/spec/evaluation.md`, "Step 1: Validation": `1.0` is refused by
+/// integer-typed clients).
 #[test]
 fn float_spelled_max_tokens_is_allowed_or_lowered() {
     let h = strict_harness();

@@ -716,7 +716,7 @@ proptest! {
 #[test]
 fn forty_thousand_decomposed_keys_are_decided_in_linear_time() {
     // A hang guard, not a speed target (those live in benches/request.rs):
-    // quadratic, as before issue 11, this took 5-12 s in release and far
+    // quadratic, as it once was, this took 5-12 s in release and far
     // longer in this debug build; linear, it takes well under a second, so
     // the bound below never trips on a loaded machine and always on the
     // quadratic check.

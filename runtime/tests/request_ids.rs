@@ -1,5 +1,5 @@
 //! Error frames carry the request's id whenever the envelope's id can be
-//! read, also when strict parsing failed (issue 11, item 16).
+//! read, also when strict parsing failed (`docs/spec/frames.md`, "Echoing the id").
 
 use mcpolicy_runtime::jsonrpc::{INVALID_REQUEST, PARSE_ERROR};
 use mcpolicy_runtime::request::{

@@ -59,7 +59,7 @@ each_contract_test!(both);
 #[test]
 fn the_default_bound_holds_a_flood() {
     // The default store, 12,000 distinct denials of one server: a store
-    // before the bound kept all of them (issue 11, item 13).
+    // before the bound kept all of them (`docs/spec/store.md`, "Bounds and eviction").
     let s = MemoryStore::new();
     for n in 0..12_000 {
         s.record(&key("srv", n), &static_denial(n)).expect("record");
@@ -623,7 +623,7 @@ mod sqlite_only {
         [fixed("budget:requests:day", 1, limit, 0, DAY as Millis)]
     }
 
-    /// Issue 11, item 10: a main file emptied under a running process, with
+    /// `docs/spec/store.md`, "Durability": a main file emptied under a running process, with
     /// its non-empty WAL beside it, used to open as a new store (SQLite
     /// deletes the WAL of an empty database) and admit past the budget.
     #[test]
@@ -712,7 +712,7 @@ mod sqlite_only {
         PathBuf::from(name)
     }
 
-    /// Issue 11, item 14: an open reads the header, the schema and the
+    /// `docs/spec/store.md`, "Durability": an open reads the header, the schema and the
     /// `meta` row, not every page; `verify` (or `verify_on_open`) is the
     /// full check, and finds a damaged page the open does not read.
     #[test]

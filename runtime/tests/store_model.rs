@@ -45,7 +45,7 @@ proptest! {
         model::run(ops, stores);
     }
 
-    /// Issue 11, item 13: floods of decisions of every kind stay within the
+    /// `docs/spec/store.md`, "Bounds and eviction": floods of decisions of every kind stay within the
     /// bound and are evicted in the documented order.
     #[test]
     fn eviction_keeps_the_bound_and_its_order(
@@ -54,7 +54,7 @@ proptest! {
         model::run_flood(flood, stores);
     }
 
-    /// Issue 11, item 9: arbitrary clock steps, forward and back, small and
+    /// `docs/spec/store.md`, "Pruning and clock steps": arbitrary clock steps, forward and back, small and
     /// large, between admissions and settlements.
     #[test]
     fn clock_steps_never_admit_more_than_an_unpruned_store(

@@ -3,10 +3,10 @@
 //!
 //! - A statement may deny only with its own built-in reason or a policy's
 //!   own reason: `user.*` and the other `policy.*` reasons carry meanings the
-//!   engine relies on (issue 11, item 6).
+//!   engine relies on (`docs/spec/language.md`, "Rules on reasons").
 //! - Server ids and patterns are compared in NFC: canonically equivalent
 //!   spellings of an id find the same entry and key the same stored
-//!   decisions (issue 11, item 7).
+//!   decisions (`docs/spec/language.md`, "Server patterns").
 //!
 //! Property tests run 256 cases by default; long mode:
 //! `PROPTEST_CASES=100000 cargo test -p mcpolicy-runtime --test table`.
@@ -134,7 +134,7 @@ fn statements(reason: &str) -> Vec<(&'static str, EffectiveBlock)> {
     ]
 }
 
-/// Issue 11, item 6: `tools off as user.denied` in a hand-written table.
+/// `docs/spec/language.md`, "Rules on reasons": `tools off as user.denied` in a hand-written table.
 /// Loading it would make a stored user refusal look like a tools denial
 /// (skipped for requests without tools): refused.
 #[test]
@@ -268,9 +268,9 @@ fn a_shared_tools_reason_would_skip_a_stored_deadline_denial() {
     ));
 }
 
-// ---- server ids in NFC (issue 11, item 7) ----
+// ---- server ids in NFC (`docs/spec/language.md`, "Server patterns") ----
 
-/// Issue 11, item 7: `server "café" { sampling off }` and the NFD id
+/// `server "café" { sampling off }` and the NFD id
 /// `cafe\u{301}` (what macOS file names give).
 #[test]
 fn an_nfd_server_id_finds_its_nfc_block() {

@@ -838,7 +838,7 @@ pub fn validate(request: &Value) -> Result<Map<String, Value>, i64> {
     {
         return Err(-32602);
     }
-    // Issue 11 item 17: an integral `maxTokens` written `9000.0` is handed
+    // `docs/spec/evaluation.md`, step 1: an integral `maxTokens` written `9000.0` is handed
     // on as the integer it is, which an integer-typed client accepts.
     let mut params = params.clone();
     params.insert("maxTokens".into(), max_tokens.into());

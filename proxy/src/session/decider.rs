@@ -1,5 +1,5 @@
 //! The decision thread: what needs the decision store is decided off the
-//! thread that reads the server (`proxy/PROXY.md`, "Threads").
+//! thread that reads the server (`proxy/PROXY.md`, "Decisions off the reader").
 //!
 //! A decision may wait for the store up to its bound (5 s by default for
 //! PostgreSQL, `docs/spec/store.md`, "Bounded calls"). Decided on the

@@ -551,7 +551,7 @@ pub fn per_day(counter: &str, limit: u64, now: Millis) -> [LimitCheck; 1] {
     [fixed(counter, 1, limit, start, start + DAY as Millis)]
 }
 
-/// Issue 11, item 9: `budget 1 requests per day`, admitted at 12:00, then
+/// `docs/spec/store.md`, "Pruning and clock steps": `budget 1 requests per day`, admitted at 12:00, then
 /// just after midnight (whose admission pruned the earlier day), then the
 /// clock steps back to 12:01 of the first day. That day's spend must still
 /// count: refused until the day ends, as an unpruned store would answer.
@@ -685,7 +685,7 @@ pub fn static_denial(n: u64) -> StoredDecision {
     }
 }
 
-/// Issue 11, item 13: a server varying its prompt under `sampling off`
+/// `docs/spec/store.md`, "Bounds and eviction": a server varying its prompt under `sampling off`
 /// grew a store without bound. Now a server keeps at most the store's bound;
 /// the static denials (recomputable) go first, a user's refusal stays, and
 /// the evicted rows and their `represented` are counted.

@@ -1,0 +1,104 @@
+//! Clock ticks: the earliest deadline the session waits for, and what
+//! expires at it (the server answered with `policy.deadline`, the client
+//! told to stop).
+
+use super::*;
+
+impl Session {
+    /// Whether a request with a deadline was remembered since the last call.
+    pub fn take_new_deadline(&self) -> bool {
+        self.new_deadline.swap(false, Ordering::AcqRel)
+    }
+
+    /// The earliest deadline of a request or task the client has not answered yet.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        lock(&self.state).flights.next_deadline()
+    }
+
+    /// Answers every request whose deadline passed by `now` with the
+    /// policy's deadline denial, tells the client to stop
+    /// (`notifications/cancelled`), and drops its answer when it comes. A
+    /// task past its deadline is recorded the same way; its `tasks/result`
+    /// is answered with the denial (the proxy sends no request of its own,
+    /// so it cannot cancel the task).
+    pub fn expire(&self, now: Instant) {
+        let swept = lock(&self.state).flights.sweep(now);
+        for lapsed in &swept.lapsed {
+            self.log.line(format_args!(
+                "stopped waiting for the client's answer to {lapsed}"
+            ));
+        }
+        for (origin, pending) in swept.abandoned {
+            // A task whose ttl ended with no answer from the user.
+            self.abandon(pending, &origin, None);
+        }
+        for sampling in swept.expired {
+            let Sampling {
+                id,
+                requested,
+                awaiting: Awaiting::Grant(grant),
+                ..
+            } = sampling
+            else {
+                continue;
+            };
+            let id = &id;
+            match grant.deadline_missed() {
+                Ok(denial) => {
+                    self.log.line(format_args!(
+                        "request {id} missed its deadline: answered {}",
+                        denial.reason()
+                    ));
+                    self.audit_denial("deadline", "request", Some(id), &requested, &denial);
+                    self.send_server(&denial.reply(Some(id)));
+                }
+                Err(error) => {
+                    self.log
+                        .line(format_args!("request {id} missed its deadline: {error}"));
+                    self.send_server(&error.reply(Some(id)));
+                }
+            }
+            let cancel = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": "policy.deadline: the policy's deadline passed"},
+            });
+            self.send_client(cancel.to_string().as_bytes());
+        }
+        for (task_id, task) in swept.missed {
+            let Task {
+                origin,
+                requested,
+                state: TaskState::Running(Awaiting::Grant(grant)),
+                deadline,
+                until,
+                bytes,
+            } = task
+            else {
+                continue;
+            };
+            match grant.deadline_missed() {
+                Ok(denial) => {
+                    self.log.line(format_args!(
+                        "task {task_id} of request {origin} missed its deadline: recorded {}",
+                        denial.reason()
+                    ));
+                    self.audit_denial("deadline", "task", Some(&origin), &requested, &denial);
+                    let task = Task {
+                        origin,
+                        requested,
+                        state: TaskState::Missed(denial),
+                        deadline,
+                        until,
+                        bytes,
+                    };
+                    lock(&self.state).flights.put_task(task_id, task);
+                }
+                Err(error) => {
+                    self.log
+                        .line(format_args!("task {task_id} missed its deadline: {error}"));
+                }
+            }
+        }
+    }
+}
