@@ -1418,50 +1418,23 @@ impl Engine {
         // context), and the approval key covers the params as forwarded,
         // trims applied (`docs/spec/identity.md`, "The approval key").
         // Only `consent first` stores approvals, so only it needs the key.
-        let mut computed = Some(self.trims(block, params, ctx));
-        let approval = match (&computed, block.consent) {
-            (Some((lowered, _)), Consent::First) => {
-                Some(forwarded_approval_key(server_id, params, lowered).into_string())
-            }
-            _ => None,
-        };
+        let (lowered, annotations) = self.trims(block, params, ctx);
+        let approval = (block.consent == Consent::First)
+            .then(|| forwarded_approval_key(server_id, params, &lowered).into_string());
 
         // Steps 3–8 in one store call: the replay (a denial under the
         // refusal key, else an approval under the approval key); then,
-        // unless a stored denial answers, steps 4–6 (pure computation, in
-        // `evaluate`) and the admission of steps 7–8, with the consent
-        // cooldown's check when the user is to be asked (step 9).
-        let mut approved_before = false;
-        let mut early: Option<(&str, Produced)> = None;
-        let mut trims: Option<(Lowered, Annotations)> = None;
-        let mut consent_counted = false;
+        // unless a stored denial answers, steps 4–5 and the admission of
+        // steps 7–8, with the consent cooldown's check when the user is to
+        // be asked (step 9). `evaluate` says what it found as one
+        // [`Evaluated`]; a store may call it again (a retried transaction),
+        // and the last call is the one its answer belongs to.
+        let mut evaluated: Option<Evaluated> = None;
         let mut evaluate = |stored: Option<&StoredDecision>, checks: &mut Vec<LimitCheck>| {
-            // 3. Replay.
-            if let Some(stored) = stored {
-                match stored.verdict {
-                    Verdict::Deny if stored_denial_answers(block, stored, params) => {
-                        return Evaluation::Answered;
-                    }
-                    Verdict::Deny => {}
-                    Verdict::Allow => approved_before = true,
-                }
-            }
-            // 4–5. Switches and input limits.
-            if let Some(denial) = switch_or_input_denial(block, params) {
-                early = Some(denial);
-                return Evaluation::Answered;
-            }
-            // 6. Trims (computed above).
-            let (lowered, annotations) = computed.take().unwrap_or_default();
-            // 7–8. Rate and budgets, admitted together; then the consent
-            // cooldown (step 9) when the user is to be asked.
-            *checks = self.admission_checks(block, plan, &lowered, params, now);
-            if will_ask(block.consent, approved_before) {
-                checks.push(consent_check());
-                consent_counted = true;
-            }
-            trims = Some((lowered, annotations));
-            Evaluation::Admit
+            let outcome = self.evaluate(block, plan, &lowered, params, now, stored, checks);
+            let evaluation = outcome.evaluation();
+            evaluated = Some(outcome);
+            evaluation
         };
         let mut checks = Vec::new();
         let answer = self
@@ -1477,51 +1450,48 @@ impl Engine {
             )
             .map_err(|e| Error::store(server_id, e))?;
         *represented = answer.replayed.as_ref().map(|stored| stored.represented);
-        let (admission, lowered, annotations) = match (answer.admission, early, trims) {
-            (Some(admission), None, Some((lowered, annotations))) => {
-                (admission, lowered, annotations)
+        // A store that answers without evaluating, or without admitting what
+        // `evaluate` asked for, breaks `replay_or_admit`'s contract: fail closed.
+        let broken = |detail: &str| {
+            Err(Error::store(
+                server_id,
+                StoreError::BadRow {
+                    path: "<store>".into(),
+                    detail: format!("replay_or_admit {detail}"),
+                },
+            ))
+        };
+        let (approved_before, consent_counted) = match evaluated {
+            Some(Evaluated::Replay | Evaluated::Deny { .. }) if answer.admission.is_some() => {
+                return broken("admitted what evaluate did not ask for");
             }
-            (None, Some((reason, produced)), None) => {
-                return self.deny(key, entry, plan, reason, produced, now);
-            }
-            // Not evaluated: a stored denial answers.
-            (None, None, None) => {
+            Some(Evaluated::Replay) => {
                 return match answer.replayed {
                     Some(stored) if stored.verdict == Verdict::Deny => Ok(Decision::Deny(
                         self.replayed_denial(key, entry, stored, params),
                     )),
-                    // A store that skipped `evaluate` without a stored denial: fail closed.
-                    _ => Err(Error::store(
-                        server_id,
-                        StoreError::BadRow {
-                            path: "<store>".into(),
-                            detail:
-                                "replay_or_admit answered neither a stored denial nor an evaluation"
-                                    .to_owned(),
-                        },
-                    )),
+                    _ => broken("replayed no stored denial"),
                 };
             }
-            // An admission `evaluate` did not ask for: fail closed.
-            _ => {
-                return Err(Error::store(
-                    server_id,
-                    StoreError::BadRow {
-                        path: "<store>".into(),
-                        detail: "replay_or_admit admitted what evaluate did not ask for".to_owned(),
-                    },
-                ));
+            Some(Evaluated::Deny { reason, produced }) => {
+                return self.deny(key, entry, plan, reason, produced, now);
             }
+            Some(Evaluated::Admit {
+                approved_before,
+                consent_counted,
+            }) => (approved_before, consent_counted),
+            None => return broken("answered without evaluating the request"),
         };
-        let reservation = match admission {
-            Admission::Admitted { reservation } => reservation,
-            Admission::Refused {
+        let reservation = match answer.admission {
+            Some(Admission::Admitted { reservation }) => reservation,
+            Some(Admission::Refused {
                 index,
                 available_at,
                 ..
-            } => {
+            }) => {
                 return self.refuse_limit(key, entry, plan, &checks, index, available_at, now);
             }
+            None => return broken("did not admit what evaluate asked for"),
         };
 
         // The first trim names the statement of a trim's cause.
@@ -1576,6 +1546,48 @@ impl Engine {
         } else {
             Decision::Allow(grant)
         })
+    }
+
+    /// What `replay_or_admit`'s callback decides from the stored decision
+    /// it found (step 3), the block (steps 4–5) and the trimmed request
+    /// (the checks of steps 7–8, and step 9's consent cooldown check).
+    #[allow(clippy::too_many_arguments, reason = "the steps' inputs, passed once")]
+    fn evaluate<'b>(
+        &self,
+        block: &'b EffectiveBlock,
+        plan: &Plan,
+        lowered: &Lowered,
+        params: &Map<String, Value>,
+        now: Millis,
+        stored: Option<&StoredDecision>,
+        checks: &mut Vec<LimitCheck>,
+    ) -> Evaluated<'b> {
+        // 3. Replay.
+        let mut approved_before = false;
+        if let Some(stored) = stored {
+            match stored.verdict {
+                Verdict::Deny if stored_denial_answers(block, stored, params) => {
+                    return Evaluated::Replay;
+                }
+                Verdict::Deny => {}
+                Verdict::Allow => approved_before = true,
+            }
+        }
+        // 4–5. Switches and input limits.
+        if let Some((reason, produced)) = switch_or_input_denial(block, params) {
+            return Evaluated::Deny { reason, produced };
+        }
+        // 7–8. Rate and budgets, admitted together; then the consent
+        // cooldown (step 9) when the user is to be asked.
+        *checks = self.admission_checks(block, plan, lowered, params, now);
+        let consent_counted = will_ask(block.consent, approved_before);
+        if consent_counted {
+            checks.push(consent_check());
+        }
+        Evaluated::Admit {
+            approved_before,
+            consent_counted,
+        }
     }
 
     fn trims(
@@ -2308,6 +2320,32 @@ fn message_count(params: &Map<String, Value>) -> u64 {
         .get("messages")
         .and_then(Value::as_array)
         .map_or(0, Vec::len) as u64
+}
+
+/// What `replay_or_admit`'s callback found, with what each answer needs.
+#[derive(Debug)]
+enum Evaluated<'b> {
+    /// 3. A stored denial answers the request again.
+    Replay,
+    /// 4–5. A switch or an input limit denies it, with this reason.
+    Deny { reason: &'b str, produced: Produced },
+    /// 7–8. Admit the checks it filled in.
+    Admit {
+        /// A stored approval was found (step 3): `consent first` does not ask.
+        approved_before: bool,
+        /// The checks include the consent cooldown's: the user is to be asked.
+        consent_counted: bool,
+    },
+}
+
+impl Evaluated<'_> {
+    /// What the store is told.
+    fn evaluation(&self) -> Evaluation {
+        match self {
+            Evaluated::Admit { .. } => Evaluation::Admit,
+            Evaluated::Replay | Evaluated::Deny { .. } => Evaluation::Answered,
+        }
+    }
 }
 
 /// What produced a denial, beyond its reason name.
