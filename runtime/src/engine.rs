@@ -42,8 +42,8 @@ use crate::store::{
     Reservation, StoreError, StoredDecision, Verdict,
 };
 use crate::table::{
-    Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, ProtocolRevision,
-    Rate, ReasonSpec, Table, Ttl, Window, builtin,
+    Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, EffectiveBlock, Limit,
+    ProtocolRevision, Rate, ReasonSpec, Table, Ttl, Window, builtin,
 };
 
 /// What the client declared about itself, as far as the policy cares.
@@ -94,92 +94,112 @@ impl Step {
     }
 }
 
-/// A policy statement as the engine evaluates it. [`Statement::name`] is
-/// the policy's keyword.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Statement {
-    /// `sampling off`.
-    Sampling,
-    /// `tools off`.
-    Tools,
-    /// `max_messages`.
-    MaxMessages,
-    /// `max_input`.
-    MaxInput,
-    /// `max_context`.
-    MaxContext,
-    /// `max_tokens`.
-    MaxTokens,
-    /// `models`.
-    Models,
-    /// `rate`.
-    Rate,
-    /// The block's budget at this index (source order).
-    Budget(usize),
-    /// `deadline`.
-    Deadline,
-    /// `consent`.
-    Consent,
+/// The engine's side of each statement's entry (`statements.rs`): the
+/// statements that decide, with their keyword, step and evaluation order.
+macro_rules! deciding_statements {
+    (
+        decides { $(
+            $(#[doc = $doc:literal])*
+            $variant:ident $(($index:ty))? {
+                keyword: $keyword:literal,
+                $(#[$attr:meta])*
+                field: $field:ident: $ty:ty = $default:expr,
+                $(applied: $applied:expr,)?
+                reason: $reason:expr,
+                step: $step:ident,
+                order: $order:literal,
+            }
+        )* }
+        alerts { $($alerts:tt)* }
+    ) => {
+        /// A policy statement as the engine evaluates it, as declared in
+        /// `statements.rs`. [`Statement::name`] is the policy's keyword. A
+        /// repeatable statement (`Budget`) carries the index of its item in
+        /// the block, in source order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Statement {
+            $(
+                #[doc = concat!("`", $keyword, "`.")]
+                $variant $(($index))?,
+            )*
+        }
+
+        impl Statement {
+            /// Every statement of `block`, in evaluation order, budgets in
+            /// source order: what a block can be decided by. Readers that
+            /// walk a block's statements (`mcpc test` coverage) take them
+            /// from here.
+            pub fn of_block(block: &EffectiveBlock) -> Vec<Statement> {
+                let mut ordered: Vec<(u32, Vec<Statement>)> = vec![$(
+                    ($order, each_of!($variant $(($index))?, block.$field)),
+                )*];
+                ordered.sort_by_key(|(order, _)| *order);
+                ordered.into_iter().flat_map(|(_, statements)| statements).collect()
+            }
+
+            /// The evaluation step at which the statement decides
+            /// (`docs/spec/evaluation.md`, "Order"): a cause's step is its
+            /// statement's, except for an answer from the store
+            /// ([`Step::Replay`]). `deadline` is step 10's: the allow
+            /// carries it, and a reported miss is attributed there.
+            pub fn step(self) -> Step {
+                match self {
+                    $(Statement::$variant { .. } => Step::$step,)*
+                }
+            }
+
+            /// The policy keyword (`sampling`, `max_input`, `budget`, …).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Statement::$variant { .. } => $keyword,)*
+                }
+            }
+
+            /// Parses [`Statement::stored_name`]'s output; `None` for anything else.
+            pub fn from_stored_name(text: &str) -> Option<Statement> {
+                $(stored_name_arm!(text, $keyword, $variant $(($index))?);)*
+                None
+            }
+        }
+    };
 }
 
+/// A block's statements of one entry: one, or one per item of a repeatable
+/// statement's field.
+macro_rules! each_of {
+    ($variant:ident, $field:expr) => {
+        vec![Statement::$variant]
+    };
+    ($variant:ident($index:ty), $field:expr) => {
+        (0..$field.len()).map(Statement::$variant).collect()
+    };
+}
+
+/// Returns the statement whose stored name `text` is, if it is this entry's.
+macro_rules! stored_name_arm {
+    ($text:ident, $keyword:literal, $variant:ident) => {
+        if $text == $keyword {
+            return Some(Statement::$variant);
+        }
+    };
+    ($text:ident, $keyword:literal, $variant:ident($index:ty)) => {
+        if let Some(index) = $text
+            .strip_prefix($keyword)
+            .and_then(|rest| rest.strip_prefix(':'))
+        {
+            // Digits only: `+1` or ` 1` is not a name this runtime wrote.
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            return index.parse().ok().map(Statement::$variant);
+        }
+    };
+}
+
+crate::for_each_statement!(deciding_statements);
+
 impl Statement {
-    /// Every statement of `block`, in evaluation order, budgets in source
-    /// order: what a block can be decided by. Readers that walk a block's
-    /// statements (`mcpc test` coverage) take them from here, so a new
-    /// statement is added in one place of the runtime.
-    pub fn of_block(block: &EffectiveBlock) -> Vec<Statement> {
-        let mut out = vec![
-            Statement::Sampling,
-            Statement::Tools,
-            Statement::MaxMessages,
-            Statement::MaxInput,
-            Statement::MaxContext,
-            Statement::MaxTokens,
-            Statement::Models,
-            Statement::Rate,
-        ];
-        out.extend((0..block.budgets.len()).map(Statement::Budget));
-        out.extend([Statement::Deadline, Statement::Consent]);
-        out
-    }
-
-    /// The evaluation step at which the statement decides
-    /// (`docs/spec/evaluation.md`, "Order"): a cause's step is its
-    /// statement's, except for an answer from the store ([`Step::Replay`]).
-    /// `deadline` is step 10's: the allow carries it, and a reported miss
-    /// is attributed there.
-    pub fn step(self) -> Step {
-        match self {
-            Statement::Sampling | Statement::Tools => Step::Switches,
-            Statement::MaxMessages | Statement::MaxInput => Step::InputLimits,
-            Statement::MaxContext | Statement::MaxTokens | Statement::Models => Step::Trims,
-            Statement::Rate => Step::Rate,
-            Statement::Budget(_) => Step::Budgets,
-            Statement::Consent => Step::Consent,
-            Statement::Deadline => Step::Allow,
-        }
-    }
-
-    /// The policy keyword: `sampling`, `tools`, `max_messages`, `max_input`,
-    /// `max_context`, `max_tokens`, `models`, `rate`, `budget`, `deadline`,
-    /// `consent`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Statement::Sampling => "sampling",
-            Statement::Tools => "tools",
-            Statement::MaxMessages => "max_messages",
-            Statement::MaxInput => "max_input",
-            Statement::MaxContext => "max_context",
-            Statement::MaxTokens => "max_tokens",
-            Statement::Models => "models",
-            Statement::Rate => "rate",
-            Statement::Budget(_) => "budget",
-            Statement::Deadline => "deadline",
-            Statement::Consent => "consent",
-        }
-    }
-
     /// The statement's stable name in the decision store (schema 4,
     /// `docs/spec/store.md`): [`Statement::name`], and for a budget its index
     /// in the block, `budget:0`, `budget:1`, … (a stored decision is only
@@ -187,33 +207,9 @@ impl Statement {
     /// names the same budget).
     pub fn stored_name(self) -> Cow<'static, str> {
         match self {
-            Statement::Budget(i) => Cow::Owned(format!("budget:{i}")),
+            Statement::Budget(i) => Cow::Owned(format!("{}:{i}", self.name())),
             other => Cow::Borrowed(other.name()),
         }
-    }
-
-    /// Parses [`Statement::stored_name`]'s output; `None` for anything else.
-    pub fn from_stored_name(text: &str) -> Option<Statement> {
-        Some(match text {
-            "sampling" => Statement::Sampling,
-            "tools" => Statement::Tools,
-            "max_messages" => Statement::MaxMessages,
-            "max_input" => Statement::MaxInput,
-            "max_context" => Statement::MaxContext,
-            "max_tokens" => Statement::MaxTokens,
-            "models" => Statement::Models,
-            "rate" => Statement::Rate,
-            "deadline" => Statement::Deadline,
-            "consent" => Statement::Consent,
-            other => {
-                let index = other.strip_prefix("budget:")?;
-                // Digits only: `+1` or ` 1` is not a name this runtime wrote.
-                if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-                    return None;
-                }
-                Statement::Budget(index.parse().ok()?)
-            }
-        })
     }
 }
 
@@ -754,9 +750,9 @@ enum Origin {
         engine: Engine,
         entry: usize,
         decided_at: Millis,
-        /// The request's number of messages (which of two input limits
-        /// sharing a reason it exceeds).
-        messages: u64,
+        /// Which of the block's input limits naming the stored reason the
+        /// request exceeds ([`replay_input_limit`]).
+        input_limit: Option<Statement>,
         /// The statement's stored name (schema 4), read when asked;
         /// `None` (or a name this runtime does not know) for a row that has
         /// none, whose statement is derived.
@@ -840,14 +836,14 @@ impl Denial {
                 engine,
                 entry,
                 decided_at,
-                messages,
+                input_limit,
                 statement,
             } => {
                 let block = engine.block(*entry);
                 // The stored statement when the row has one (schema 4): a
                 // reason shared by two statements cannot tell them apart.
                 let statement = stored_statement(statement).or_else(|| {
-                    replay_statement(block, &self.reason, self.timing(), *messages, *decided_at)
+                    replay_statement(block, &self.reason, self.timing(), *input_limit, *decided_at)
                 });
                 Cause {
                     block: engine.block_ref(*entry),
@@ -873,7 +869,7 @@ impl Denial {
                 engine,
                 entry,
                 decided_at,
-                messages,
+                input_limit,
                 statement,
             } => {
                 let rt = engine.reason(&self.reason);
@@ -883,7 +879,7 @@ impl Denial {
                     match statement {
                         Some(statement) => statement_limit_window(block, statement),
                         None => {
-                            replay_limit_window(block, &self.reason, *messages, timing, *decided_at)
+                            replay_limit_window(block, *input_limit, &self.reason, timing, *decided_at)
                         }
                     }
                 } else {
@@ -1975,6 +1971,7 @@ impl Engine {
             .to_json()
             .into()
         });
+        let input_limit = replay_input_limit(block, &stored.reason, params);
         Denial {
             reason: stored.reason,
             server: key.server_id,
@@ -1990,16 +1987,7 @@ impl Engine {
                 entry,
                 decided_at: stored.decided_at,
                 statement: stored.statement,
-                // Read only where it tells two input limits apart: a map
-                // look-up saved on every other replay.
-                messages: match (&block.max_messages, &block.max_input) {
-                    (Some(by_messages), Some(by_input))
-                        if by_messages.reason == by_input.reason =>
-                    {
-                        message_count(params)
-                    }
-                    _ => 0,
-                },
+                input_limit,
             },
             alert: None,
         }
@@ -2293,26 +2281,39 @@ fn switch_or_input_denial<'b>(
         return Some((&block.tools.reason, produced));
     }
     // 5. Input limits.
-    if let Some(limit) = &block.max_messages
-        && message_count(params) > limit.max
-    {
+    INPUT_LIMITS.iter().find_map(|input| {
+        let limit = (input.of)(block).filter(|l| (input.exceeded)(params, l.max))?;
         let produced = Produced {
-            limit: Some(format!("{} messages", limit.max)),
-            ..Produced::new(Statement::MaxMessages, Step::InputLimits).recomputable()
+            limit: Some((input.label)(limit.max)),
+            ..Produced::new(input.statement, Step::InputLimits).recomputable()
         };
-        return Some((&limit.reason, produced));
-    }
-    if let Some(limit) = &block.max_input
-        && !input_fits(params, limit.max)
-    {
-        let produced = Produced {
-            limit: Some(frame::format_size(limit.max)),
-            ..Produced::new(Statement::MaxInput, Step::InputLimits).recomputable()
-        };
-        return Some((&limit.reason, produced));
-    }
-    None
+        Some((limit.reason.as_str(), produced))
+    })
 }
+
+/// Step 5's limits, in evaluation order: which statement, its field, whether
+/// a request exceeds it, and its `{limit}` as a denial writes it.
+struct InputLimit {
+    statement: Statement,
+    of: fn(&EffectiveBlock) -> Option<&Limit>,
+    exceeded: fn(&Map<String, Value>, u64) -> bool,
+    label: fn(u64) -> String,
+}
+
+const INPUT_LIMITS: [InputLimit; 2] = [
+    InputLimit {
+        statement: Statement::MaxMessages,
+        of: |block| block.max_messages.as_ref(),
+        exceeded: |params, max| message_count(params) > max,
+        label: |max| format!("{max} messages"),
+    },
+    InputLimit {
+        statement: Statement::MaxInput,
+        of: |block| block.max_input.as_ref(),
+        exceeded: |params, max| !input_fits(params, max),
+        label: frame::format_size,
+    },
+];
 
 /// The entries of `messages` (0 when absent).
 fn message_count(params: &Map<String, Value>) -> u64 {
@@ -2583,18 +2584,13 @@ fn statement_limit_window(
     match statement {
         Statement::Rate => block.rate.as_ref().map(rate_labels).unzip(),
         Statement::Budget(i) => block.budgets.get(i).map(budget_labels).unzip(),
-        Statement::MaxMessages => (
-            block
-                .max_messages
-                .as_ref()
-                .map(|l| format!("{} messages", l.max)),
+        other => (
+            INPUT_LIMITS
+                .iter()
+                .find(|input| input.statement == other)
+                .and_then(|input| Some((input.label)((input.of)(block)?.max))),
             None,
         ),
-        Statement::MaxInput => (
-            block.max_input.as_ref().map(|l| frame::format_size(l.max)),
-            None,
-        ),
-        _ => (None, None),
     }
 }
 
@@ -2605,8 +2601,8 @@ fn statement_limit_window(
 /// apart.
 fn replay_limit_window(
     block: &EffectiveBlock,
+    input_limit: Option<Statement>,
     reason: &str,
-    messages: u64,
     timing: Option<Timing>,
     decided_at: Millis,
 ) -> (Option<String>, Option<String>) {
@@ -2621,28 +2617,31 @@ fn replay_limit_window(
             .filter(|r| r.reason == reason)
             .map(rate_labels)
             .unzip(),
-        None => (
-            replay_input_limit(block, reason, messages).map(|(_, limit)| limit),
-            None,
-        ),
+        None => input_limit.map_or((None, None), |statement| {
+            statement_limit_window(block, statement)
+        }),
     }
 }
 
-/// The input limit behind a replayed input denial, and its `{limit}`: the
-/// limit this request exceeds.
+/// The input limit behind a replayed input denial with `reason`: of the
+/// block's input limits naming it, the first this request exceeds, else the
+/// last. The request is measured only when two limits share the reason
+/// (only the limits before the last are).
 fn replay_input_limit(
     block: &EffectiveBlock,
     reason: &str,
-    messages: u64,
-) -> Option<(Statement, String)> {
-    let by_messages = block.max_messages.as_ref().filter(|l| l.reason == reason);
-    let by_input = block.max_input.as_ref().filter(|l| l.reason == reason);
-    if let Some(limit) = by_messages
-        && (messages > limit.max || by_input.is_none())
-    {
-        return Some((Statement::MaxMessages, format!("{} messages", limit.max)));
+    params: &Map<String, Value>,
+) -> Option<Statement> {
+    let mut naming = INPUT_LIMITS
+        .iter()
+        .filter_map(|input| Some((input, (input.of)(block).filter(|l| l.reason == reason)?)))
+        .peekable();
+    while let Some((input, limit)) = naming.next() {
+        if naming.peek().is_none() || (input.exceeded)(params, limit.max) {
+            return Some(input.statement);
+        }
     }
-    by_input.map(|limit| (Statement::MaxInput, frame::format_size(limit.max)))
+    None
 }
 
 /// The statement behind a replayed denial, derived from its reason, the
@@ -2657,7 +2656,7 @@ fn replay_statement(
     block: &EffectiveBlock,
     reason: &str,
     timing: Option<Timing>,
-    messages: u64,
+    input_limit: Option<Statement>,
     decided_at: Millis,
 ) -> Option<Statement> {
     let deadline = || {
@@ -2683,8 +2682,8 @@ fn replay_statement(
                 Some(Statement::Sampling)
             } else if !block.tools.enabled && block.tools.reason == reason {
                 Some(Statement::Tools)
-            } else if let Some((statement, _)) = replay_input_limit(block, reason, messages) {
-                Some(statement)
+            } else if input_limit.is_some() {
+                input_limit
             } else if reason == builtin::USER_DENIED {
                 Some(Statement::Consent)
             } else {
