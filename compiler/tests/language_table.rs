@@ -89,7 +89,11 @@ fn the_runtime_and_the_compiler_agree_about_every_statement() {
     for name in &runtime {
         assert!(Statement::from_keyword(name).is_some(), "{name}");
     }
-    assert_eq!(deciding, runtime.len() + 1, "budget, absent above, counted once");
+    assert_eq!(
+        deciding,
+        runtime.len() + 1,
+        "budget, absent above, counted once"
+    );
     // A block with every denying statement stated names each one's reason.
     for (keyword, _) in built_in.statement_reasons() {
         assert!(Statement::from_keyword(keyword).is_some_and(|s| s.decl().denies()));

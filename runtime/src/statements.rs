@@ -9,7 +9,7 @@
 //!   per statement (`field:`, in declaration order, which is the table's
 //!   member order), its built-in and applied defaults, and each statement's
 //!   built-in reason ([`builtin::own_reason`](crate::table::builtin::own_reason));
-//! - `engine.rs`: [`engine::Statement`](crate::engine::Statement), the
+//! - `engine/mod.rs`: [`engine::Statement`](crate::engine::Statement), the
 //!   statements that decide (`decides`), with their keyword, stored name,
 //!   step and evaluation order;
 //! - the compiler's `statements.rs`: its `Statement`, `PartialBlock`, merge

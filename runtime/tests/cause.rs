@@ -537,7 +537,11 @@ proptest! {
 fn every_statement() -> Vec<Statement> {
     let mut block = open_block();
     block.budgets = vec![
-        budget(BudgetMetric::Requests, 1, Window::Calendar(CalendarUnit::Day)),
+        budget(
+            BudgetMetric::Requests,
+            1,
+            Window::Calendar(CalendarUnit::Day),
+        ),
         budget(BudgetMetric::Tokens, 1, Window::RollingMs(1000)),
     ];
     Statement::of_block(&block)

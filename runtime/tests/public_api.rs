@@ -399,7 +399,14 @@ fn public_api() -> String {
                 Item::Use(u) => &u.vis,
                 // Items generated from the statement declaration: named
                 // here, and listed one by one by `generated_items`.
-                Item::Macro(m) if m.mac.path.is_ident("for_each_statement") || m.mac.path.segments.last().is_some_and(|s| s.ident == "for_each_statement") => {
+                Item::Macro(m)
+                    if m.mac.path.is_ident("for_each_statement")
+                        || m.mac
+                            .path
+                            .segments
+                            .last()
+                            .is_some_and(|s| s.ident == "for_each_statement") =>
+                {
                     out.push(format!("{module}: {}", m.mac.to_token_stream()));
                     continue;
                 }
@@ -459,7 +466,9 @@ fn generated_items(methods: &BTreeMap<String, Vec<String>>) -> Vec<String> {
     let block = EffectiveBlock::applied();
     if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&block) {
         for (field, value) in fields {
-            out.push(format!("generated crate::table::EffectiveBlock::{field} (applied default: {value})"));
+            out.push(format!(
+                "generated crate::table::EffectiveBlock::{field} (applied default: {value})"
+            ));
         }
     }
     out.push("generated crate::engine::Statement: enum".to_owned());
