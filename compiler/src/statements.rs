@@ -29,7 +29,7 @@ use std::sync::LazyLock;
 use mcpolicy_grammar::Rule;
 use mcpolicy_runtime::table::{
     Budget, BudgetMetric, CalendarUnit, Consent, ContextScope, Deadline, EffectiveBlock, Limit,
-    ProtocolRevision, Rate, RetryAlert, Switch, Ttl, Window, builtin,
+    ProtocolRevision, Rate, RetryAlert, Switch, Ttl, Window,
 };
 
 use crate::codes::Code;
@@ -98,7 +98,7 @@ pub enum Shape {
     Switch,
     /// One word of the statement's `values`: `max_context none`.
     Word,
-    /// One quantity: `max_input 64 KiB`, `max_messages 50`, `deadline 60s`.
+    /// One quantity: `max_input 64 KiB`, `max_tokens 4096`, `deadline 60s`.
     Quantity(Unit),
     /// `COUNT per DURATION`.
     Rate,
@@ -151,6 +151,20 @@ impl StatementDecl {
     pub fn resets(&self) -> bool {
         self.shape == Shape::Budget
     }
+}
+
+/// What the compiler adds to a statement the runtime declares: how it is
+/// read and written, and its documentation ([`syntax`]).
+struct Syntax {
+    rule: Rule,
+    shape: Shape,
+    syntax: &'static str,
+    meaning: &'static str,
+    outcome: &'static str,
+    example: &'static str,
+    values: &'static [(&'static str, &'static str)],
+    noun: &'static str,
+    lint: Option<Lint>,
 }
 
 /// A statement's values after checking, by shape, before they become the
@@ -570,72 +584,59 @@ pub fn budget(budget: &Budget) -> String {
     budget_line(budget, Statement::Budget.decl())
 }
 
-/// An entry's `applied:` value when it has one, else its built-in default.
-macro_rules! applied_or_built_in {
-    ($built_in:expr) => {
-        $built_in
-    };
-    ($built_in:expr, $applied:expr) => {
-        $applied
-    };
-}
-
+/// The compiler's side of each statement's entry in the runtime's
+/// declaration (`runtime/src/statements.rs`): [`Statement`], its
+/// [`StatementDecl`] (the runtime's keyword and reason, with [`syntax`] on
+/// top), [`PartialBlock`], the merge and the effective lines.
 macro_rules! statements {
-    ($(
-        $(#[$attr:meta])*
-        $variant:ident {
+    (
+        decides { $($decides:tt)* }
+        alerts { $($alerts:tt)* }
+    ) => {
+        statements! { @entries $($decides)* $($alerts)* }
+    };
+    (@entries $(
+        $(#[doc = $doc:literal])*
+        $variant:ident $(($index:ty))? {
             keyword: $keyword:literal,
-            rule: $rule:ident,
+            $(#[$attr:meta])*
             field: $field:ident: $ty:ty = $default:expr,
             $(applied: $applied:expr,)?
-            shape: $shape:expr,
             reason: $reason:expr,
-            syntax: $syntax:literal,
-            meaning: $meaning:literal,
-            outcome: $outcome:literal,
-            example: $example:literal,
-            values: $values:expr,
-            noun: $noun:literal,
-            lint: $lint:expr $(,)?
+            $(step: $step:ident,)?
+            $(order: $order:literal,)?
         }
     )*) => {
         /// A statement of `defaults` and `server` blocks.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Statement {
-            $( $(#[$attr])* $variant, )*
+            $( #[doc = concat!("`", $keyword, "`.")] $variant, )*
         }
 
-        static DECLS: &[StatementDecl] = &[$(
+        static DECLS: &[StatementDecl] = &[$({
+            let syntax = syntax(Statement::$variant);
             StatementDecl {
                 statement: Statement::$variant,
-                rule: Rule::$rule,
+                rule: syntax.rule,
                 doc: KeywordDoc {
                     keyword: $keyword,
-                    syntax: $syntax,
-                    meaning: $meaning,
-                    outcome: $outcome,
+                    syntax: syntax.syntax,
+                    meaning: syntax.meaning,
+                    outcome: syntax.outcome,
                 },
-                shape: $shape,
+                shape: syntax.shape,
                 reason: $reason,
-                example: $example,
-                values: $values,
-                noun: $noun,
-                lint: $lint,
-            },
-        )*];
+                example: syntax.example,
+                values: syntax.values,
+                noun: syntax.noun,
+                lint: syntax.lint,
+            }
+        },)*];
 
         impl Statement {
             /// Every statement, in declaration order (the order of the
             /// language's documentation and of an effective block's lines).
             pub const ALL: &'static [Statement] = &[$(Statement::$variant,)*];
-
-            /// The grammar rule's statement, if it reads one.
-            pub fn from_rule(rule: Rule) -> Option<Statement> {
-                match rule {
-                    $(Rule::$rule => Some(Statement::$variant),)*
-                    _ => None,
-                }
-            }
 
             /// Whether a block may state it more than once.
             pub fn repeatable(self) -> bool {
@@ -699,24 +700,6 @@ macro_rules! statements {
             }
         }
 
-        /// What a statement nobody wrote means.
-        pub fn built_in_defaults() -> EffectiveBlock {
-            EffectiveBlock { $($field: $default,)* }
-        }
-
-        /// What the runtime applies for each statement no block states, for
-        /// display ([`Statement::unset_text`]): [`built_in_defaults`], except
-        /// the fields the runtime fills in itself when the table leaves them
-        /// unset (an entry's `applied:`). Merge and lowering never read it.
-        pub fn applied_defaults() -> EffectiveBlock {
-            EffectiveBlock { $($field: applied_or_built_in!($default $(, $applied)?),)* }
-        }
-
-        /// `over` applied on top of `base`, statement by statement.
-        pub fn merge(base: &EffectiveBlock, over: &PartialBlock) -> EffectiveBlock {
-            merge_traced(base, over).0
-        }
-
         /// [`merge`], with where each statement's items were taken from
         /// (one [`Taken`] per item, in the order of [`effective_lines`];
         /// a single-valued statement has one, set or not), in declaration
@@ -751,6 +734,26 @@ macro_rules! statements {
     };
 }
 
+mcpolicy_runtime::for_each_statement!(statements);
+
+/// What a statement nobody wrote means.
+pub fn built_in_defaults() -> EffectiveBlock {
+    EffectiveBlock::built_in()
+}
+
+/// What the runtime applies for each statement no block states, for
+/// display ([`Statement::unset_text`]): [`built_in_defaults`], except the
+/// fields the runtime fills in itself when the table leaves them unset.
+/// Merge and lowering never read it.
+pub fn applied_defaults() -> EffectiveBlock {
+    EffectiveBlock::applied()
+}
+
+/// `over` applied on top of `base`, statement by statement.
+pub fn merge(base: &EffectiveBlock, over: &PartialBlock) -> EffectiveBlock {
+    merge_traced(base, over).0
+}
+
 impl Statement {
     /// Its declaration.
     pub fn decl(self) -> &'static StatementDecl {
@@ -765,6 +768,11 @@ impl Statement {
     /// The statement `word` names, if any.
     pub fn from_keyword(word: &str) -> Option<Statement> {
         Self::ALL.iter().copied().find(|s| s.keyword() == word)
+    }
+
+    /// The grammar rule's statement, if it reads one.
+    pub fn from_rule(rule: Rule) -> Option<Statement> {
+        Self::ALL.iter().copied().find(|s| s.decl().rule == rule)
     }
 
     /// What the runtime applies when no block states it, as statement
@@ -794,213 +802,160 @@ impl Statement {
 
 const SWITCH: &[(&str, &str)] = &[("on", "allowed"), ("off", "denied")];
 
-statements! {
-    /// `sampling on|off [as r]`
-    Sampling {
-        keyword: "sampling",
-        rule: sampling_stmt,
-        field: sampling: Switch = Switch {
-            enabled: true,
-            reason: builtin::SAMPLING_DISABLED.to_owned(),
+/// The compiler's part of each statement: the grammar rule that reads it,
+/// the shape of its values and its documentation. An exhaustive match: a
+/// statement the runtime declares and this does not fails to compile.
+const fn syntax(statement: Statement) -> Syntax {
+    match statement {
+        Statement::Sampling => Syntax {
+            rule: Rule::sampling_stmt,
+            shape: Shape::Switch,
+            syntax: "sampling on|off [as REASON]",
+            meaning: "Whether the server may sample at all.",
+            outcome: "deny `policy.sampling_disabled`",
+            example: "sampling off",
+            values: SWITCH,
+            noun: "",
+            lint: None,
         },
-        shape: Shape::Switch,
-        reason: Some(builtin::SAMPLING_DISABLED),
-        syntax: "sampling on|off [as REASON]",
-        meaning: "Whether the server may sample at all.",
-        outcome: "deny `policy.sampling_disabled`",
-        example: "sampling off",
-        values: SWITCH,
-        noun: "",
-        lint: None,
-    }
-    /// `tools on|off [as r]`
-    Tools {
-        keyword: "tools",
-        rule: tools_stmt,
-        field: tools: Switch = Switch {
-            enabled: true,
-            reason: builtin::TOOLS_DISABLED.to_owned(),
+        Statement::Tools => Syntax {
+            rule: Rule::tools_stmt,
+            shape: Shape::Switch,
+            syntax: "tools on|off [as REASON]",
+            meaning: "Whether a request may offer `tools`/`toolChoice` to the model (MCP 2025-11-25 and later).",
+            outcome: "deny `policy.tools_disabled`",
+            example: "tools off",
+            values: SWITCH,
+            noun: "",
+            lint: Some(tools_before_2025_11_25),
         },
-        shape: Shape::Switch,
-        reason: Some(builtin::TOOLS_DISABLED),
-        syntax: "tools on|off [as REASON]",
-        meaning: "Whether a request may offer `tools`/`toolChoice` to the model (MCP 2025-11-25 and later).",
-        outcome: "deny `policy.tools_disabled`",
-        example: "tools off",
-        values: SWITCH,
-        noun: "",
-        lint: Some(tools_before_2025_11_25),
-    }
-    /// `max_context none|thisServer|allServers`
-    MaxContext {
-        keyword: "max_context",
-        rule: max_context_stmt,
-        field: max_context: ContextScope = ContextScope::AllServers,
-        shape: Shape::Word,
-        reason: None,
-        syntax: "max_context none|thisServer|allServers",
-        meaning: "The widest `includeContext` a request may ask for; wider requests are narrowed, not denied.",
-        outcome: "trim `policy.max_scope`",
-        example: "max_context thisServer",
-        values: &[
-            ("none", "no context beyond the request's own messages"),
-            (
-                "thisServer",
-                "context from the requesting server's session only (deprecated in MCP 2026-07-28)",
-            ),
-            (
-                "allServers",
-                "context from every connected server (deprecated in MCP 2026-07-28)",
-            ),
-        ],
-        noun: "a context scope",
-        lint: Some(context_deprecated_in_2026_07_28),
-    }
-    /// `max_input 64 KiB [as r]`
-    MaxInput {
-        keyword: "max_input",
-        rule: max_input_stmt,
-        field: max_input: Option<Limit> = None,
-        shape: Shape::Quantity(Unit::Size),
-        reason: Some(builtin::INPUT_TOO_LARGE),
-        syntax: "max_input SIZE [as REASON]    (64 KiB)",
-        meaning: "The canonical size of `systemPrompt` + `messages`.",
-        outcome: "deny `policy.input_too_large`",
-        example: "max_input 64 KiB",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `max_messages 50 [as r]`
-    MaxMessages {
-        keyword: "max_messages",
-        rule: max_messages_stmt,
-        field: max_messages: Option<Limit> = None,
-        shape: Shape::Quantity(Unit::Count),
-        reason: Some(builtin::INPUT_TOO_LARGE),
-        syntax: "max_messages COUNT [as REASON]    (50)",
-        meaning: "The number of entries in `messages`.",
-        outcome: "deny `policy.input_too_large`",
-        example: "max_messages 50",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `max_tokens 4096`
-    MaxTokens {
-        keyword: "max_tokens",
-        rule: max_tokens_stmt,
-        field: max_tokens: Option<u64> = None,
-        shape: Shape::Quantity(Unit::Count),
-        reason: None,
-        syntax: "max_tokens COUNT    (4096, 8k)",
-        meaning: "A larger `maxTokens` is clamped to this.",
-        outcome: "trim `policy.max_tokens`",
-        example: "max_tokens 4096",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `rate 30 per 1m [as r]`
-    Rate {
-        keyword: "rate",
-        rule: rate_stmt,
-        field: rate: Option<Rate> = None,
-        shape: Shape::Rate,
-        reason: Some(builtin::RATE_LIMIT),
-        syntax: "rate COUNT per DURATION [as REASON]    (30 per 1m)",
-        meaning: "At most this many admitted requests in any rolling window.",
-        outcome: "deny `policy.rate_limit` with `retryAfter`",
-        example: "rate 30 per 1m",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `budget 50 requests per day [as r]`
-    Budget {
-        keyword: "budget",
-        rule: budget_stmt,
-        field: budgets: Vec<Budget> = Vec::new(),
-        shape: Shape::Budget,
-        reason: Some(builtin::BUDGET_EXHAUSTED),
-        syntax: "budget COUNT requests|tokens per hour|day|week|month|DURATION [as REASON]    (50 requests per day, 200k tokens per 24h)",
-        meaning: "Requests or tokens per UTC calendar `hour`, `day`, `week` (ISO) or `month`, or per rolling duration. Token budgets reserve `maxTokens` at admission and settle with real usage.",
-        outcome: "deny `policy.budget_exhausted` with `resetsAt`",
-        example: "budget 50 requests per day",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `deadline 60s [as r]`
-    Deadline {
-        keyword: "deadline",
-        rule: deadline_stmt,
-        field: deadline: Option<Deadline> = None,
-        shape: Shape::Quantity(Unit::Duration),
-        reason: Some(builtin::DEADLINE),
-        syntax: "deadline DURATION [as REASON]    (60s)",
-        meaning: "How long the completion may take; the client enforces it.",
-        outcome: "a reported miss is `policy.deadline`",
-        example: "deadline 60s",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `consent always|first|never`
-    Consent {
-        keyword: "consent",
-        rule: consent_stmt,
-        // MCP asks clients to keep a human in the loop for sampling.
-        field: consent: Consent = Consent::First,
-        shape: Shape::Word,
-        reason: None,
-        syntax: "consent always|first|never",
-        meaning: "When the user is asked: every request, once per request identity (the default), or never.",
-        outcome: "`user.denied` (code -1)",
-        example: "consent first",
-        values: &[
-            ("always", "ask for every request, even one already approved"),
-            (
-                "first",
-                "ask once per request identity; the answer is stored",
-            ),
-            ("never", "never ask"),
-        ],
-        noun: "a consent mode",
-        lint: None,
-    }
-    /// `models "claude-*", "gpt-4o"`
-    Models {
-        keyword: "models",
-        rule: models_stmt,
-        field: models: Option<Vec<String>> = None,
-        shape: Shape::Strings,
-        reason: None,
-        syntax: "models \"GLOB\", …    (\"claude-*\", \"gpt-4o\")",
-        meaning: "Model-name globs the request may run on; hints outside the list are dropped and the client picks from the list.",
-        outcome: "trim `policy.model`",
-        example: "models \"claude-*\", \"gpt-4o\"",
-        values: &[],
-        noun: "",
-        lint: None,
-    }
-    /// `retry_alert 40 per 10m`
-    RetryAlert {
-        keyword: "retry_alert",
-        rule: retry_alert_stmt,
-        // Lowered as `None` (no member in the table, and the digest ignores
-        // it); the engine then applies `alert::DEFAULT_SETTING`.
-        field: retry_alert: Option<RetryAlert> = None,
-        applied: Some(mcpolicy_runtime::alert::DEFAULT_SETTING),
-        shape: Shape::Rate,
-        reason: None,
-        syntax: "retry_alert COUNT per DURATION    (40 per 10m)",
-        meaning: "When an identity re-presented more than COUNT times within DURATION is a retry loop, raised once per identity per window; the same window measures the trim alert (90 % of at least 20 calls trimmed). An alert decides nothing and is not part of the block's digest: changing it forgets no stored decision.",
-        outcome: "an alert: a warning in the proxy's log and an `alert` audit line",
-        example: "retry_alert 40 per 10m",
-        values: &[],
-        noun: "",
-        lint: None,
+        Statement::MaxContext => Syntax {
+            rule: Rule::max_context_stmt,
+            shape: Shape::Word,
+            syntax: "max_context none|thisServer|allServers",
+            meaning: "The widest `includeContext` a request may ask for; wider requests are narrowed, not denied.",
+            outcome: "trim `policy.max_scope`",
+            example: "max_context thisServer",
+            values: &[
+                ("none", "no context beyond the request's own messages"),
+                (
+                    "thisServer",
+                    "context from the requesting server's session only (deprecated in MCP 2026-07-28)",
+                ),
+                (
+                    "allServers",
+                    "context from every connected server (deprecated in MCP 2026-07-28)",
+                ),
+            ],
+            noun: "a context scope",
+            lint: Some(context_deprecated_in_2026_07_28),
+        },
+        Statement::MaxInput => Syntax {
+            rule: Rule::max_input_stmt,
+            shape: Shape::Quantity(Unit::Size),
+            syntax: "max_input SIZE [as REASON]    (64 KiB)",
+            meaning: "The canonical size of `systemPrompt` + `messages`.",
+            outcome: "deny `policy.input_too_large`",
+            example: "max_input 64 KiB",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::MaxMessages => Syntax {
+            rule: Rule::max_messages_stmt,
+            shape: Shape::Quantity(Unit::Count),
+            syntax: "max_messages COUNT [as REASON]    (50)",
+            meaning: "The number of entries in `messages`.",
+            outcome: "deny `policy.input_too_large`",
+            example: "max_messages 50",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::MaxTokens => Syntax {
+            rule: Rule::max_tokens_stmt,
+            shape: Shape::Quantity(Unit::Count),
+            syntax: "max_tokens COUNT    (4096, 8k)",
+            meaning: "A larger `maxTokens` is clamped to this.",
+            outcome: "trim `policy.max_tokens`",
+            example: "max_tokens 4096",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::Rate => Syntax {
+            rule: Rule::rate_stmt,
+            shape: Shape::Rate,
+            syntax: "rate COUNT per DURATION [as REASON]    (30 per 1m)",
+            meaning: "At most this many admitted requests in any rolling window.",
+            outcome: "deny `policy.rate_limit` with `retryAfter`",
+            example: "rate 30 per 1m",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::Budget => Syntax {
+            rule: Rule::budget_stmt,
+            shape: Shape::Budget,
+            syntax: "budget COUNT requests|tokens per hour|day|week|month|DURATION [as REASON]    (50 requests per day, 200k tokens per 24h)",
+            meaning: "Requests or tokens per UTC calendar `hour`, `day`, `week` (ISO) or `month`, or per rolling duration. Token budgets reserve `maxTokens` at admission and settle with real usage.",
+            outcome: "deny `policy.budget_exhausted` with `resetsAt`",
+            example: "budget 50 requests per day",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::Deadline => Syntax {
+            rule: Rule::deadline_stmt,
+            shape: Shape::Quantity(Unit::Duration),
+            syntax: "deadline DURATION [as REASON]    (60s)",
+            meaning: "How long the completion may take; the client enforces it.",
+            outcome: "a reported miss is `policy.deadline`",
+            example: "deadline 60s",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::Consent => Syntax {
+            rule: Rule::consent_stmt,
+            shape: Shape::Word,
+            syntax: "consent always|first|never",
+            meaning: "When the user is asked: every request, once per request identity (the default), or never.",
+            outcome: "`user.denied` (code -1)",
+            example: "consent first",
+            values: &[
+                ("always", "ask for every request, even one already approved"),
+                (
+                    "first",
+                    "ask once per request identity; the answer is stored",
+                ),
+                ("never", "never ask"),
+            ],
+            noun: "a consent mode",
+            lint: None,
+        },
+        Statement::Models => Syntax {
+            rule: Rule::models_stmt,
+            shape: Shape::Strings,
+            syntax: "models \"GLOB\", …    (\"claude-*\", \"gpt-4o\")",
+            meaning: "Model-name globs the request may run on; hints outside the list are dropped and the client picks from the list.",
+            outcome: "trim `policy.model`",
+            example: "models \"claude-*\", \"gpt-4o\"",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
+        Statement::RetryAlert => Syntax {
+            rule: Rule::retry_alert_stmt,
+            shape: Shape::Rate,
+            syntax: "retry_alert COUNT per DURATION    (40 per 10m)",
+            meaning: "When an identity re-presented more than COUNT times within DURATION is a retry loop, raised once per identity per window; the same window measures the trim alert (90 % of at least 20 calls trimmed). An alert decides nothing and is not part of the block's digest: changing it forgets no stored decision.",
+            outcome: "an alert: a warning in the proxy's log and an `alert` audit line",
+            example: "retry_alert 40 per 10m",
+            values: &[],
+            noun: "",
+            lint: None,
+        },
     }
 }
 
@@ -1034,6 +989,80 @@ fn context_deprecated_in_2026_07_28(protocol: ProtocolRevision, stmt: &Stmt) -> 
         .help("write `max_context none` unless your client declares the `sampling.context` capability")
         .note("cited: MCP 2026-07-28 deprecates includeContext thisServer/allServers; they need the client's sampling.context capability")
     })
+}
+
+/// The runtime's statement of that keyword (a budget's is the block's
+/// first) and its place in evaluation order; `None` for one that decides
+/// nothing (`retry_alert`).
+pub fn runtime_statement(
+    statement: Statement,
+) -> Option<(usize, mcpolicy_runtime::engine::Statement)> {
+    let mut block = EffectiveBlock::built_in();
+    block.budgets.push(Budget {
+        metric: BudgetMetric::Requests,
+        limit: 1,
+        window: Window::RollingMs(1),
+        reason: String::new(),
+    });
+    mcpolicy_runtime::engine::Statement::of_block(&block)
+        .into_iter()
+        .enumerate()
+        .find(|(_, s)| s.name() == statement.keyword())
+}
+
+/// The statement table of `docs/spec/language.md` ("Statements"), in
+/// evaluation order, generated from the declarations (the runtime's and
+/// [`syntax`]); `compiler/tests/language_table.rs` keeps the page equal to it.
+pub fn language_table() -> String {
+    let mut rows: Vec<(usize, String)> = Statement::ALL
+        .iter()
+        .map(|&statement| {
+            let decl = statement.decl();
+            let written = decl.doc.syntax.split("    ").next().unwrap_or_default();
+            let value = match decl.shape {
+                Shape::Switch => "switch",
+                Shape::Word => decl.noun.trim_start_matches("a "),
+                Shape::Quantity(Unit::Count) => "count",
+                Shape::Quantity(Unit::Size) => "size",
+                Shape::Quantity(Unit::Duration) => "duration",
+                Shape::Rate => "count, duration",
+                Shape::Budget => "count, metric, window",
+                Shape::Strings => "string list",
+            };
+            let unset = statement.applied_default_lines();
+            let unset = if unset.is_empty() {
+                "not set".to_owned()
+            } else {
+                let values: Vec<&str> = unset
+                    .iter()
+                    .map(|line| line[decl.keyword().len()..].trim())
+                    .collect();
+                format!("`{}`", values.join(", "))
+            };
+            let runtime = runtime_statement(statement);
+            let cells = [
+                format!("`{written}`"),
+                value.to_owned(),
+                decl.doc.meaning.to_owned(),
+                unset,
+                decl.doc.outcome.to_owned(),
+                runtime.map_or("none".to_owned(), |(_, s)| s.step().number().to_string()),
+            ];
+            let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
+            (
+                runtime.map_or(usize::MAX, |(order, _)| order),
+                format!("| {} |\n", cells.join(" | ")),
+            )
+        })
+        .collect();
+    rows.sort_by_key(|(order, _)| *order);
+    let mut table = String::from(
+        "| statement | value | meaning | when no block says | outcome | step |\n|---|---|---|---|---|---|\n",
+    );
+    for (_, row) in rows {
+        table.push_str(&row);
+    }
+    table
 }
 
 /// The keywords of `defaults` and `server` statements, in declaration order.

@@ -11,6 +11,7 @@ pub mod identity;
 pub mod jsonrpc;
 mod policy;
 pub mod request;
+mod statements;
 pub mod store;
 pub mod table;
 

@@ -412,39 +412,137 @@ pub struct Deadline {
     pub reason: String,
 }
 
-/// The rules that apply to one server: its own statements with `defaults`
-/// merged in, statement by statement.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EffectiveBlock {
-    /// `sampling on|off`.
-    pub sampling: Switch,
-    /// `tools on|off`: whether a request may carry `tools`/`toolChoice`.
-    pub tools: Switch,
-    /// The widest `includeContext`; wider requests are trimmed.
-    pub max_context: ContextScope,
-    /// Canonical bytes of `systemPrompt` + `messages`.
-    pub max_input: Option<Limit>,
-    /// Number of entries in `messages`.
-    pub max_messages: Option<Limit>,
-    /// Larger `maxTokens` is clamped (a trim).
-    pub max_tokens: Option<u64>,
-    /// Rolling request rate.
-    pub rate: Option<Rate>,
-    /// Budgets, in source order.
-    pub budgets: Vec<Budget>,
-    /// The deadline the client must enforce.
-    pub deadline: Option<Deadline>,
-    /// When the user is asked.
-    pub consent: Consent,
-    /// Model-name globs the request may run on; `None` allows any.
-    pub models: Option<Vec<String>>,
-    /// When re-presentations become a retry-loop alert; `None` is the
-    /// built-in 40 per 10 minutes. Absent from the table when `None`, so
-    /// that tables of policies without it keep their bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_alert: Option<RetryAlert>,
+/// The table's side of each statement's entry (`statements.rs`):
+/// [`EffectiveBlock`] and what a statement nobody writes means.
+macro_rules! block_of_statements {
+    (
+        decides { $($decides:tt)* }
+        alerts { $($alerts:tt)* }
+    ) => {
+        block_of_statements! { @entries $($decides)* $($alerts)* }
+    };
+    (@entries $(
+        $(#[doc = $doc:literal])*
+        $variant:ident $(($index:ty))? {
+            keyword: $keyword:literal,
+            $(#[$attr:meta])*
+            field: $field:ident: $ty:ty = $default:expr,
+            $(applied: $applied:expr,)?
+            reason: $reason:expr,
+            $(step: $step:ident,)?
+            $(order: $order:literal,)?
+        }
+    )*) => {
+        /// The rules that apply to one server: its own statements with
+        /// `defaults` merged in, statement by statement. One field per
+        /// statement, declared in `statements.rs`.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct EffectiveBlock {
+            $(
+                $(#[doc = $doc])*
+                $(#[$attr])*
+                pub $field: $ty,
+            )*
+        }
+
+        impl EffectiveBlock {
+            /// What a block means when no statement is written: each
+            /// statement's built-in default.
+            pub fn built_in() -> EffectiveBlock {
+                EffectiveBlock { $($field: $default,)* }
+            }
+
+            /// What the runtime applies for each statement no block states:
+            /// [`EffectiveBlock::built_in`], except the fields the runtime
+            /// fills in itself when the table leaves them unset
+            /// (`retry_alert`). For display; decisions never read it.
+            pub fn applied() -> EffectiveBlock {
+                EffectiveBlock { $($field: applied_or_built_in!($default $(, $applied)?),)* }
+            }
+
+            /// Each statement that names a reason, with that reason, in
+            /// declaration order: the switches always, a limit, the rate,
+            /// each budget and the deadline when stated.
+            pub fn statement_reasons(&self) -> Vec<(&'static str, &str)> {
+                let mut out = Vec::new();
+                $(NamesReasons::push_reasons(&self.$field, $keyword, &mut out);)*
+                out
+            }
+        }
+
+        /// The keyword of each statement with the built-in reason its denial
+        /// carries, in declaration order.
+        const OWN_REASONS: &[(&str, Option<&str>)] = &[$(($keyword, $reason),)*];
+    };
 }
+
+/// An entry's `applied:` value when it has one, else its built-in default.
+macro_rules! applied_or_built_in {
+    ($built_in:expr) => {
+        $built_in
+    };
+    ($built_in:expr, $applied:expr) => {
+        $applied
+    };
+}
+
+crate::for_each_statement!(block_of_statements);
+
+/// The reasons a field of [`EffectiveBlock`] names: one per denying item
+/// stated (a switch always names one). Implemented per field type.
+trait NamesReasons {
+    fn push_reasons<'a>(&'a self, keyword: &'static str, out: &mut Vec<(&'static str, &'a str)>);
+}
+
+macro_rules! names_no_reason {
+    ($($ty:ty),*) => {$(
+        impl NamesReasons for $ty {
+            fn push_reasons<'a>(&'a self, _: &'static str, _: &mut Vec<(&'static str, &'a str)>) {}
+        }
+    )*};
+}
+names_no_reason!(
+    ContextScope,
+    Consent,
+    Option<u64>,
+    Option<Vec<String>>,
+    Option<RetryAlert>
+);
+
+impl NamesReasons for Switch {
+    fn push_reasons<'a>(&'a self, keyword: &'static str, out: &mut Vec<(&'static str, &'a str)>) {
+        out.push((keyword, &self.reason));
+    }
+}
+
+impl<T: HasReason> NamesReasons for Option<T> {
+    fn push_reasons<'a>(&'a self, keyword: &'static str, out: &mut Vec<(&'static str, &'a str)>) {
+        out.extend(self.iter().map(|item| (keyword, item.reason())));
+    }
+}
+
+impl<T: HasReason> NamesReasons for Vec<T> {
+    fn push_reasons<'a>(&'a self, keyword: &'static str, out: &mut Vec<(&'static str, &'a str)>) {
+        out.extend(self.iter().map(|item| (keyword, item.reason())));
+    }
+}
+
+/// An item of a denying statement.
+trait HasReason {
+    fn reason(&self) -> &str;
+}
+
+macro_rules! has_reason {
+    ($($ty:ty),*) => {$(
+        impl HasReason for $ty {
+            fn reason(&self) -> &str {
+                &self.reason
+            }
+        }
+    )*};
+}
+has_reason!(Limit, Rate, Budget, Deadline);
 
 impl EffectiveBlock {
     /// Whether `statement`, naming `reason`, shares the reason of `tools` in
@@ -457,56 +555,27 @@ impl EffectiveBlock {
             && (statement != "sampling" || self.sampling.enabled)
     }
 
-    /// Each statement that names a reason, with that reason: `sampling`,
-    /// `tools`, `max_input`, `max_messages`, `rate`, each `budget`, `deadline`.
-    pub fn statement_reasons(&self) -> Vec<(&'static str, &str)> {
-        let mut out: Vec<(&'static str, &str)> = vec![
-            ("sampling", self.sampling.reason.as_str()),
-            ("tools", self.tools.reason.as_str()),
-        ];
-        out.extend(
-            self.max_input
-                .iter()
-                .map(|l| ("max_input", l.reason.as_str())),
-        );
-        out.extend(
-            self.max_messages
-                .iter()
-                .map(|l| ("max_messages", l.reason.as_str())),
-        );
-        out.extend(self.rate.iter().map(|r| ("rate", r.reason.as_str())));
-        out.extend(self.budgets.iter().map(|b| ("budget", b.reason.as_str())));
-        out.extend(
-            self.deadline
-                .iter()
-                .map(|d| ("deadline", d.reason.as_str())),
-        );
-        out
-    }
-
     /// Every reason name this block can produce, without duplicates, sorted.
     pub fn reason_names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = vec![
-            self.sampling.reason.as_str(),
-            self.tools.reason.as_str(),
+        let mut names: Vec<&str> = self
+            .statement_reasons()
+            .into_iter()
+            .map(|(_, reason)| reason)
+            .collect();
+        // What any block produces: the trims' reasons and the user's answers.
+        names.extend([
             builtin::MAX_SCOPE,
             builtin::MAX_TOKENS,
             builtin::MODEL,
             builtin::USER_DENIED,
             builtin::USER_APPROVED,
-        ];
-        names.extend(self.max_input.iter().map(|l| l.reason.as_str()));
-        names.extend(self.max_messages.iter().map(|l| l.reason.as_str()));
-        names.extend(self.rate.iter().map(|r| r.reason.as_str()));
-        names.extend(self.budgets.iter().map(|b| b.reason.as_str()));
+        ]);
         // A client may report a deadline miss under any grant; without a
         // `deadline` statement it is denied as `policy.deadline`, so that
         // reason's declaration is part of what the block means.
-        names.push(
-            self.deadline
-                .as_ref()
-                .map_or(builtin::DEADLINE, |d| d.reason.as_str()),
-        );
+        if self.deadline.is_none() {
+            names.push(builtin::DEADLINE);
+        }
         names.sort_unstable();
         names.dedup();
         names
@@ -942,7 +1011,7 @@ pub mod builtin {
     pub const SAMPLING_DISABLED: &str = "policy.sampling_disabled";
     /// `tools off` and the request carries tools.
     pub const TOOLS_DISABLED: &str = "policy.tools_disabled";
-    /// `max_input` or `max_messages` exceeded.
+    /// An input limit (step 5) exceeded.
     pub const INPUT_TOO_LARGE: &str = "policy.input_too_large";
     /// `includeContext` trimmed to `max_context`.
     pub const MAX_SCOPE: &str = "policy.max_scope";
@@ -1118,17 +1187,14 @@ pub mod builtin {
     }
 
     /// The built-in reason a statement denies with when it names none
-    /// (`""` for a word that is not a denying statement).
+    /// (`""` for a word that is not a denying statement), as declared in
+    /// `statements.rs`.
     pub fn own_reason(statement: &str) -> &'static str {
-        match statement {
-            "sampling" => SAMPLING_DISABLED,
-            "tools" => TOOLS_DISABLED,
-            "max_input" | "max_messages" => INPUT_TOO_LARGE,
-            "rate" => RATE_LIMIT,
-            "budget" => BUDGET_EXHAUSTED,
-            "deadline" => DEADLINE,
-            _ => "",
-        }
+        super::OWN_REASONS
+            .iter()
+            .find(|(keyword, _)| *keyword == statement)
+            .and_then(|(_, reason)| *reason)
+            .unwrap_or("")
     }
 
     /// Whether a statement whose own built-in reason is `own` may deny as

@@ -397,6 +397,19 @@ fn public_api() -> String {
                 Item::Static(s) => &s.vis,
                 Item::Type(t) => &t.vis,
                 Item::Use(u) => &u.vis,
+                // Items generated from the statement declaration: named
+                // here, and listed one by one by `generated_items`.
+                Item::Macro(m)
+                    if m.mac.path.is_ident("for_each_statement")
+                        || m.mac
+                            .path
+                            .segments
+                            .last()
+                            .is_some_and(|s| s.ident == "for_each_statement") =>
+                {
+                    out.push(format!("{module}: {}", m.mac.to_token_stream()));
+                    continue;
+                }
                 _ => continue,
             };
             if !is_pub(vis) {
@@ -430,7 +443,50 @@ fn public_api() -> String {
             );
         }
     }
+    out.extend(generated_items(&methods));
     out.join("\n") + "\n"
+}
+
+/// What `for_each_statement!` generates, which `syn` cannot see: the
+/// fields of `table::EffectiveBlock` and the statements of
+/// `engine::Statement`, read from the runtime itself.
+fn generated_items(methods: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    use mcpolicy_runtime::engine::Statement;
+    use mcpolicy_runtime::table::{Budget, BudgetMetric, EffectiveBlock, Window};
+    let mut out = vec!["generated crate::table::EffectiveBlock: struct".to_owned()];
+    // The methods of their impls, which `syn` does see.
+    for (name, path) in [
+        ("EffectiveBlock", "crate::table::EffectiveBlock"),
+        ("Statement", "crate::engine::Statement"),
+    ] {
+        for m in methods.get(name).into_iter().flatten() {
+            out.push(format!("generated {path}::{m}"));
+        }
+    }
+    let block = EffectiveBlock::applied();
+    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&block) {
+        for (field, value) in fields {
+            out.push(format!(
+                "generated crate::table::EffectiveBlock::{field} (applied default: {value})"
+            ));
+        }
+    }
+    out.push("generated crate::engine::Statement: enum".to_owned());
+    let mut block = EffectiveBlock::built_in();
+    block.budgets.push(Budget {
+        metric: BudgetMetric::Requests,
+        limit: 1,
+        window: Window::RollingMs(1),
+        reason: String::new(),
+    });
+    for statement in Statement::of_block(&block) {
+        out.push(format!(
+            "generated crate::engine::Statement::{statement:?}: {} (step {})",
+            statement.name(),
+            statement.step().number()
+        ));
+    }
+    out
 }
 
 #[test]
