@@ -316,7 +316,7 @@ impl BlockReport {
         let listed: Vec<&PassedOver> = if self.passed_over.len() <= PASSED_OVER_SHOWN {
             self.passed_over.iter().collect()
         } else {
-            let mut nearest = explain::closest(
+            let mut nearest = explain::nearest(
                 self.passed_over.iter().map(|p| p.pattern.as_str()),
                 &self.id,
                 PASSED_OVER_NEAREST,

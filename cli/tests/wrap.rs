@@ -64,7 +64,7 @@ fn every_client_format_wraps_lists_and_undoes() {
                 .arg("wrap")
                 .arg(&config)
                 .arg("--policy")
-                .arg(policy())
+                .arg(repo().join("tests/cases/wrap/policy.mcpolicy"))
                 .args(["--mcpc", "/usr/local/bin/mcpc"])
                 .args(["--store", "/var/lib/mcpolicy/decisions.sqlite3"])
                 .args(extra);
@@ -76,7 +76,11 @@ fn every_client_format_wraps_lists_and_undoes() {
         };
 
         let dry = wrap(&["--dry-run"]);
-        assert_eq!(fs::read(&config).expect("read"), original, "--dry-run wrote");
+        assert_eq!(
+            fs::read(&config).expect("read"),
+            original,
+            "--dry-run wrote"
+        );
         let done = wrap(&[]);
         let wrapped = fs::read_to_string(&config).expect("read");
         assert_eq!(
@@ -95,15 +99,20 @@ fn every_client_format_wraps_lists_and_undoes() {
             "wrapped",
             format!("{}\n{}", redact(&text(&done.stderr)), redact(&wrapped))
         );
-        let backup = home
-            .path()
-            .join(format!("{}.mcpc-backup", config.file_name().unwrap().to_string_lossy()));
+        let backup = home.path().join(format!(
+            "{}.mcpc-backup",
+            config.file_name().unwrap().to_string_lossy()
+        ));
         assert_eq!(fs::read(&backup).expect("backup"), original);
 
         // Wrapping twice is wrapping once.
         let again = wrap(&[]);
         assert_eq!(fs::read_to_string(&config).expect("read"), wrapped);
-        assert!(text(&again.stderr).contains("nothing to change"), "{}", text(&again.stderr));
+        assert!(
+            text(&again.stderr).contains("nothing to change"),
+            "{}",
+            text(&again.stderr)
+        );
 
         let listed = run(mcpc(home.path()).arg("wrap").arg("--list").arg(&config));
         insta::assert_snapshot!("listed", redact(&text(&listed.stdout)));
@@ -147,14 +156,19 @@ fn bad_input_is_refused_and_nothing_is_written() {
         .output()
         .expect("runs");
     assert_eq!(missing.status.code(), Some(2));
-    let no_policy = mcpc(home.path()).arg("wrap").arg(&config).output().expect("runs");
+    let no_policy = mcpc(home.path())
+        .arg("wrap")
+        .arg(&config)
+        .output()
+        .expect("runs");
     assert_eq!(no_policy.status.code(), Some(2));
     assert!(text(&no_policy.stderr).contains("--policy"));
 }
 
 /// `sampling off`: every request is denied and the denial stored, so the
 /// store has a row to find.
-const DENY_ALL: &str = "mcpolicy 1\n\ndefaults {\n  sampling off\n}\n\nserver \"notes\" {\n  sampling off\n}\n";
+const DENY_ALL: &str =
+    "mcpolicy 1\n\ndefaults {\n  sampling off\n}\n\nserver \"notes\" {\n  sampling off\n}\n";
 
 const SAMPLING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":10}}"#;
 
@@ -202,7 +216,10 @@ fn a_proxy_with_a_clients_environment_writes_the_store_mcpc_store_reads() {
     shell(&mut ls);
     let listed = run(ls.args(["store", "ls", "--format", "json"]));
     let listed = text(&listed.stdout);
-    assert!(listed.contains("policy.sampling_disabled"), "{listed}\n{log}");
+    assert!(
+        listed.contains("policy.sampling_disabled"),
+        "{listed}\n{log}"
+    );
     assert!(
         home.path()
             .join(".local/state/mcpolicy/decisions.sqlite3")
@@ -232,8 +249,11 @@ fn a_proxy_with_a_clients_environment_writes_the_store_mcpc_store_reads() {
 fn wrap_with_a_store_records_it_for_mcpc_store() {
     let home = tempfile::tempdir().expect("temp dir");
     let config = home.path().join("claude_desktop_config.json");
-    fs::write(&config, "{\"mcpServers\": {\"notes\": {\"command\": \"notes-mcp\"}}}\n")
-        .expect("write");
+    fs::write(
+        &config,
+        "{\"mcpServers\": {\"notes\": {\"command\": \"notes-mcp\"}}}\n",
+    )
+    .expect("write");
     let store = home.path().join("team.sqlite3");
     run(mcpc(home.path())
         .arg("wrap")
@@ -249,12 +269,21 @@ fn wrap_with_a_store_records_it_for_mcpc_store() {
         format!("store = {}\n", Value::from(store.display().to_string()))
     );
     // Without --store, wrap writes the store mcpc store finds: that one.
-    fs::write(&config, "{\"mcpServers\": {\"notes\": {\"command\": \"notes-mcp\"}}}\n")
-        .expect("write");
-    run(mcpc(home.path()).arg("wrap").arg(&config).arg("--policy").arg(policy()));
+    fs::write(
+        &config,
+        "{\"mcpServers\": {\"notes\": {\"command\": \"notes-mcp\"}}}\n",
+    )
+    .expect("write");
+    run(mcpc(home.path())
+        .arg("wrap")
+        .arg(&config)
+        .arg("--policy")
+        .arg(policy()));
     let wrapped: Value =
         serde_json::from_str(&fs::read_to_string(&config).expect("read")).expect("JSON");
-    let args = wrapped["mcpServers"]["notes"]["args"].as_array().expect("args");
+    let args = wrapped["mcpServers"]["notes"]["args"]
+        .as_array()
+        .expect("args");
     let at = args.iter().position(|a| a == "--store").expect("--store");
     assert_eq!(args[at + 1], Value::from(store.display().to_string()));
 }
@@ -298,7 +327,8 @@ fn the_typescript_sdk_starts_a_wrapped_server_through_the_proxy() {
         return;
     };
     let suite = repo().join("tests/e2e/typescript");
-    let everything = suite.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let everything =
+        suite.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let home = tempfile::tempdir().expect("temp dir");
     let node_path = Command::new(&node)
         .args(["-e", "process.stdout.write(process.execPath)"])
@@ -335,12 +365,18 @@ fn the_typescript_sdk_starts_a_wrapped_server_through_the_proxy() {
         .expect("node runs");
     let stdout = text(&output.stdout);
     let stderr = text(&output.stderr);
-    let report: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let report: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
     assert_eq!(report["command"], env!("CARGO_BIN_EXE_mcpc"), "{report}");
     assert!(report.get("error").is_none(), "{report}\n{stderr}");
-    assert_eq!(report["asked"], serde_json::json!([50]), "{report}\n{stderr}");
-    let result = report["calls"][0]["content"][0]["text"].as_str().unwrap_or("");
+    assert_eq!(
+        report["asked"],
+        serde_json::json!([50]),
+        "{report}\n{stderr}"
+    );
+    let result = report["calls"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
     assert!(result.contains("a short summary"), "{report}");
     // The proxy knew the server by its name in the configuration, and said
     // which block governs it.
@@ -354,13 +390,20 @@ fn the_typescript_sdk_starts_a_wrapped_server_through_the_proxy() {
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
     assert!(!lines.is_empty());
-    assert!(lines.iter().all(|l| l["server"] == "everything"), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["server"] == "everything"),
+        "{lines:?}"
+    );
     // `mcpc store` from the shell reads what that proxy wrote.
     let mut ls = Command::new(env!("CARGO_BIN_EXE_mcpc"));
     ls.env("HOME", home.path())
         .env("XDG_STATE_HOME", home.path().join("xdg-state"));
     let listed = run(ls.args(["store", "ls", "--format", "json"]));
-    assert!(text(&listed.stdout).contains("everything"), "{}", text(&listed.stdout));
+    assert!(
+        text(&listed.stdout).contains("everything"),
+        "{}",
+        text(&listed.stdout)
+    );
 }
 
 /// A PostgreSQL server that asks for a cleartext password and then waits:
@@ -406,12 +449,20 @@ fn a_missing_postgres_password_names_where_one_may_come_from() {
         .env_remove("PGPASSWORD")
         .env("PGPASSFILE", home.path().join("no-such-passfile"))
         .args(["store", "stats", "--store"])
-        .arg(format!("host=127.0.0.1 port={port} user=me dbname=decisions"))
+        .arg(format!(
+            "host=127.0.0.1 port={port} user=me dbname=decisions"
+        ))
         .output()
         .expect("runs");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    for source in ["PGPASSWORD", "`env`", "passfile=", "PGPASSFILE", "~/.pgpass"] {
+    for source in [
+        "PGPASSWORD",
+        "`env`",
+        "passfile=",
+        "PGPASSFILE",
+        "~/.pgpass",
+    ] {
         assert!(stderr.contains(source), "{source}: {stderr}");
     }
 }

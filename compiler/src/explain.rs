@@ -358,8 +358,35 @@ pub const CLOSEST: usize = 3;
 /// not, and nearer the more of the id it covers: `everything` for
 /// `npm:@modelcontextprotocol/server-everything`. Otherwise nearness is the
 /// edit similarity of the pattern's literal text to the id, or to the id's
-/// last name (after its last `:` or `/`), whichever is higher.
+/// last name (after its last `:` or `/`), whichever is higher. The nearest
+/// is always named, the others only when their similarity is at least
+/// one half.
 pub fn closest<'p>(patterns: impl IntoIterator<Item = &'p str>, id: &str, n: usize) -> Vec<usize> {
+    let ranked = ranked(patterns, id, n);
+    // The nearest is always named; the others only when they are near.
+    ranked
+        .iter()
+        .enumerate()
+        .filter(|(rank, (score, _))| *rank == 0 || *score >= NEAR)
+        .map(|(_, (_, entry))| *entry)
+        .collect()
+}
+
+/// The entries of the `n` patterns nearest `id` by the measure of
+/// [`closest`], nearest first, however far: what `mcpc show` lists of the
+/// blocks an id passed over when they are too many to list.
+pub fn nearest<'p>(patterns: impl IntoIterator<Item = &'p str>, id: &str, n: usize) -> Vec<usize> {
+    ranked(patterns, id, n)
+        .into_iter()
+        .map(|(_, entry)| entry)
+        .collect()
+}
+
+fn ranked<'p>(
+    patterns: impl IntoIterator<Item = &'p str>,
+    id: &str,
+    n: usize,
+) -> Vec<(f64, usize)> {
     let id = id.to_lowercase();
     let tail = id.rsplit([':', '/']).next().unwrap_or(&id).to_owned();
     let mut scored: Vec<(f64, usize)> = patterns
@@ -369,8 +396,12 @@ pub fn closest<'p>(patterns: impl IntoIterator<Item = &'p str>, id: &str, n: usi
         .collect();
     // Highest score first; equal scores keep file order.
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    scored.into_iter().take(n).map(|(_, entry)| entry).collect()
+    scored.truncate(n);
+    scored
 }
+
+/// The similarity below which a pattern after the nearest is not named.
+const NEAR: f64 = 0.5;
 
 fn nearness(pattern: &str, id: &str, tail: &str) -> f64 {
     let longest = pattern
@@ -382,7 +413,10 @@ fn nearness(pattern: &str, id: &str, tail: &str) -> f64 {
         #[allow(clippy::cast_precision_loss, reason = "a ratio of two lengths")]
         return 1.0 + longest.chars().count() as f64 / id_len as f64;
     }
-    let literal: String = pattern.chars().filter(|c| !matches!(c, '*' | '?')).collect();
+    let literal: String = pattern
+        .chars()
+        .filter(|c| !matches!(c, '*' | '?'))
+        .collect();
     strsim::normalized_damerau_levenshtein(&literal, id)
         .max(strsim::normalized_damerau_levenshtein(&literal, tail))
 }
@@ -503,7 +537,7 @@ mod tests {
         let patterns = ["github-*", "everything", "everything-else", "slack"];
         let id = "npm:@modelcontextprotocol/server-everything";
         assert_eq!(select(patterns, id).matched, None);
-        assert_eq!(closest(patterns, id, CLOSEST), [1, 2, 0]);
+        assert_eq!(closest(patterns, id, CLOSEST), [1, 2]);
         // A typo is near by edit distance.
         assert_eq!(closest(patterns, "slak", 1), [3]);
         assert!(closest([], "x", CLOSEST).is_empty());

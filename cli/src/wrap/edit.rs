@@ -554,7 +554,8 @@ pub(crate) fn wrap(text: &str, how: &Wrapping) -> Result<(String, Vec<Outcome>),
     // Report against the file as it was: an entry is changed when its
     // text differs from before, and a wrapped one stays `Wrapped`.
     let after = servers(&wrapped)?;
-    for (((outcome, old), new), undone) in outcomes.iter_mut().zip(&before).zip(&after).zip(undone) {
+    for (((outcome, old), new), undone) in outcomes.iter_mut().zip(&before).zip(&after).zip(undone)
+    {
         outcome.kind = old.kind.clone();
         outcome.changed = old.command != new.command;
         if undone.skipped.is_some() {
@@ -624,8 +625,19 @@ mod tests {
 
     fn string() -> impl Strategy<Value = String> {
         prop::sample::select(vec![
-            "npx", "-y", "@acme/notes@2", "uvx", "C:\\Program Files\\x.exe", "a \"quoted\" arg",
-            "é", "${input:token}", "", "--", "mcpc", "proxy", "/usr/bin/node",
+            "npx",
+            "-y",
+            "@acme/notes@2",
+            "uvx",
+            "C:\\Program Files\\x.exe",
+            "a \"quoted\" arg",
+            "é",
+            "${input:token}",
+            "",
+            "--",
+            "mcpc",
+            "proxy",
+            "/usr/bin/node",
         ])
         .prop_map(str::to_owned)
     }
@@ -647,8 +659,10 @@ mod tests {
                     members.push(("args".to_owned(), format!("[{}]", items.join(", "))));
                 }
                 if let Some(env) = env {
-                    let items: Vec<String> =
-                        env.iter().map(|(k, v)| format!("{}: {}", q(k), q(v))).collect();
+                    let items: Vec<String> = env
+                        .iter()
+                        .map(|(k, v)| format!("{}: {}", q(k), q(v)))
+                        .collect();
                     members.push(("env".to_owned(), format!("{{{}}}", items.join(", "))));
                 }
                 if typed {
@@ -658,20 +672,34 @@ mod tests {
                 members.rotate_left(usize::from(order) % n);
                 members
             });
-        let http = prop::sample::select(vec!["url", "serverUrl"]).prop_map(|key| {
-            vec![(key.to_owned(), "\"https://mcp.example.com/mcp\"".to_owned())]
-        });
+        let http = prop::sample::select(vec!["url", "serverUrl"])
+            .prop_map(|key| vec![(key.to_owned(), "\"https://mcp.example.com/mcp\"".to_owned())]);
         prop_oneof![4 => stdio, 1 => http]
     }
 
     fn render(servers: &[(String, Vec<(String, String)>)], layout: &Layout) -> String {
-        let Layout { newline: nl, indent: i, jsonc, map } = layout;
-        let comment = |text: &str| if *jsonc { format!(" /* {text} */") } else { String::new() };
+        let Layout {
+            newline: nl,
+            indent: i,
+            jsonc,
+            map,
+        } = layout;
+        let comment = |text: &str| {
+            if *jsonc {
+                format!(" /* {text} */")
+            } else {
+                String::new()
+            }
+        };
         let trailing = if *jsonc { "," } else { "" };
         let mut out = format!("{{{nl}{i}\"{map}\": {{");
         for (n, (name, members)) in servers.iter().enumerate() {
             let sep = if n == 0 { "" } else { "," };
-            out.push_str(&format!("{sep}{}{nl}{i}{i}{}: {{", comment("next"), Json::from(name.as_str())));
+            out.push_str(&format!(
+                "{sep}{}{nl}{i}{i}{}: {{",
+                comment("next"),
+                Json::from(name.as_str())
+            ));
             for (m, (key, value)) in members.iter().enumerate() {
                 let sep = if m == 0 { "" } else { "," };
                 let value = if *jsonc && key == "args" {
@@ -774,7 +802,10 @@ mod tests {
             ("{ \"mcpServers\": { \"a\": {}, ", "JSON"),
             ("{ \"other\": {} }", "`mcpServers`"),
             ("{ \"servers\": [] }", "not an object"),
-            ("{ \"servers\": { \"a\": {\"command\": \"x\"}, \"a\": {\"command\": \"y\"} } }", "twice"),
+            (
+                "{ \"servers\": { \"a\": {\"command\": \"x\"}, \"a\": {\"command\": \"y\"} } }",
+                "twice",
+            ),
             ("{ 'servers': {} }", "JSON"),
         ] {
             let error = wrap(text, &how("/p")).expect_err(text).to_string();

@@ -131,7 +131,10 @@ fn describe(outcome: &Outcome, undo: bool) -> String {
 
 /// The settings every wrapped entry gets, with the policy checked first.
 fn wrapping(args: &Args) -> Result<Wrapping, ExitCode> {
-    let policy = args.policy.as_ref().ok_or_else(|| fail("--policy FILE is required"))?;
+    let policy = args
+        .policy
+        .as_ref()
+        .ok_or_else(|| fail("--policy FILE is required"))?;
     let policy_text = policy.to_string_lossy();
     match load_policy_with_source(&policy_text, args.color) {
         Ok(_) => {}
@@ -156,7 +159,11 @@ fn wrapping(args: &Args) -> Result<Wrapping, ExitCode> {
     let mcpc = match &args.mcpc {
         Some(mcpc) => mcpc.clone(),
         None => std::env::current_exe()
-            .map_err(|e| fail(format!("cannot find this mcpc's path ({e}); pass --mcpc PATH")))?
+            .map_err(|e| {
+                fail(format!(
+                    "cannot find this mcpc's path ({e}); pass --mcpc PATH"
+                ))
+            })?
             .to_string_lossy()
             .into_owned(),
     };
@@ -199,7 +206,9 @@ fn write_backup(config: &Path, backup: &Path, text: &str) -> Result<(), String> 
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(cannot)?;
-    temp.as_file().set_permissions(permissions).map_err(cannot)?;
+    temp.as_file()
+        .set_permissions(permissions)
+        .map_err(cannot)?;
     temp.write_all(text.as_bytes()).map_err(cannot)?;
     temp.as_file().sync_all().map_err(cannot)?;
     temp.persist(backup).map_err(|e| cannot(e.error))?;
