@@ -13,13 +13,14 @@
 //! generated configurations) are unit tests of `cli/src/wrap/edit.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+#[allow(dead_code, reason = "this suite drives its own script, not `drive`")]
 mod sdk_driver;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use sdk_driver::{repo, unavailable};
+use sdk_driver::{repo, typescript_node};
 use serde_json::Value;
 
 fn mcpc(home: &Path) -> Command {
@@ -288,42 +289,9 @@ fn wrap_with_a_store_records_it_for_mcpc_store() {
     assert_eq!(args[at + 1], Value::from(store.display().to_string()));
 }
 
-fn node_with_deps() -> Option<String> {
-    let node = std::env::var("MCPOLICY_NODE").unwrap_or_else(|_| "node".to_owned());
-    let suite = repo().join("tests/e2e/typescript");
-    let probe = Command::new(&node).arg("--version").output();
-    let why = match &probe {
-        Ok(output) if output.status.success() => {
-            let installed = [
-                "@modelcontextprotocol/sdk",
-                "@modelcontextprotocol/server-everything",
-            ]
-            .iter()
-            .all(|p| {
-                suite
-                    .join("node_modules")
-                    .join(p)
-                    .join("package.json")
-                    .is_file()
-            });
-            if installed {
-                return Some(node);
-            }
-            "the npm dependencies are not installed".to_owned()
-        }
-        Ok(output) => text(&output.stderr).trim().to_owned(),
-        Err(error) => format!("{node}: {error}"),
-    };
-    unavailable(
-        "MCPOLICY_REQUIRE_NODE",
-        &format!("the TypeScript SDK suite cannot run: {why}"),
-        "run tests/e2e/typescript/setup.sh",
-    )
-}
-
 #[test]
 fn the_typescript_sdk_starts_a_wrapped_server_through_the_proxy() {
-    let Some(node) = node_with_deps() else {
+    let Some(node) = typescript_node() else {
         return;
     };
     let suite = repo().join("tests/e2e/typescript");
