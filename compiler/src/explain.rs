@@ -534,12 +534,21 @@ mod tests {
 
     #[test]
     fn the_closest_pattern_is_the_one_the_id_contains() {
-        let patterns = ["github-*", "everything", "everything-else", "slack"];
+        let patterns = [
+            "github-*",
+            "everything",
+            "server-every*",
+            "everything-else",
+            "slack",
+        ];
         let id = "npm:@modelcontextprotocol/server-everything";
         assert_eq!(select(patterns, id).matched, None);
-        assert_eq!(closest(patterns, id, CLOSEST), [1, 2]);
+        // Both contained, the one covering more of the id first; the far
+        // ones (`github-*`, `everything-else`) are not named.
+        assert_eq!(closest(patterns, id, CLOSEST), [2, 1]);
+        assert_eq!(nearest(patterns, id, 5).len(), 5);
         // A typo is near by edit distance.
-        assert_eq!(closest(patterns, "slak", 1), [3]);
+        assert_eq!(closest(patterns, "slak", 1), [4]);
         assert!(closest([], "x", CLOSEST).is_empty());
     }
 
