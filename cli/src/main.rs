@@ -34,6 +34,8 @@ mod show;
 mod store;
 mod store_open;
 mod test;
+mod user_config;
+mod wrap;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -93,6 +95,8 @@ enum Command {
     Show(show::Args),
     /// Compare two policies: which blocks' stored decisions an edit invalidates, and why.
     Diff(diff::Args),
+    /// Put every stdio server of an MCP client's configuration behind `mcpc proxy` (`--undo`, `--list`).
+    Wrap(wrap::Args),
     /// Print a shell completion script: `mcpc completions bash|zsh|fish|elvish|powershell`.
     Completions(completions::CompletionsArgs),
     /// Print the manual page (`mcpc man | man -l -`), or write every page with `--dir`.
@@ -181,6 +185,7 @@ fn main() -> ExitCode {
         Command::Store(args) => store::run(args),
         Command::Show(args) => show::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Wrap(args) => wrap::run(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
     }

@@ -18,7 +18,8 @@ use mcpolicy_proxy::{self as proxy, server_id};
 use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::SystemClock;
 
-use super::policy::{LoadFailure, load_policy};
+use super::policy::{LoadFailure, load_policy_with_source};
+use super::show::BlockReport;
 use super::store_open::{self, Create, Now};
 use super::{ColorChoice, fail};
 
@@ -30,9 +31,10 @@ pub struct Args {
     /// The decision store: a SQLite file path, or a PostgreSQL store shared by a fleet
     /// (postgres://USER@HOST/DB?schema=NAME or host=… dbname=…; the password from PGPASSWORD
     /// or a password file, never here; TLS as libpq: sslmode=verify-full sslrootcert=CA.pem)
-    /// [default: $XDG_STATE_HOME/mcpolicy/decisions.sqlite3,
-    /// ~/.local/state/mcpolicy/… on Linux, ~/Library/Application Support/mcpolicy/… on macOS,
-    /// %LOCALAPPDATA%\mcpolicy\… on Windows].
+    /// [default: `store` in ~/.config/mcpolicy/config.toml, else
+    /// ~/.local/state/mcpolicy/decisions.sqlite3 on Linux, ~/Library/Application
+    /// Support/mcpolicy/… on macOS, %LOCALAPPDATA%\mcpolicy\… on Windows; never
+    /// $XDG_STATE_HOME, which an MCP client does not pass on].
     #[arg(long, value_name = "SPEC")]
     store: Option<String>,
     /// The id the policy knows this server by [default: derived from a registry
@@ -56,8 +58,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let policy = match load_policy(&args.policy, args.color) {
-        Ok(policy) => policy,
+    let (policy, source) = match load_policy_with_source(&args.policy, args.color) {
+        Ok(loaded) => loaded,
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => {
             return fail(format!(
@@ -73,8 +75,9 @@ pub fn run(args: Args) -> ExitCode {
             Err(underivable) => return fail(underivable),
         },
     };
-    let Some(store_spec) = args.store.clone().or_else(store_open::default_spec) else {
-        return fail("no home directory to put the decision store in; pass --store PATH");
+    let store_spec = match args.store.clone().map_or_else(store_open::default_spec, Ok) {
+        Ok(spec) => spec,
+        Err(error) => return fail(error),
     };
     let store = match store_open::open(&store_spec, Create::WithDirectory, Now::System) {
         Ok(store) => store,
@@ -98,6 +101,13 @@ pub fn run(args: Args) -> ExitCode {
         None => None,
     };
     log.line(format_args!("policy {}, store {}", args.policy, store_spec));
+    // Which block governs this server, said once at start, as `mcpc show
+    // --server` says it (`docs/spec/clients.md`, "Which block governs a server").
+    let governing = BlockReport::governing(policy.table(), source.as_ref(), &server_id);
+    log.line(format_args!("governing block: {}", governing.governed_by()));
+    if let Some(warning) = governing.warning() {
+        log.line(format_args!("warning: {warning}"));
+    }
     let engine = Engine::new(policy, store, Arc::new(SystemClock));
     let stdout: proxy::session::Sink = Box::new(std::io::stdout());
     // A PostgreSQL store may have read its password from PGPASSWORD: that

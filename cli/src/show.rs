@@ -38,6 +38,9 @@ JSON (--format json): one object
                  block: `server \"PATTERN\"` or `defaults`, pattern, line, digest}
   passed_over   [{entry, pattern, line, why, part}]: the blocks tried before it, in order;
                  part is the piece of the pattern the id fails, when there is one
+                 (every one; the human report lists at most 8, the nearest to the id)
+  closest       [{entry, pattern, line}]: when no server block matches but the policy has
+                 some, the patterns nearest the id, nearest first (at most 3); else []
   statements    [{statement, value, origin, line}]: the effective block in declaration
                  order, one entry per budget; value is the statement as it takes effect
                  (null: not set), origin `server`, `defaults`, `built-in` (null for a
@@ -68,12 +71,7 @@ pub fn run(args: Args) -> ExitCode {
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => return ExitCode::from(1),
     };
-    let table = policy.table();
-    let selection = explain::select(
-        table.servers.iter().map(|e| e.pattern.as_str()),
-        &args.server,
-    );
-    let report = BlockReport::new(table, source.as_ref(), &selection, selection.matched);
+    let report = BlockReport::governing(policy.table(), source.as_ref(), &args.server);
     match args.format {
         Format::Human => emit(&report.human()),
         Format::Json => emit(&format!("{:#}\n", report.json())),
@@ -103,6 +101,20 @@ pub(crate) struct PassedOver {
     mismatch: Mismatch,
 }
 
+/// A pattern near an id that no server block matches.
+#[derive(Debug, Clone)]
+pub(crate) struct Near {
+    entry: usize,
+    pattern: String,
+    line: Option<usize>,
+}
+
+/// How many blocks passed over the human report lists; past it, the
+/// nearest [`PASSED_OVER_NEAREST`] and a count (a 10,000-server policy
+/// would otherwise print a line per block).
+const PASSED_OVER_SHOWN: usize = 8;
+const PASSED_OVER_NEAREST: usize = 5;
+
 /// Which block governs a server id and what it says, with provenance.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockReport {
@@ -112,6 +124,9 @@ pub(crate) struct BlockReport {
     line: Option<usize>,
     digest: String,
     passed_over: Vec<PassedOver>,
+    /// No server block matches but the policy has some: the nearest
+    /// patterns (`explain::closest`), nearest first.
+    closest: Vec<Near>,
     /// The effective block's statements, one per budget.
     pub rows: Vec<StatementRow>,
     /// Block labels by entry (`None`: defaults), for step lines.
@@ -119,6 +134,14 @@ pub(crate) struct BlockReport {
 }
 
 impl BlockReport {
+    /// The report for the block that governs `id`, as the engine selects
+    /// it: what `mcpc show`, `mcpc proxy` at start and `mcpc wrap --list`
+    /// say (`docs/spec/clients.md`, "Which block governs a server").
+    pub fn governing(table: &Table, source: Option<&PolicySource>, id: &str) -> Self {
+        let selection = explain::select(table.servers.iter().map(|e| e.pattern.as_str()), id);
+        BlockReport::new(table, source, &selection, selection.matched)
+    }
+
     /// The report for the block at `entry` (the selection's, or the one a
     /// decision's cause names) and the blocks `selection` passed before it.
     pub fn new(
@@ -173,6 +196,21 @@ impl BlockReport {
                 mismatch: t.mismatch.clone(),
             })
             .collect();
+        let closest = match entry {
+            Some(_) => Vec::new(),
+            None => explain::closest(
+                table.servers.iter().map(|e| e.pattern.as_str()),
+                &selection.id,
+                explain::CLOSEST,
+            )
+            .into_iter()
+            .map(|i| Near {
+                entry: i,
+                pattern: table.servers[i].pattern.clone(),
+                line: block_line(Some(i)),
+            })
+            .collect(),
+        };
         let mut labels: Vec<String> = table
             .servers
             .iter()
@@ -186,6 +224,7 @@ impl BlockReport {
             line: block_line(entry),
             digest: governing.digest.clone(),
             passed_over,
+            closest,
             rows,
             labels,
         }
@@ -236,16 +275,73 @@ impl BlockReport {
         }
     }
 
+    /// The governing block in one line: `server id `X`: server "P" (line 9)`.
+    pub fn governed_by(&self) -> String {
+        format!("server id `{}`: {}", self.id, self.block_text())
+    }
+
+    /// When only `defaults` govern although the policy has server blocks
+    /// (seldom meant: an id derived from a command, or a name spelt
+    /// differently), a warning naming the nearest patterns.
+    pub fn warning(&self) -> Option<String> {
+        let (nearest, others) = self.closest.split_first()?;
+        let name = |n: &Near| {
+            let line = n.line.map_or(String::new(), |l| format!(" (line {l})"));
+            format!("server \"{}\"{line}", n.pattern)
+        };
+        let mut text = format!(
+            "no server block matches server id `{}`, so only `defaults` govern it; the closest pattern is {}",
+            self.id,
+            name(nearest)
+        );
+        if !others.is_empty() {
+            let rest: Vec<String> = others.iter().map(name).collect();
+            text.push_str(&format!(" (then {})", rest.join(", ")));
+        }
+        let meant = if nearest.pattern.contains(['*', '?']) {
+            "an id that pattern matches".to_owned()
+        } else {
+            format!("`--server-id {}`", nearest.pattern)
+        };
+        text.push_str(&format!(
+            ". If that block is meant for this server, give the proxy {meant} \
+             (`mcpc wrap` sets each server's id to its name in the client's configuration)"
+        ));
+        Some(text)
+    }
+
     /// The human report.
     pub fn human(&self) -> String {
-        let mut out = format!("server id `{}`: {}\n", self.id, self.block_text());
-        for p in &self.passed_over {
+        let mut out = format!("{}\n", self.governed_by());
+        let listed: Vec<&PassedOver> = if self.passed_over.len() <= PASSED_OVER_SHOWN {
+            self.passed_over.iter().collect()
+        } else {
+            let mut nearest = explain::nearest(
+                self.passed_over.iter().map(|p| p.pattern.as_str()),
+                &self.id,
+                PASSED_OVER_NEAREST,
+            );
+            nearest.sort_unstable();
+            nearest.iter().map(|&i| &self.passed_over[i]).collect()
+        };
+        for p in &listed {
             let line = p.line.map_or(String::new(), |l| format!(" (line {l})"));
             out.push_str(&format!(
                 "  not server \"{}\"{line}: {}\n",
                 p.pattern,
                 why(&p.pattern, &p.mismatch)
             ));
+        }
+        let unlisted = self.passed_over.len() - listed.len();
+        if unlisted > 0 {
+            out.push_str(&format!(
+                "  … and {unlisted} more server block{} before it (those above are the nearest \
+                 to the id; `--format json` lists every one)\n",
+                if unlisted == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(warning) = self.warning() {
+            out.push_str(&format!("warning: {warning}\n"));
         }
         out.push_str(&format!("effective block, digest {}:\n", self.digest));
         let width = self
@@ -284,6 +380,11 @@ impl BlockReport {
                 "line": p.line,
                 "why": why(&p.pattern, &p.mismatch),
                 "part": part(&p.mismatch),
+            })).collect::<Vec<_>>(),
+            "closest": self.closest.iter().map(|n| json!({
+                "entry": n.entry,
+                "pattern": n.pattern,
+                "line": n.line,
             })).collect::<Vec<_>>(),
             "statements": self.rows.iter().map(|r| self.row_json(r)).collect::<Vec<_>>(),
         })

@@ -94,11 +94,19 @@ impl fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
-/// The store the proxy uses when `--store` is not given
-/// ([`mcpolicy_proxy::default_store_path`]), as a spec; `None` without a
-/// home directory.
-pub fn default_spec() -> Option<String> {
-    mcpolicy_proxy::default_store_path().map(|path| path.to_string_lossy().into_owned())
+/// The store `mcpc proxy` and `mcpc store` use when `--store` is not given:
+/// the `store` of the user's `config.toml` ([`crate::user_config`]), else
+/// the platform's default path ([`mcpolicy_proxy::default_store_path`]).
+/// Both are found from the home directory alone, so a proxy started by an
+/// MCP client with a reduced environment and a command in the user's shell
+/// agree (`docs/spec/clients.md`, "Which store").
+pub fn default_spec() -> Result<String, String> {
+    if let Some(store) = crate::user_config::read()?.store {
+        return Ok(store);
+    }
+    mcpolicy_proxy::default_store_path()
+        .map(|path| path.to_string_lossy().into_owned())
+        .ok_or_else(|| "no home directory to find the decision store in; pass --store".to_owned())
 }
 
 /// The scheme of a `scheme://…` spec (RFC 3986 letters), `None` for a path.

@@ -12,52 +12,17 @@
 mod sdk_driver;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use sdk_driver::{Run, drive, repo, unavailable};
+use sdk_driver::{Run, drive, repo, typescript_node};
 use serde_json::Value;
 
 fn suite() -> PathBuf {
     repo().join("tests/e2e/typescript")
 }
 
-/// `node`, when it runs and the npm dependencies are installed; `None`
-/// (skipped) unless required.
-fn node_with_deps() -> Option<String> {
-    let node = std::env::var("MCPOLICY_NODE").unwrap_or_else(|_| "node".to_owned());
-    let probe = Command::new(&node).arg("--version").output();
-    let why = match &probe {
-        Ok(output) if output.status.success() => {
-            let installed = [
-                "@modelcontextprotocol/sdk",
-                "@modelcontextprotocol/server-everything",
-            ]
-            .iter()
-            .all(|p| {
-                suite()
-                    .join("node_modules")
-                    .join(p)
-                    .join("package.json")
-                    .is_file()
-            });
-            if installed {
-                return Some(node);
-            }
-            "the npm dependencies are not installed".to_owned()
-        }
-        Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        Err(error) => format!("{node}: {error}"),
-    };
-    unavailable(
-        "MCPOLICY_REQUIRE_NODE",
-        &format!("the TypeScript SDK suite cannot run: {why}"),
-        "run tests/e2e/typescript/setup.sh",
-    )
-}
-
 #[test]
 fn a_refused_sampling_task_is_replayed_from_the_store() {
-    let Some(node) = node_with_deps() else {
+    let Some(node) = typescript_node() else {
         return;
     };
     let Run {

@@ -213,3 +213,68 @@ fn errors_and_help() {
     assert!(help.contains("Exit codes: 0 shown"), "{help}");
     assert!(help.contains("passed_over"), "{help}");
 }
+
+/// A policy of 300 server blocks: `show` of an id none matches is a few
+/// lines (the nearest blocks, a count, the warning naming the closest
+/// pattern), and the proxy says the same at start.
+#[test]
+fn a_large_policy_gives_a_bounded_answer_with_the_closest_pattern() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // (The output's bound does not depend on the size; 10,000 blocks give
+    // the same eight lines, but take a debug build a minute to check.)
+    let mut text = String::from("mcpolicy 1\n\ndefaults {\n  max_tokens 100\n}\n");
+    for i in 0..300 {
+        text.push_str(&format!(
+            "\nserver \"srv-{i:05}\" {{\n  max_tokens 10\n}}\n"
+        ));
+    }
+    text.push_str("\nserver \"everything\" {\n  max_tokens 20\n}\n");
+    let policy = dir.path().join("big.mcpolicy");
+    std::fs::write(&policy, &text).expect("write");
+    let policy = policy.to_str().expect("utf-8");
+
+    let id = "npm:@modelcontextprotocol/server-everything";
+    let run = mcpc(&["show", policy, "--server", id]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let head: Vec<&str> = run
+        .stdout
+        .lines()
+        .take_while(|l| !l.starts_with("effective"))
+        .collect();
+    assert!(head.len() <= 8, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("… and 296 more server blocks before it"),
+        "{}",
+        run.stdout
+    );
+    let warning = head
+        .iter()
+        .find(|l| l.starts_with("warning: "))
+        .expect("a warning");
+    assert!(
+        warning.contains("the closest pattern is server \"everything\" (line 1207)"),
+        "{warning}"
+    );
+    assert!(warning.contains("`--server-id everything`"), "{warning}");
+    let doc = show_json(policy, id);
+    assert_eq!(doc["passed_over"].as_array().expect("all").len(), 301);
+    assert_eq!(doc["closest"][0]["pattern"], "everything");
+
+    // The proxy logs the same block and the same warning at start.
+    let out = Command::new(env!("CARGO_BIN_EXE_mcpc"))
+        .args(["proxy", "--policy", policy, "--store"])
+        .arg(dir.path().join("s.sqlite3"))
+        .args(["--", "npx", "-y", "@modelcontextprotocol/server-everything"])
+        .env("PATH", "/nonexistent")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runs");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let governed = run.stdout.lines().next().expect("a first line");
+    assert!(
+        log.contains(&format!("governing block: {governed}")),
+        "{log}"
+    );
+    assert!(log.contains(&format!("{}\n", warning)), "{log}");
+}

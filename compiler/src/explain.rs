@@ -346,6 +346,81 @@ pub fn select<'p>(patterns: impl IntoIterator<Item = &'p str>, id: &str) -> Sele
     }
 }
 
+/// How many of the nearest patterns `mcpc proxy`, `mcpc show` and `mcpc
+/// wrap --list` name when only the `defaults` govern a server id.
+pub const CLOSEST: usize = 3;
+
+/// The entries of the `n` patterns nearest `id`, nearest first (ties in
+/// file order): what is named when no server block matches an id and only
+/// the `defaults` govern it, which is seldom meant (`docs/spec/clients.md`,
+/// "Which block governs a server"). A pattern whose longest literal piece (the text between its
+/// wildcards) occurs in the id, ignoring case, is nearer than any that does
+/// not, and nearer the more of the id it covers: `everything` for
+/// `npm:@modelcontextprotocol/server-everything`. Otherwise nearness is the
+/// edit similarity of the pattern's literal text to the id, or to the id's
+/// last name (after its last `:` or `/`), whichever is higher. The nearest
+/// is always named, the others only when their similarity is at least
+/// one half.
+pub fn closest<'p>(patterns: impl IntoIterator<Item = &'p str>, id: &str, n: usize) -> Vec<usize> {
+    let ranked = ranked(patterns, id, n);
+    // The nearest is always named; the others only when they are near.
+    ranked
+        .iter()
+        .enumerate()
+        .filter(|(rank, (score, _))| *rank == 0 || *score >= NEAR)
+        .map(|(_, (_, entry))| *entry)
+        .collect()
+}
+
+/// The entries of the `n` patterns nearest `id` by the measure of
+/// [`closest`], nearest first, however far: what `mcpc show` lists of the
+/// blocks an id passed over when they are too many to list.
+pub fn nearest<'p>(patterns: impl IntoIterator<Item = &'p str>, id: &str, n: usize) -> Vec<usize> {
+    ranked(patterns, id, n)
+        .into_iter()
+        .map(|(_, entry)| entry)
+        .collect()
+}
+
+fn ranked<'p>(
+    patterns: impl IntoIterator<Item = &'p str>,
+    id: &str,
+    n: usize,
+) -> Vec<(f64, usize)> {
+    let id = id.to_lowercase();
+    let tail = id.rsplit([':', '/']).next().unwrap_or(&id).to_owned();
+    let mut scored: Vec<(f64, usize)> = patterns
+        .into_iter()
+        .enumerate()
+        .map(|(entry, p)| (nearness(&p.to_lowercase(), &id, &tail), entry))
+        .collect();
+    // Highest score first; equal scores keep file order.
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.truncate(n);
+    scored
+}
+
+/// The similarity below which a pattern after the nearest is not named.
+const NEAR: f64 = 0.5;
+
+fn nearness(pattern: &str, id: &str, tail: &str) -> f64 {
+    let longest = pattern
+        .split(['*', '?'])
+        .max_by_key(|piece| piece.chars().count())
+        .unwrap_or("");
+    let id_len = id.chars().count().max(1);
+    if longest.chars().count() >= 3 && id.contains(longest) {
+        #[allow(clippy::cast_precision_loss, reason = "a ratio of two lengths")]
+        return 1.0 + longest.chars().count() as f64 / id_len as f64;
+    }
+    let literal: String = pattern
+        .chars()
+        .filter(|c| !matches!(c, '*' | '?'))
+        .collect();
+    strsim::normalized_damerau_levenshtein(&literal, id)
+        .max(strsim::normalized_damerau_levenshtein(&literal, tail))
+}
+
 /// Why `pattern` does not match `id` (both NFC), or `None` when it matches.
 /// It reads the pattern the way matching defines it (`*` any run, `?` one
 /// character), so it agrees with `table::pattern::matches`; a property
@@ -454,6 +529,51 @@ mod tests {
             let expected = patterns.iter().position(|p| pattern::matches(p, &id));
             prop_assert_eq!(selection.matched, expected);
             prop_assert_eq!(selection.tried.len(), expected.unwrap_or(patterns.len()));
+        }
+    }
+
+    #[test]
+    fn the_closest_pattern_is_the_one_the_id_contains() {
+        let patterns = [
+            "github-*",
+            "everything",
+            "server-every*",
+            "everything-else",
+            "slack",
+        ];
+        let id = "npm:@modelcontextprotocol/server-everything";
+        assert_eq!(select(patterns, id).matched, None);
+        // Both contained, the one covering more of the id first; the far
+        // ones (`github-*`, `everything-else`) are not named.
+        assert_eq!(closest(patterns, id, CLOSEST), [2, 1]);
+        assert_eq!(nearest(patterns, id, 5).len(), 5);
+        // A typo is near by edit distance.
+        assert_eq!(closest(patterns, "slak", 1), [4]);
+        assert!(closest([], "x", CLOSEST).is_empty());
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// With server blocks there is always a closest pattern and never
+        /// more than asked; when a pattern's literal piece occurs in the id,
+        /// such a pattern is named first.
+        #[test]
+        fn closest_is_bounded_and_prefers_a_contained_name(
+            patterns in proptest::collection::vec("[a-d*]{1,6}", 1..20),
+            prefix in "[a-z:/@]{0,8}",
+            pick in any::<proptest::sample::Index>(),
+        ) {
+            let named = pick.get(&patterns).replace('*', "");
+            let id = format!("{prefix}{named}");
+            let found = closest(patterns.iter().map(String::as_str), &id, CLOSEST);
+            prop_assert!(!found.is_empty());
+            prop_assert!(found.len() <= CLOSEST);
+            let lower = id.to_lowercase();
+            let contained = |p: &str| nearness(&p.to_lowercase(), &lower, &lower) > 1.0;
+            if patterns.iter().any(|p| contained(p)) {
+                prop_assert!(contained(&patterns[found[0]]));
+            }
         }
     }
 

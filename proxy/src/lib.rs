@@ -55,29 +55,36 @@ pub enum ProxyError {
     Wait(io::Error),
 }
 
-/// Where decisions are stored when `--store` is not given: the platform's
-/// per-user state directory. `$XDG_STATE_HOME/mcpolicy/decisions.sqlite3`,
-/// else `~/.local/state/mcpolicy/decisions.sqlite3` (Linux and other Unix);
-/// `~/Library/Application Support/mcpolicy/decisions.sqlite3` (macOS);
-/// `%LOCALAPPDATA%\mcpolicy\decisions.sqlite3` (Windows). Every proxy of a
-/// user shares it, so a server cannot escape a budget by being launched twice.
+/// Where decisions are stored when neither `--store` nor the user's
+/// `config.toml` names a store: the platform's per-user state directory,
+/// found from the home directory alone. `~/.local/state/mcpolicy/decisions.sqlite3`
+/// (Linux and other Unix); `~/Library/Application Support/mcpolicy/decisions.sqlite3`
+/// (macOS); `%LOCALAPPDATA%\mcpolicy\decisions.sqlite3` (Windows). Every
+/// proxy of a user shares it, so a server cannot escape a budget by being
+/// launched twice.
+///
+/// Never `XDG_STATE_HOME`: MCP clients start servers with a reduced
+/// environment (the TypeScript SDK passes only `HOME`, `PATH`, `SHELL`,
+/// `TERM`, `USER` and `LOGNAME`), so a variable set in the user's shell
+/// would send `mcpc store` to one store and the proxies to another
+/// (`docs/spec/clients.md`, "Which store").
 pub fn default_store_path() -> Option<PathBuf> {
-    let env_dir = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
     let base = if cfg!(windows) {
-        env_dir("LOCALAPPDATA")?
+        std::env::var_os("LOCALAPPDATA")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)?
     } else if cfg!(target_os = "macos") {
-        env_dir("HOME")?.join("Library/Application Support")
+        home_dir()?.join("Library/Application Support")
     } else {
-        match env_dir("XDG_STATE_HOME") {
-            Some(dir) => dir,
-            None => env_dir("HOME")?.join(".local/state"),
-        }
+        home_dir()?.join(".local/state")
     };
     Some(base.join("mcpolicy").join("decisions.sqlite3"))
+}
+
+/// The user's home directory: `HOME` when it is set and not empty, else the
+/// system's account database (a client may start the proxy without `HOME`).
+pub fn home_dir() -> Option<PathBuf> {
+    std::env::home_dir().filter(|dir| !dir.as_os_str().is_empty())
 }
 
 /// Reads one `\n`-terminated line into `buf` (cleared first), at most `max`

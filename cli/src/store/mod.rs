@@ -79,9 +79,10 @@ pub enum Format {
 pub struct Common {
     /// The decision store: a SQLite file path or a PostgreSQL store (postgres://… or
     /// host=… dbname=…, password from PGPASSWORD or a password file, TLS as libpq:
-    /// sslmode=verify-full sslrootcert=CA.pem) [default: the proxy's,
-    /// $XDG_STATE_HOME/mcpolicy/decisions.sqlite3, ~/.local/state/mcpolicy/… on Linux,
-    /// ~/Library/Application Support/mcpolicy/… on macOS, %LOCALAPPDATA%\mcpolicy\… on Windows].
+    /// sslmode=verify-full sslrootcert=CA.pem) [default: the proxy's: `store` in
+    /// ~/.config/mcpolicy/config.toml, else ~/.local/state/mcpolicy/decisions.sqlite3 on
+    /// Linux, ~/Library/Application Support/mcpolicy/… on macOS, %LOCALAPPDATA%\mcpolicy\…
+    /// on Windows].
     #[arg(long, value_name = "SPEC")]
     store: Option<String>,
     /// Output format.
@@ -110,14 +111,11 @@ impl Ctx {
             })?,
             None => SystemClock.now(),
         };
-        let spec = match common.store.clone().or_else(store_open::default_spec) {
-            Some(spec) => spec,
-            None => {
-                return Err(fail(
-                    "no home directory to find the decision store in; pass --store",
-                ));
-            }
-        };
+        let spec = common
+            .store
+            .clone()
+            .map_or_else(store_open::default_spec, Ok)
+            .map_err(fail)?;
         let clock = match common.now {
             Some(_) => store_open::Now::Given,
             None => store_open::Now::System,

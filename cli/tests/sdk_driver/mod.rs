@@ -83,3 +83,43 @@ pub fn drive(interpreter: &str, script: &Path, cwd: &Path) -> Run {
         .collect();
     Run { report, audit, log }
 }
+
+/// `node` for the TypeScript SDK suite (`tests/e2e/typescript`), when it
+/// runs and the npm dependencies are installed; `None` (skipped) unless
+/// `MCPOLICY_REQUIRE_NODE=1`.
+#[allow(
+    dead_code,
+    reason = "each suite compiles this module; the Python one does not run node"
+)]
+pub fn typescript_node() -> Option<String> {
+    let node = std::env::var("MCPOLICY_NODE").unwrap_or_else(|_| "node".to_owned());
+    let suite = repo().join("tests/e2e/typescript");
+    let probe = Command::new(&node).arg("--version").output();
+    let why = match &probe {
+        Ok(output) if output.status.success() => {
+            let installed = [
+                "@modelcontextprotocol/sdk",
+                "@modelcontextprotocol/server-everything",
+            ]
+            .iter()
+            .all(|p| {
+                suite
+                    .join("node_modules")
+                    .join(p)
+                    .join("package.json")
+                    .is_file()
+            });
+            if installed {
+                return Some(node);
+            }
+            "the npm dependencies are not installed".to_owned()
+        }
+        Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        Err(error) => format!("{node}: {error}"),
+    };
+    unavailable(
+        "MCPOLICY_REQUIRE_NODE",
+        &format!("the TypeScript SDK suite cannot run: {why}"),
+        "run tests/e2e/typescript/setup.sh",
+    )
+}

@@ -274,6 +274,16 @@ fn retryable(error: &postgres::Error) -> bool {
         .is_some_and(|code| matches!(code.code(), "40P01" | "40001"))
 }
 
+/// The server asked for a password and none was found: where one may come
+/// from (`docs/spec/clients.md`, "Which store"). An MCP client passes a
+/// proxy only the variables its entry's `env` names, so `PGPASSWORD` set in
+/// the user's shell is not enough.
+const PASSWORD_MISSING: &str = "the server asks for a password and none was given: set \
+     PGPASSWORD in the environment (for a proxy an MCP client starts, in the server entry's \
+     `env`), or add a line for this host, port, database and user to a password file \
+     (passfile=PATH in the store spec, PGPASSFILE, or ~/.pgpass, mode 0600); a password in the \
+     store spec itself is refused";
+
 /// Whether the connection is gone (or the server is going): it is dropped,
 /// with every idle one, and the operation fails as unavailable.
 fn connection_lost(error: &postgres::Error) -> bool {
@@ -796,6 +806,9 @@ impl PostgresStore {
                 // The client's own text plus its cause (the I/O error): "error connecting
                 // to server: No such file or directory".
                 match std::error::Error::source(error) {
+                    Some(source) if source.to_string() == "password missing" => {
+                        PASSWORD_MISSING.to_owned()
+                    }
                     Some(source) => self.tls_detail(error, source),
                     None => error.to_string(),
                 }
