@@ -155,7 +155,7 @@ fn a_choice_is_offered_never_preferred_and_never_fixed_all() {
         offered,
         [("replace with `on`", false), ("replace with `max_tokens`", true)]
     );
-    let all: Vec<&str> = fix_all(&db, source).iter().map(|e| e.text.as_str()).collect();
+    let all: Vec<String> = fix_all(&db, source).into_iter().map(|e| e.text).collect();
     assert_eq!(all, ["max_tokens"]);
 }
 
