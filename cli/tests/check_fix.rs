@@ -41,7 +41,12 @@ fn fixes_are_applied_and_what_remains_is_reported() {
 
     // Written formatted: `fmt --check` passes right after `check --fix`.
     let fmt = mcpc(&["fmt", "--check", "p.mcpolicy"], dir.path());
-    assert_eq!(fmt.status.code(), Some(0), "{}", String::from_utf8_lossy(&fmt.stdout));
+    assert_eq!(
+        fmt.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&fmt.stdout)
+    );
 
     // Twice is once: nothing more to fix, the file unchanged.
     let again = mcpc(

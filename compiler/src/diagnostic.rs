@@ -240,9 +240,7 @@ impl Vocabulary {
         match self {
             Vocabulary::Name => true,
             Vocabulary::Value => only.eq_ignore_ascii_case(word),
-            Vocabulary::Unit => {
-                word.chars().count() > 1 && !crate::statements::is_any_unit(word)
-            }
+            Vocabulary::Unit => word.chars().count() > 1 && !crate::statements::is_any_unit(word),
         }
     }
 

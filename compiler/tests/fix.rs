@@ -8,10 +8,10 @@
 //!   read it), here and over every file of `tests/cases/check/`.
 
 use mcpolicy_compiler::check::fix::{apply, compatible, fix_all, fix_and_format};
-use mcpolicy_compiler::format;
 use mcpolicy_compiler::codes::Code;
 use mcpolicy_compiler::db::analyze_parsed;
 use mcpolicy_compiler::diagnostic::{Diagnostic, Fix};
+use mcpolicy_compiler::format;
 use mcpolicy_compiler::parse::parse;
 use mcpolicy_compiler::syntax::Span;
 use proptest::prelude::*;
@@ -159,7 +159,12 @@ fn fmt_check_passes_after_fix_on_every_check_case() {
             continue;
         }
         if let Ok(formatted) = format::is_formatted(&written.text) {
-            assert!(formatted, "{} is not formatted after --fix:\n{}", path.display(), written.text);
+            assert!(
+                formatted,
+                "{} is not formatted after --fix:\n{}",
+                path.display(),
+                written.text
+            );
             fixed_and_formatted += 1;
         }
     }

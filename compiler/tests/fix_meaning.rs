@@ -26,8 +26,8 @@ use mcpolicy_compiler::db::{Database, SourceText, analyze_parsed, lower_file};
 use mcpolicy_compiler::diagnostic::Diagnostic;
 use mcpolicy_compiler::parse::parse;
 use mcpolicy_compiler::statements::{
-    self, CALENDAR_UNITS, COUNT_SUFFIXES, CONNECTIVES, DURATION_UNITS, METRICS,
-    REASON_PROPERTIES, SIZE_UNITS, Shape, Statement,
+    self, CALENDAR_UNITS, CONNECTIVES, COUNT_SUFFIXES, DURATION_UNITS, METRICS, REASON_PROPERTIES,
+    SIZE_UNITS, Shape, Statement,
 };
 use mcpolicy_runtime::table::ProtocolRevision;
 use proptest::prelude::*;
@@ -91,10 +91,7 @@ fn words(pairs: &'static [(&'static str, &'static str)]) -> Vec<&'static str> {
 /// The slots of `text`, each word classified by the declaration of the
 /// line's keyword.
 fn slots(text: &str) -> Vec<Slot> {
-    let revisions: Vec<&'static str> = ProtocolRevision::ALL
-        .iter()
-        .map(|r| r.as_str())
-        .collect();
+    let revisions: Vec<&'static str> = ProtocolRevision::ALL.iter().map(|r| r.as_str()).collect();
     let mut out = Vec::new();
     let mut line_start = 0;
     for line in text.split_inclusive('\n') {
@@ -288,8 +285,16 @@ fn splice(text: &str, slot: &Slot, word: &str) -> String {
 }
 
 /// Checks one case; `Err` says what broke.
-fn case(statement: usize, property: usize, slot: usize, alternative: usize, slip: &Slip) -> Result<(), String> {
-    let statement = Statement::ALL[statement % Statement::ALL.len()].decl().example;
+fn case(
+    statement: usize,
+    property: usize,
+    slot: usize,
+    alternative: usize,
+    slip: &Slip,
+) -> Result<(), String> {
+    let statement = Statement::ALL[statement % Statement::ALL.len()]
+        .decl()
+        .example;
     let property = REASON_PROPERTIES[property % REASON_PROPERTIES.len()].example;
     let base = policy(statement, property);
     let all = slots(&base);
@@ -404,7 +409,13 @@ fn offers(text: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
 
 #[test]
 fn refusing_words_are_never_fixed_into_allowing_ones() {
-    for statement in ["sampling no", "tools no", "sampling of", "sampling onf", "consent nevr"] {
+    for statement in [
+        "sampling no",
+        "tools no",
+        "sampling of",
+        "sampling onf",
+        "consent nevr",
+    ] {
         let text = format!("mcpolicy 1\ndefaults {{\n  {statement}\n}}\n");
         let (fixes, choices, _) = offers(&text);
         assert!(fixes.is_empty(), "{statement}: {fixes:?}");
@@ -414,7 +425,10 @@ fn refusing_words_are_never_fixed_into_allowing_ones() {
     // `of` is one edit from `on` and from `off`: the help line says so.
     let (_, choices, help) = offers("mcpolicy 1\ndefaults {\n  sampling of\n}\n");
     assert_eq!(choices, ["off", "on"]);
-    assert!(help[0].contains("`off`") && help[0].contains("`on`"), "{help:?}");
+    assert!(
+        help[0].contains("`off`") && help[0].contains("`on`"),
+        "{help:?}"
+    );
     // A change of case is the value itself.
     let (fixes, _, _) = offers("mcpolicy 1\ndefaults {\n  sampling OFF\n}\n");
     assert_eq!(fixes, ["off"]);

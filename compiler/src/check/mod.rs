@@ -1220,14 +1220,21 @@ impl Checker {
                     .collect();
                 let mut candidates: Vec<&str> = candidates.iter().map(String::as_str).collect();
                 candidates.sort_unstable();
-                let declare = format!("declare it: `reason {name} {{ retryable false; ttl forever }}`");
+                let declare =
+                    format!("declare it: `reason {name} {{ retryable false; ttl forever }}`");
                 let d = Diagnostic::new(
                     Code::E0401,
                     clause.span,
                     format!("reason `{name}` is not declared"),
                     "undeclared reason",
                 )
-                .suggest(name, candidates, clause.span, Vocabulary::Name, str::to_owned)
+                .suggest(
+                    name,
+                    candidates,
+                    clause.span,
+                    Vocabulary::Name,
+                    str::to_owned,
+                )
                 .map(|d| {
                     let help = d.help.clone().unwrap_or_default();
                     d.help(format!("{help} Otherwise {declare}"))

@@ -868,9 +868,11 @@ fn size_without_unit(digits: &str, accepted: &[&str], span: Span, word: &str) ->
     .help(size_help(digits, accepted));
     match digits.replace('_', "").parse::<u64>() {
         Ok(n) if n >= 1 << 10 => d.fix(format!("use `{digits} B`"), end, " B"),
-        _ => d
-            .choice(format!("use `{digits} B`"), end, " B")
-            .choice(format!("use `{digits} KiB`"), end, " KiB"),
+        _ => d.choice(format!("use `{digits} B`"), end, " B").choice(
+            format!("use `{digits} KiB`"),
+            end,
+            " KiB",
+        ),
     }
 }
 
@@ -1041,10 +1043,11 @@ fn unit_without_number(
             .choice(format!("write `{instead}` (rolling)"), token.span, instead),
         );
     }
-    Some(
-        d.help(format!("write `{rewritten}`"))
-            .fix(format!("write `{instead}`"), token.span, instead),
-    )
+    Some(d.help(format!("write `{rewritten}`")).fix(
+        format!("write `{instead}`"),
+        token.span,
+        instead,
+    ))
 }
 
 /// Strings written without quotes (`models claude-*, gpt-4o`): the finding

@@ -153,7 +153,10 @@ fn a_choice_is_offered_never_preferred_and_never_fixed_all() {
         .collect();
     assert_eq!(
         offered,
-        [("replace with `on`", false), ("replace with `max_tokens`", true)]
+        [
+            ("replace with `on`", false),
+            ("replace with `max_tokens`", true)
+        ]
     );
     let all: Vec<String> = fix_all(&db, source).into_iter().map(|e| e.text).collect();
     assert_eq!(all, ["max_tokens"]);
