@@ -133,7 +133,9 @@ impl Diagnostic {
     /// Suggests the words of `candidates` nearest to `word` (written at
     /// `span`): the help line, and a certain fix or choices as `vocabulary`
     /// says. `shown` renders a candidate as the writer would write it in
-    /// place (`60s` for the unit `s`); `None` when no candidate is near.
+    /// place (`60s` for the unit `s`). `Err` gives the finding back
+    /// unchanged when no candidate is near.
+    #[allow(clippy::result_large_err)] // the `Err` is the finding itself, as given
     pub fn suggest<'a>(
         self,
         word: &str,

@@ -83,7 +83,7 @@ pub fn read_regular(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>
     if bytes.len() as u64 > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("larger than the {} bytes read at most", max),
+            format!("larger than the {max} bytes read at most"),
         ));
     }
     Ok(bytes)

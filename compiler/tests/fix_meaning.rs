@@ -353,9 +353,7 @@ proptest! {
         alternative in any::<usize>(),
         slip in slip(),
     ) {
-        if let Err(broken) = case(statement, property, slot, alternative, &slip) {
-            prop_assert!(false, "{}", broken);
-        }
+        case(statement, property, slot, alternative, &slip).map_err(TestCaseError::fail)?;
     }
 }
 

@@ -148,7 +148,7 @@ pub(crate) fn read_small(path: &std::path::Path) -> std::io::Result<String> {
     if text.len() as u64 > MAX_SMALL_FILE_BYTES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("larger than {} bytes", MAX_SMALL_FILE_BYTES),
+            format!("larger than {MAX_SMALL_FILE_BYTES} bytes"),
         ));
     }
     Ok(text)
