@@ -18,7 +18,7 @@ fn mcpc(args: &[&str], dir: &Path) -> Output {
 
 const BROKEN: &str = "defaults {\n  max_token 5\n  max_input 65536\n  samplng on\n}\nreason user.denied { code -32010 }\nserver \"x\" { tools off as acme.nope }\n";
 // Written in `mcpc fmt`'s layout (docs/spec/language.md, "Fixes").
-const FIXED: &str = "mcpolicy 1\n\ndefaults {\n  max_tokens 5\n  max_input 64 KiB\n  sampling on\n}\n\nreason user.denied {\n  code -1\n}\n\nserver \"x\" {\n  tools off as acme.nope\n}\n";
+const FIXED: &str = "mcpolicy 1\n\ndefaults {\n  max_tokens 5\n  max_input 65536 B\n  sampling on\n}\n\nreason user.denied { code -1 }\n\nserver \"x\" {\n  tools off as acme.nope\n}\n";
 
 #[test]
 fn fixes_are_applied_and_what_remains_is_reported() {
