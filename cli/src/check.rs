@@ -79,7 +79,7 @@ fn fix_file(path: &str, loaded: input::Loaded) -> Result<input::Loaded, String> 
     if loaded.problem.is_some() {
         return Ok(loaded);
     }
-    let fixed = fix::fix_all(&loaded.text, findings);
+    let fixed = fix::fix_and_format(&loaded.text, findings);
     if fixed.text == loaded.text {
         return Ok(loaded);
     }

@@ -37,7 +37,8 @@ pub(crate) fn read_request(path: &str) -> std::io::Result<Result<Vec<u8>, reques
     if path == "-" {
         request::read_bounded(&mut std::io::stdin().lock(), &limits)
     } else {
-        request::read_bounded(&mut std::fs::File::open(path)?, &limits)
+        let mut file = mcpolicy_compiler::input::open_regular(std::path::Path::new(path))?;
+        request::read_bounded(&mut file, &limits)
     }
 }
 

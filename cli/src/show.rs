@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use mcpolicy_compiler::explain::{self, Mismatch, Origin, Provenance, Selection};
 use mcpolicy_compiler::line_index::LineIndex;
+use mcpolicy_compiler::render::columns;
 use mcpolicy_compiler::statements::{self, Statement};
 use mcpolicy_runtime::engine;
 use mcpolicy_runtime::table::{ServerEntry, Table};
@@ -344,18 +345,11 @@ impl BlockReport {
             out.push_str(&format!("warning: {warning}\n"));
         }
         out.push_str(&format!("effective block, digest {}:\n", self.digest));
-        let width = self
-            .rows
-            .iter()
-            .map(|r| value_text(r).chars().count())
-            .max()
-            .unwrap_or(0);
+        let width = columns::width(self.rows.iter().map(|r| value_text(r).chars().count()), 0);
         for row in &self.rows {
-            let value = value_text(row);
-            let pad = width - value.chars().count();
+            let value = columns::pad(&value_text(row), width);
             out.push_str(&format!(
-                "  {value}{:pad$}  {}\n",
-                "",
+                "  {value}  {}\n",
                 self.origin_text(row)
                     .replace("built in", "built-in default")
             ));

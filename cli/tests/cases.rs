@@ -274,9 +274,12 @@ fn size_unit_help_names_the_written_unit() {
     expect_test::expect![[r#"
         E0104: unknown unit `MB`
         label: not a unit of size
-        help: did you mean `1 MiB`? (binary units only: `MB` would be ambiguous)
-        fix: use `MiB` -> "MiB""#]]
+        help: `MB` is as close to `1 MiB` as to `1 B`, which mean different things: write the one you mean
+        fix: none"#]]
     .assert_eq(&explained(d));
+    // Both readings are offered; `--fix` applies neither (docs/spec/language.md, "Fixes").
+    let choices: Vec<&str> = d.choices.iter().map(|c| c.replacement.as_str()).collect();
+    assert_eq!(choices, ["MiB", "B"]);
 }
 
 /// A bad `\u{…}` escape is one mistake: the `{…}` inside it is not a placeholder.

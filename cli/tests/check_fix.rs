@@ -17,7 +17,8 @@ fn mcpc(args: &[&str], dir: &Path) -> Output {
 }
 
 const BROKEN: &str = "defaults {\n  max_token 5\n  max_input 65536\n  samplng on\n}\nreason user.denied { code -32010 }\nserver \"x\" { tools off as acme.nope }\n";
-const FIXED: &str = "mcpolicy 1\ndefaults {\n  max_tokens 5\n  max_input 65536 B\n  sampling on\n}\nreason user.denied { code -1 }\nserver \"x\" { tools off as acme.nope }\n";
+// Written in `mcpc fmt`'s layout (docs/spec/language.md, "Fixes").
+const FIXED: &str = "mcpolicy 1\n\ndefaults {\n  max_tokens 5\n  max_input 65536 B\n  sampling on\n}\n\nreason user.denied { code -1 }\n\nserver \"x\" {\n  tools off as acme.nope\n}\n";
 
 #[test]
 fn fixes_are_applied_and_what_remains_is_reported() {
@@ -37,6 +38,15 @@ fn fixes_are_applied_and_what_remains_is_reported() {
     // What remains: the undeclared reason, which has no certain fix.
     assert!(stderr.contains("E0401"), "{stderr}");
     assert!(!stderr.contains("E0101"), "{stderr}");
+
+    // Written formatted: `fmt --check` passes right after `check --fix`.
+    let fmt = mcpc(&["fmt", "--check", "p.mcpolicy"], dir.path());
+    assert_eq!(
+        fmt.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&fmt.stdout)
+    );
 
     // Twice is once: nothing more to fix, the file unchanged.
     let again = mcpc(

@@ -131,10 +131,26 @@ Only tabs, line breaks and printable text may appear in a policy.",
 "The statement's value has the wrong type. Durations take a joined unit (`60s`,
 `1m`, `24h`, `250ms`, `7d`); sizes take a unit (`64 KiB`, `1 MiB`, `512 B`); counts
 are plain numbers with an optional `k` or `M` (`4096`, `200k`); switches are
-`on` or `off`.",
+`on` or `off`.
+
+`mcpc check --fix` reads a size without a unit as bytes from 1 KiB up
+(`65536` is `65536 B`); below that (`64`), bytes and KiB are offered as a
+choice and nothing is applied. A unit word without a number (`per minute`)
+is fixed to one of that unit (`1m`), except in a budget's window, where
+`per days`, `per hours` and `per weeks` may mean the calendar window
+(`per day`) or the rolling one (`per 1d`): both are offered, neither is
+applied.",
     E0104 Error "unknown unit" =>
 "The unit is not one mcpolicy knows. Durations: `ms s m h d`. Sizes: `B KiB MiB GiB`
-(binary units only: `KB` is ambiguous). Counts: `k` (thousand) and `M` (million).",
+(binary units only: `KB` is ambiguous). Counts: `k` (thousand) and `M` (million).
+
+`mcpc check --fix` applies a unit correction only when one unit is nearer
+than every other, the word is longer than one letter and it is not a unit
+of another quantity: `5Ms` is `5ms`, but `64 KB` (as near `KiB` as `B`),
+`5M` (`M` is a million, not a minute) and `5K` (one slip from `k` and from
+`M`) are offered as choices, since units differ in scale. A week is
+fixed to days (`2w` is `14d`), except `1w` in a budget's window, which may
+be the calendar `week`: a choice.",
     E0105 Error "value out of range" =>
 "The number is outside what the statement accepts: rates, budgets, windows and
 deadlines must be positive, limits must fit in 64 bits, and a rate or window of
@@ -146,14 +162,21 @@ duplicates when they count the same metric over the same window.",
 "The word is not one of the statement's values. `max_context` takes `none`,
 `thisServer` or `allServers` (the MCP `includeContext` values); `consent` takes
 `always`, `first` or `never`; budgets count `requests` or `tokens` per `hour`,
-`day`, `week`, `month` or a rolling duration; switches are `on` or `off`.",
+`day`, `week`, `month` or a rolling duration; switches are `on` or `off`.
+
+The values of a statement mean different things (`off` refuses what `on`
+allows), so `mcpc check --fix` never picks one for a misspelt word: `sampling
+no` offers `on` as a choice, `sampling of` offers `off` and `on`. Only a change
+of case is fixed (`Off` is `off`).",
 
     // ---- top-level declarations: E02xx / W02xx
     E0201 Error "missing or misplaced version line" =>
 "Every policy starts with `mcpolicy 1`, the language version, before any other
 item, so that a future version of the language can be told apart.",
     E0202 Error "unsupported language version" =>
-"This compiler reads version 1 of the language (`mcpolicy 1`).",
+"This compiler reads version 1 of the language (`mcpolicy 1`). A policy written
+for another version may mean something else under version 1, so `mcpolicy 1`
+is offered as a choice and never applied by `mcpc check --fix`.",
     E0203 Error "duplicate declaration" =>
 "`mcpolicy`, `protocol`, `error_code`, `identity` and `defaults` may each appear once.",
     E0204 Error "unknown protocol revision" =>

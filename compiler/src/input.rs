@@ -1,5 +1,11 @@
 //! Reading policy files: size limit, UTF-8 check, stdin. A file that cannot
 //! be decoded is still a report (with E0005/E0006), not an I/O failure.
+//!
+//! Every file a tool reads because the user named it (a policy, a request, a
+//! test file, an audit log, a configuration) is opened with [`open_regular`]
+//! and read with [`read_regular`]: a regular file only, never a FIFO, a
+//! device or a directory (a FIFO with no writer blocks forever; a device may
+//! never end), and never more than the caller's bound.
 
 use std::io::Read;
 
@@ -31,19 +37,56 @@ pub fn load(path: &str) -> std::io::Result<Loaded> {
             .read_to_end(&mut bytes)?;
         ("<stdin>".to_owned(), bytes)
     } else {
-        let file = std::fs::File::open(path)?;
-        let meta = file.metadata()?;
-        if meta.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "is a directory",
-            ));
-        }
+        let file = open_regular(std::path::Path::new(path))?;
         let mut bytes = Vec::new();
         file.take(MAX_POLICY_BYTES + 1).read_to_end(&mut bytes)?;
         (path.to_owned(), bytes)
     };
     Ok(from_bytes(name, bytes))
+}
+
+/// Opens `path` for reading if it is a regular file (symlinks followed).
+/// A directory, a FIFO, a socket or a device is refused with
+/// `InvalidInput`, before any read: the open itself does not wait for a
+/// FIFO's writer (it is non-blocking, and the descriptor's type is checked
+/// before it is read).
+pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "is a directory"
+        } else {
+            "is not a regular file (a FIFO, socket or device is not read)"
+        };
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what));
+    }
+    // `O_NONBLOCK` stays set: it changes nothing for a regular file, whose
+    // reads never wait.
+    Ok(file)
+}
+
+/// The bytes of the regular file `path`, at most `max`: a larger file is an
+/// `InvalidData` error that names the bound, and no more than `max + 1`
+/// bytes are ever held.
+pub fn read_regular(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the {max} bytes read at most"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Decodes bytes already read.

@@ -1215,6 +1215,13 @@ pub const DURATION_UNITS: &[&str] = &["ms", "s", "m", "h", "d"];
 pub const SIZE_UNITS: &[&str] = &["B", "KiB", "MiB", "GiB"];
 /// Count suffixes (`200k`).
 pub const COUNT_SUFFIXES: &[&str] = &["k", "M"];
+/// Whether `word` is a unit or suffix of any quantity, exactly as written
+/// (`M`, a million, is not the minute `m`).
+pub fn is_any_unit(word: &str) -> bool {
+    [DURATION_UNITS, SIZE_UNITS, COUNT_SUFFIXES]
+        .iter()
+        .any(|units| units.contains(&word))
+}
 /// Calendar units of budgets.
 pub const CALENDAR_UNITS: &[&str] = &["hour", "day", "week", "month"];
 

@@ -3,12 +3,15 @@
 //! codes, stale suppressions) and lines that do not:
 //! - after fixing, no finding with a fix is left;
 //! - fixing twice gives what fixing once gives;
-//! - the fixes applied together never touch the same bytes.
+//! - the fixes applied together never touch the same bytes;
+//! - what `check --fix` writes passes `fmt --check` (whenever `fmt` can
+//!   read it), here and over every file of `tests/cases/check/`.
 
-use mcpolicy_compiler::check::fix::{apply, compatible, fix_all};
+use mcpolicy_compiler::check::fix::{apply, compatible, fix_all, fix_and_format};
 use mcpolicy_compiler::codes::Code;
 use mcpolicy_compiler::db::analyze_parsed;
 use mcpolicy_compiler::diagnostic::{Diagnostic, Fix};
+use mcpolicy_compiler::format;
 use mcpolicy_compiler::parse::parse;
 use mcpolicy_compiler::syntax::Span;
 use proptest::prelude::*;
@@ -101,6 +104,18 @@ proptest! {
         prop_assert!(errors(&once.text) <= errors(&text), "{}", once.text);
     }
 
+    /// What `check --fix` writes is formatted, and means what the fixed
+    /// text means.
+    #[test]
+    fn fixed_files_are_written_formatted(text in policy()) {
+        let written = fix_and_format(&text, findings);
+        let fixed = fix_all(&text, findings);
+        prop_assert_eq!(&written.applied, &fixed.applied);
+        if !written.applied.is_empty() && format::format(&fixed.text).is_ok() {
+            prop_assert_eq!(format::is_formatted(&written.text).ok(), Some(true), "{}", written.text);
+        }
+    }
+
     /// Random fixes over a text: the ones chosen together are disjoint and
     /// in order, and `apply` splices exactly them.
     #[test]
@@ -122,4 +137,36 @@ proptest! {
         let added: usize = chosen.iter().map(|f| f.replacement.len()).sum();
         prop_assert_eq!(applied.len(), text.len() - removed + added);
     }
+}
+
+/// Every check case with a fix: `check --fix` then `fmt --check` passes
+/// (the files `fmt` cannot read, with syntax errors left, excepted).
+#[test]
+fn fmt_check_passes_after_fix_on_every_check_case() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cases/check");
+    let mut fixed_and_formatted = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/cases/check") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "mcpolicy") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let written = fix_and_format(&text, findings);
+        if written.applied.is_empty() {
+            assert_eq!(written.text, text, "{}", path.display());
+            continue;
+        }
+        if let Ok(formatted) = format::is_formatted(&written.text) {
+            assert!(
+                formatted,
+                "{} is not formatted after --fix:\n{}",
+                path.display(),
+                written.text
+            );
+            fixed_and_formatted += 1;
+        }
+    }
+    assert!(fixed_and_formatted > 0, "no case exercised the layout");
 }

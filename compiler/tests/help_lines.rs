@@ -159,5 +159,5 @@ proptest! {
 #[test]
 fn one_week_window_offers_the_calendar_week() {
     let (_, help) = only_finding("budget 100 tokens per 1w");
-    assert_eq!(quoted(&help)[..2], ["7d", "per week"]);
+    assert_eq!(quoted(&help)[..2], ["7d", "week"]);
 }

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use mcpolicy_compiler::render::columns;
 use mcpolicy_proxy::log::escape_text;
 use serde_json::Value;
 
@@ -127,18 +128,18 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(out, "no decisions");
         return out;
     }
-    let name_width = report
-        .servers
-        .iter()
-        .map(|s| inert(&s.server).chars().count())
-        .max()
-        .unwrap_or(6)
-        .max(6);
+    let name_width = columns::width(
+        report
+            .servers
+            .iter()
+            .map(|s| inert(&s.server).chars().count()),
+        6,
+    );
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "  {:<name_width$}  {:>9}  {:>5}  {:>5}  {:>5}  {:>7}  {:>7}  {:<18}  {:>6}  {:>6}",
-        "SERVER",
+        "  {}  {:>9}  {:>5}  {:>5}  {:>5}  {:>7}  {:>7}  {:<18}  {:>6}  {:>6}",
+        columns::pad("SERVER", name_width),
         "DECISIONS",
         "ALLOW",
         "TRIM",
@@ -161,8 +162,8 @@ pub fn render(report: &Report) -> String {
             s.retry_loops.iter().map(|l| l.alerts).sum::<u64>() + s.trim_alerts.len() as u64;
         let _ = writeln!(
             out,
-            "{flag} {:<name_width$}  {:>9}  {:>5}  {:>5}  {:>5}  {:>7}  {:>6.1}%  {:<18}  {:>6}  {:>6}",
-            inert(&s.server),
+            "{flag} {}  {:>9}  {:>5}  {:>5}  {:>5}  {:>7}  {:>6.1}%  {:<18}  {:>6}  {:>6}",
+            columns::pad(&inert(&s.server), name_width),
             s.decisions,
             count("allow"),
             count("trim"),

@@ -10,6 +10,11 @@
 //! Malformed lines are counted and reported with their file and line
 //! number, never fatal. Exit codes: 0 report written; 2 usage error or a
 //! file that cannot be read.
+//!
+//! Bounds: each file must be a regular file (a FIFO is refused, not waited
+//! on), and all files together at most [`MAX_AUDIT_BYTES`]; the report holds
+//! every line read, so its memory is proportional to that bound. Column
+//! widths in the human report are bounded (`render::columns`).
 
 mod html;
 mod human;
@@ -21,6 +26,10 @@ use clap::ValueEnum;
 use mcpolicy_runtime::clock::parse_rfc3339;
 
 use super::{emit, fail};
+
+/// The most audit bytes one run reads, all files together (256 MiB): a
+/// larger log is cut with `--since`/`--until` upstream, or split.
+pub const MAX_AUDIT_BYTES: u64 = 256 << 20;
 
 /// How the report is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,11 +80,19 @@ pub fn run(args: Args) -> ExitCode {
         Err(message) => return fail(message),
     };
     let mut builder = report::Builder::new(since, until);
+    let mut left = MAX_AUDIT_BYTES;
     for file in &args.files {
-        let text = match std::fs::read(file) {
+        let text = match mcpolicy_compiler::input::read_regular(std::path::Path::new(file), left) {
             Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                return fail(format!(
+                    "cannot read {file}: the audit files together exceed {} MiB, the most one report reads; split them or report on fewer",
+                    MAX_AUDIT_BYTES >> 20
+                ));
+            }
             Err(error) => return fail(format!("cannot read {file}: {error}")),
         };
+        left -= text.len() as u64;
         builder.read(file, &text);
     }
     let report = builder.finish();

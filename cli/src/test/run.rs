@@ -174,7 +174,7 @@ fn decide_step(
     let problem = |result: &mut CaseResult, note: String| {
         result.failures.push(run_failure(step, case_at, note));
     };
-    let (request, decision) = match engine.decide(&step.server, &step.bytes, &ctx) {
+    let (request, decision) = match engine.decide(&step.server, &step.bytes(), &ctx) {
         Answer::Invalid(rejection) => {
             observed.insert("outcome".into(), "invalid".into());
             observed.insert("code".into(), Value::from(rejection.code()));

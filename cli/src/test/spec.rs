@@ -43,6 +43,18 @@ const MAX_REQUEST_FILE_BYTES: u64 = 16 << 20;
 /// The largest `repeat`.
 const MAX_REPEAT: u64 = 100_000;
 
+/// The most `[[case.before]]` entries of one case.
+pub const MAX_BEFORE_ENTRIES: usize = 1_000;
+
+/// The most requests one test file sends, every case's steps and every
+/// repetition counted.
+pub const MAX_STEPS: u64 = 1_000_000;
+
+/// The most request bytes one test file has the engine read, summed over
+/// every step it sends (`prompt` × `prompt_repeat` × `repeat` and so on):
+/// each bound alone is not enough, their product is what costs.
+pub const MAX_TOTAL_REQUEST_BYTES: u64 = 256 << 20;
+
 /// What a step's outcome may be.
 pub const OUTCOMES: &[&str] = &["allow", "trim", "deny", "consent", "invalid", "error"];
 
@@ -107,8 +119,11 @@ pub struct Step {
     pub server: String,
     /// The clock at the request.
     pub now: Millis,
-    /// The bytes the server sent.
-    pub bytes: Vec<u8>,
+    /// The request the server sent, shared by every repetition of a
+    /// step (never copied per repetition) and written out when run.
+    request: std::sync::Arc<RequestForm>,
+    /// Which repetition this is (fills `{i}`).
+    repetition: u64,
     /// The answer to a consent prompt; `None` leaves it pending.
     pub consent: Option<bool>,
     /// The client declared `sampling.context`.
@@ -119,6 +134,14 @@ pub struct Step {
     pub deadline_missed: bool,
     /// What must hold afterwards (empty: nothing is checked).
     pub expect: Vec<Expectation>,
+}
+
+impl Step {
+    /// The bytes the server sends: written when the step runs, so a file's
+    /// memory holds one request at a time, not one per repetition.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.request.bytes(self.repetition)
+    }
 }
 
 /// One expected field of a step's result.
@@ -268,6 +291,7 @@ pub fn parse(path: &str, text: &str) -> Result<TestFile, SpecError> {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default(),
+        sent: std::cell::Cell::new((0, 0)),
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let message = with_did_you_mean(e.message().trim_end());
@@ -341,10 +365,12 @@ struct Ctx<'a> {
     text: &'a str,
     lines: LineIndex,
     dir: PathBuf,
+    /// What the file's steps so far send: requests and their bytes.
+    sent: std::cell::Cell<(u64, u64)>,
 }
 
 /// A request as written, before `{i}` is filled.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 enum RequestForm {
     Built {
         /// The prompt and how many times its text is repeated.
@@ -392,6 +418,40 @@ impl Ctx<'_> {
             line: position.line,
             column: position.column,
         }
+    }
+
+    /// Counts `times` requests of `form` (repetitions from 0) against the
+    /// file's bounds, before any is built: the largest repetition's size
+    /// times `times` (`{i}` only lengthens a request as `i` grows).
+    fn send(
+        &self,
+        form: &RequestForm,
+        times: u64,
+        span: std::ops::Range<usize>,
+    ) -> Result<(), SpecError> {
+        let (steps, bytes) = self.sent.get();
+        let steps = steps.saturating_add(times);
+        if steps > MAX_STEPS {
+            return Err(self.error(
+                span,
+                format!(
+                    "the file sends more than {MAX_STEPS} requests in all (cases, `before` entries and their `repeat`s); split it"
+                ),
+            ));
+        }
+        let size = form.bytes(times.saturating_sub(1)).len() as u64;
+        let bytes = bytes.saturating_add(size.saturating_mul(times));
+        if bytes > MAX_TOTAL_REQUEST_BYTES {
+            return Err(self.error(
+                span,
+                format!(
+                    "the file's requests total more than {} MiB ({times} × {size} bytes here); lower `repeat` or `prompt_repeat`, or split the file",
+                    MAX_TOTAL_REQUEST_BYTES >> 20
+                ),
+            ));
+        }
+        self.sent.set((steps, bytes));
+        Ok(())
     }
 
     fn error(&self, span: std::ops::Range<usize>, message: impl std::fmt::Display) -> SpecError {
@@ -503,14 +563,23 @@ impl Ctx<'_> {
         let sampling_context = case.sampling_context.unwrap_or(defaults.sampling_context);
         let deadline_missed = case.deadline_missed.unwrap_or(false);
 
+        if let Some(extra) = case.before.get(MAX_BEFORE_ENTRIES) {
+            return Err(self.error(
+                extra.span(),
+                format!(
+                    "case `{name}` has more than {MAX_BEFORE_ENTRIES} `[[case.before]]` entries; use `repeat` on one"
+                ),
+            ));
+        }
+        let form = std::sync::Arc::new(form);
         let mut before = Vec::new();
         for (index, raw_before) in case.before.iter().enumerate() {
             let b = raw_before.get_ref();
             let label = format!("before[{}]", index + 1);
             let b_form = if b.request().is_empty() {
-                form.clone()
+                std::sync::Arc::clone(&form)
             } else {
-                self.request(&b.request(), &defaults.params)?
+                std::sync::Arc::new(self.request(&b.request(), &defaults.params)?)
             };
             let repeat = match &b.repeat {
                 Some(r) => {
@@ -546,6 +615,8 @@ impl Ctx<'_> {
                 Some(e) => self.expect(e)?,
                 None => Vec::new(),
             };
+            let usage = self.count(b.usage.as_ref(), "usage")?;
+            self.send(&b_form, repeat, raw_before.span())?;
             for repetition in 0..repeat {
                 before.push(Step {
                     label: if repeat > 1 {
@@ -558,15 +629,17 @@ impl Ctx<'_> {
                         .as_ref()
                         .map_or_else(|| server.clone(), |s| s.get_ref().clone()),
                     now: b_now.saturating_add(every.saturating_mul(repetition as i64)),
-                    bytes: b_form.bytes(repetition),
+                    request: std::sync::Arc::clone(&b_form),
+                    repetition,
                     consent: b_consent,
                     sampling_context: b.sampling_context.unwrap_or(sampling_context),
-                    usage: self.count(b.usage.as_ref(), "usage")?,
+                    usage,
                     deadline_missed: b.deadline_missed.unwrap_or(false),
                     expect: b_expect.clone(),
                 });
             }
         }
+        self.send(&form, 1, raw.span())?;
         Ok(Case {
             name,
             at,
@@ -575,7 +648,8 @@ impl Ctx<'_> {
                 label: "case".to_owned(),
                 server,
                 now,
-                bytes: form.bytes(0),
+                request: form,
+                repetition: 0,
                 consent,
                 sampling_context,
                 usage,
@@ -815,24 +889,7 @@ fn with_did_you_mean(message: &str) -> String {
 }
 
 fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    if file.metadata()?.is_dir() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "is a directory",
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_REQUEST_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_REQUEST_FILE_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {} MiB", MAX_REQUEST_FILE_BYTES >> 20),
-        ));
-    }
-    Ok(bytes)
+    mcpolicy_compiler::input::read_regular(path, MAX_REQUEST_FILE_BYTES)
 }
 
 /// `1h30m`, `30s`, `250ms`, `2d` to milliseconds.
@@ -913,5 +970,84 @@ mod tests {
         assert_eq!(parse_duration("5"), None);
         assert_eq!(parse_duration("5x"), None);
         assert_eq!(parse_duration("s"), None);
+    }
+
+    fn file_with_before(entries: usize, repeat: u64) -> String {
+        let mut text = String::from(
+            "[[case]]\nname = \"c\"\nserver = \"s\"\nprompt = \"hi\"\nexpect = { outcome = \"allow\" }\n",
+        );
+        for _ in 0..entries {
+            text.push_str(&format!("[[case.before]]\nrepeat = {repeat}\n"));
+        }
+        text
+    }
+
+    /// `[[case.before]]` entries: the bound is accepted, one more refused.
+    #[test]
+    fn before_entries_are_bounded() {
+        let at = parse("t.toml", &file_with_before(MAX_BEFORE_ENTRIES, 1)).expect("at the bound");
+        assert_eq!(at.cases[0].before.len(), MAX_BEFORE_ENTRIES);
+        let over = parse("t.toml", &file_with_before(MAX_BEFORE_ENTRIES + 1, 1))
+            .expect_err("over the bound");
+        assert!(
+            over.text.contains("more than 1000 `[[case.before]]`"),
+            "{over}"
+        );
+    }
+
+    /// Every repetition shares its step's request: one request, however
+    /// many steps.
+    #[test]
+    fn repetitions_share_one_request() {
+        let file = parse("t.toml", &file_with_before(1, 300)).expect("valid");
+        let before = &file.cases[0].before;
+        assert_eq!(before.len(), 300);
+        assert!(
+            before
+                .iter()
+                .all(|s| std::sync::Arc::ptr_eq(&s.request, &file.cases[0].step.request))
+        );
+        assert_eq!(before[0].bytes(), file.cases[0].step.bytes());
+    }
+
+    /// The product `prompt` × `prompt_repeat` × `repeat`: a file whose
+    /// requests total just under the bound is read, one request more is
+    /// refused before any is built (the 1,177-byte file that asked for
+    /// 300 copies of a 15 MiB prompt).
+    #[test]
+    #[ignore = "full size: builds 15 MiB requests (run by .ci/run's full-size step)"]
+    fn request_bytes_of_a_file_are_bounded() {
+        let prompt = |repeat: u64| {
+            format!(
+                "[[case]]\nname = \"c\"\nserver = \"s\"\nprompt = \"{}\"\nprompt_repeat = 15728640\nexpect = {{ outcome = \"deny\" }}\n[[case.before]]\nrepeat = {repeat}\n",
+                "x"
+            )
+        };
+        let one = parse("t.toml", &prompt(1)).expect("two requests");
+        let size = one.cases[0].step.bytes().len() as u64;
+        // Steps that fit: the case itself and `repeat` before it.
+        let fit = MAX_TOTAL_REQUEST_BYTES / size;
+        assert!(
+            parse("t.toml", &prompt(fit - 1)).is_ok(),
+            "{fit} requests of {size} bytes fit"
+        );
+        let over = parse("t.toml", &prompt(fit)).expect_err("one more does not");
+        assert!(over.text.contains("more than 256 MiB"), "{over}");
+        let hostile = parse("t.toml", &prompt(300)).expect_err("300 copies");
+        assert!(hostile.text.contains("more than 256 MiB"), "{hostile}");
+    }
+
+    /// The number of requests a file sends: the bound, and one more.
+    #[test]
+    #[ignore = "full size: builds a million steps (run by .ci/run's full-size step)"]
+    fn requests_of_a_file_are_bounded() {
+        // 10 entries of `repeat = 100000` is the bound with the case itself
+        // one over; 9 entries plus 99,999 leave room for it.
+        let mut under = file_with_before(9, MAX_REPEAT);
+        under.push_str(&format!("[[case.before]]\nrepeat = {}\n", MAX_REPEAT - 1));
+        let file = parse("t.toml", &under).expect("at the bound");
+        assert_eq!(file.cases[0].before.len() as u64 + 1, MAX_STEPS);
+        let over = parse("t.toml", &file_with_before(10, MAX_REPEAT)).expect_err("one more");
+        assert!(over.text.contains("more than 1000000 requests"), "{over}");
     }
 }

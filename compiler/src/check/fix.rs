@@ -3,7 +3,9 @@
 //! left or a round changes nothing. Two fixes that touch the same bytes (or
 //! insert at the same place) are never applied together: the first in
 //! source order goes in, the other waits for the next round's check, which
-//! says whether it still applies.
+//! says whether it still applies. Only certain fixes are applied, never a
+//! diagnostic's `choices` (`docs/spec/language.md`, "Fixes"); what is
+//! written is laid out as `mcpc fmt` lays it out ([`fix_and_format`]).
 
 use crate::diagnostic::{Diagnostic, Fix};
 
@@ -83,4 +85,31 @@ pub fn fix_all(text: &str, check: impl Fn(&str) -> Vec<Diagnostic>) -> Fixed {
         text: current,
         applied,
     }
+}
+
+/// What `mcpc check --fix` writes: [`fix_all`], then, when a fix was
+/// applied and the text has no syntax error left, the result in the
+/// canonical layout, so that `mcpc fmt --check` passes on it. The layout is
+/// kept only if it compiles to the same table as the fixed text (as `mcpc
+/// fmt` refuses to write otherwise). A text no fix applies to is returned as
+/// it is.
+pub fn fix_and_format(text: &str, check: impl Fn(&str) -> Vec<Diagnostic>) -> Fixed {
+    let mut fixed = fix_all(text, check);
+    if fixed.applied.is_empty() {
+        return fixed;
+    }
+    if let Ok(formatted) = crate::format::format(&fixed.text)
+        && table_of(&formatted) == table_of(&fixed.text)
+    {
+        fixed.text = formatted;
+    }
+    fixed
+}
+
+fn table_of(text: &str) -> Option<String> {
+    let db = crate::db::Database::default();
+    let source = crate::db::SourceText::new(&db, String::new(), text.to_owned());
+    crate::db::lower_file(&db, source)
+        .as_ref()
+        .map(mcpolicy_runtime::table::Table::to_json)
 }

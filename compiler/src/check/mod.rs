@@ -17,7 +17,7 @@ use mcpolicy_runtime::table::{
 };
 
 use crate::codes::Code;
-use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::diagnostic::{Diagnostic, Vocabulary, did_you_mean};
 use crate::model::{PartialBlock, PolicyModel};
 use crate::statements::{self, Shape, StatementDecl, Unit, Value};
 use crate::syntax::*;
@@ -298,8 +298,10 @@ impl Checker {
                                 format!("unsupported language version `{}`", version.text),
                                 "this compiler reads version 1",
                             )
-                            .help("write `mcpolicy 1`")
-                            .fix("use version 1", version.span, "1"),
+                            // A policy written for another version may mean
+                            // something else under version 1: a choice.
+                            .help("this compiler reads `mcpolicy 1`; if the policy was written for version 1, write `mcpolicy 1` (not applied by `--fix`)")
+                            .choice("use version 1", version.span, "1"),
                         );
                     }
                 }
@@ -309,20 +311,20 @@ impl Checker {
                         Some(parsed) => self.protocol = parsed,
                         None => {
                             let known = ProtocolRevision::ALL.map(ProtocolRevision::as_str);
-                            let mut d = Diagnostic::new(
+                            let d = Diagnostic::new(
                                 Code::E0204,
                                 revision.span,
                                 format!("unknown MCP revision `{}`", revision.value),
                                 "not a revision mcpolicy knows",
-                            );
-                            d = match did_you_mean(&revision.value, known) {
-                                Some(s) => d.help(format!("did you mean `{s}`?")).fix(
-                                    format!("use `{s}`"),
-                                    revision.span,
-                                    s,
-                                ),
-                                None => d.help(format!("write one of {}", list(&known))),
-                            };
+                            )
+                            .suggest(
+                                &revision.value,
+                                known,
+                                revision.span,
+                                Vocabulary::Name,
+                                str::to_owned,
+                            )
+                            .unwrap_or_else(|d| d.help(format!("write one of {}", list(&known))));
                             self.push(d);
                         }
                     }
@@ -554,21 +556,20 @@ impl Checker {
             )
             .help(format!("items start with {}", list(&items)))
         } else {
-            let mut d = Diagnostic::new(
+            Diagnostic::new(
                 Code::E0001,
                 word_span,
                 format!("unknown item `{word}`"),
                 "not a top-level item",
-            );
-            d = match did_you_mean(&word, statements::item_keywords()) {
-                Some(s) => d.help(format!("did you mean `{s}`?")).fix(
-                    format!("replace with `{s}`"),
-                    word_span,
-                    s,
-                ),
-                None => d.help(format!("items start with {}", list(&items))),
-            };
-            d
+            )
+            .suggest(
+                &word,
+                statements::item_keywords(),
+                word_span,
+                Vocabulary::Name,
+                str::to_owned,
+            )
+            .unwrap_or_else(|d| d.help(format!("items start with {}", list(&items))))
         };
         self.push(diagnostic);
     }
@@ -582,20 +583,22 @@ impl Checker {
         for field in fields {
             let name = field.value.as_str();
             if !IDENTITY_FIELDS.contains(&name) {
-                let mut d = Diagnostic::new(
+                let d = Diagnostic::new(
                     Code::E0205,
                     field.span,
                     format!("`{name}` is not a field of a sampling request"),
                     "unknown field",
-                );
-                d = match did_you_mean(name, IDENTITY_FIELDS.iter().copied()) {
-                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(
-                        format!("replace with `{s}`"),
-                        field.span,
-                        s,
-                    ),
-                    None => d.help(format!("identity fields are {}", list(IDENTITY_FIELDS))),
-                };
+                )
+                .suggest(
+                    name,
+                    IDENTITY_FIELDS.iter().copied(),
+                    field.span,
+                    Vocabulary::Name,
+                    str::to_owned,
+                )
+                .unwrap_or_else(|d| {
+                    d.help(format!("identity fields are {}", list(IDENTITY_FIELDS)))
+                });
                 self.push(d);
                 continue;
             }
@@ -673,24 +676,24 @@ impl Checker {
                     )),
                 );
             } else if name.starts_with("policy.") || name.starts_with("user.") {
-                let mut d = Diagnostic::new(
+                let d = Diagnostic::new(
                     Code::E0405,
                     decl.name.span,
                     format!(
                         "`{name}` is not a built-in reason, and `policy.`/`user.` are reserved for them"
                     ),
                     "unknown built-in",
-                );
-                d = match did_you_mean(name, builtin::ALL.iter().map(|b| b.name)) {
-                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(
-                        format!("replace with `{s}`"),
-                        decl.name.span,
-                        s,
-                    ),
-                    None => d.help(
-                        "use your own namespace for a custom reason, like `acme.too_expensive`",
-                    ),
-                };
+                )
+                .suggest(
+                    name,
+                    builtin::ALL.iter().map(|b| b.name),
+                    decl.name.span,
+                    Vocabulary::Name,
+                    str::to_owned,
+                )
+                .unwrap_or_else(|d| {
+                    d.help("use your own namespace for a custom reason, like `acme.too_expensive`")
+                });
                 self.push(d);
             }
         }
@@ -1217,20 +1220,26 @@ impl Checker {
                     .collect();
                 let mut candidates: Vec<&str> = candidates.iter().map(String::as_str).collect();
                 candidates.sort_unstable();
-                let mut d = Diagnostic::new(
+                let declare =
+                    format!("declare it: `reason {name} {{ retryable false; ttl forever }}`");
+                let d = Diagnostic::new(
                     Code::E0401,
                     clause.span,
                     format!("reason `{name}` is not declared"),
                     "undeclared reason",
-                );
-                d = match did_you_mean(name, candidates) {
-                    Some(s) => d.help(format!("did you mean `{s}`? Otherwise declare it: `reason {name} {{ retryable false; ttl forever }}`")).fix(
-                        format!("replace with `{s}`"),
-                        clause.span,
-                        s,
-                    ),
-                    None => d.help(format!("declare it: `reason {name} {{ retryable false; ttl forever }}`")),
-                };
+                )
+                .suggest(
+                    name,
+                    candidates,
+                    clause.span,
+                    Vocabulary::Name,
+                    str::to_owned,
+                )
+                .map(|d| {
+                    let help = d.help.clone().unwrap_or_default();
+                    d.help(format!("{help} Otherwise {declare}"))
+                })
+                .unwrap_or_else(|d| d.help(declare));
                 self.push(d);
                 return default.to_owned();
             }

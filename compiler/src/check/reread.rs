@@ -4,7 +4,7 @@
 
 use super::list;
 use crate::codes::Code;
-use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::diagnostic::{Diagnostic, Vocabulary, did_you_mean};
 use crate::statements::{self, REASON_PROPERTIES, Shape, Statement, StatementDecl, Unit};
 use crate::syntax::{BadStmt, Span};
 
@@ -372,21 +372,20 @@ pub(super) fn statement(bad: &BadStmt, keyword_span: Span, kind: BlockKind) -> D
             )
             .help("close the block with `}` before starting another item");
         }
-        let mut d = Diagnostic::new(
+        return Diagnostic::new(
             Code::E0101,
             keyword_span,
             format!("unknown statement `{word}`"),
             "not a statement",
-        );
-        d = match did_you_mean(word, own.iter().copied()) {
-            Some(s) => d.help(format!("did you mean `{s}`?")).fix(
-                format!("replace with `{s}`"),
-                keyword_span,
-                s,
-            ),
-            None => d.help(format!("this block accepts {}", list(own))),
-        };
-        return d;
+        )
+        .suggest(
+            word,
+            own.iter().copied(),
+            keyword_span,
+            Vocabulary::Name,
+            str::to_owned,
+        )
+        .unwrap_or_else(|d| d.help(format!("this block accepts {}", list(own))));
     }
     let Some((wants, takes_as, example)) = shape(word) else {
         return Diagnostic::new(
@@ -618,20 +617,7 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
             if suffix.is_empty() {
                 return match want {
                     Want::Count => None,
-                    Want::Size => Some(
-                        Diagnostic::new(
-                            Code::E0103,
-                            token.span,
-                            format!("`{word}` needs a size with a unit"),
-                            "no unit",
-                        )
-                        .help(size_help(digits, accepted))
-                        .fix(
-                            format!("use `{digits} B`"),
-                            Span::new(token.span.end, token.span.end),
-                            " B",
-                        ),
-                    ),
+                    Want::Size => Some(size_without_unit(digits, accepted, token.span, word)),
                     _ => Some(
                         Diagnostic::new(
                             Code::E0103,
@@ -650,7 +636,7 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
                 // Right unit, so something else (usually what follows) is wrong.
                 return None;
             }
-            let mut d = Diagnostic::new(
+            let d = Diagnostic::new(
                 Code::E0104,
                 unit_span,
                 format!("unknown unit `{suffix}`"),
@@ -662,24 +648,27 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
             {
                 return Some(found);
             }
-            let spelled = if is_duration {
-                spelled_duration(suffix)
-            } else {
-                None
-            };
-            // One letter is one edit from every other letter: only a change
-            // of case (`1S`, `200K`) is a plausible misspelling there.
-            let near = did_you_mean(suffix, accepted.iter().copied())
-                .filter(|s| suffix.chars().count() > 1 || s.eq_ignore_ascii_case(suffix));
-            d = match spelled.or(near) {
-                Some(s) => d.help(format!("did you mean `{digits}{s}`?")).fix(
+            // A unit spelled out (`24hours`, `5min`) is that unit: a
+            // number before it makes it a duration, never a calendar window.
+            if let Some(s) = spelled_duration(suffix).filter(|_| is_duration) {
+                return Some(d.help(format!("did you mean `{digits}{s}`?")).fix(
                     format!("use `{s}`"),
                     unit_span,
                     s,
-                ),
-                None => d.help(format!("{} units are {}", kind_of(want), list(accepted))),
-            };
-            Some(d)
+                ));
+            }
+            Some(
+                d.suggest(
+                    suffix,
+                    plausible_units(suffix, accepted),
+                    unit_span,
+                    Vocabulary::Unit,
+                    |s| format!("{digits}{s}"),
+                )
+                .unwrap_or_else(|d| {
+                    d.help(format!("{} units are {}", kind_of(want), list(accepted)))
+                }),
+            )
         }
         (Tok::Word(w), Want::Size) if units(Want::Size).iter().any(|u| u == w) => None,
         (Tok::Word(w), Want::Size | Want::Duration | Want::Count) => {
@@ -714,21 +703,22 @@ fn mismatch(want: Want, token: &Token<'_>, word: &str, example: &str) -> Option<
                     .help(help_example),
                 );
             }
-            let code = Code::E0107;
-            let mut d = Diagnostic::new(
-                code,
-                token.span,
-                format!("`{w}` is not {}", describe(want)),
-                "unknown value",
-            );
-            d = match did_you_mean(w, accepted.iter().copied()) {
-                Some(s) => {
-                    d.help(format!("did you mean `{s}`?"))
-                        .fix(format!("use `{s}`"), token.span, s)
-                }
-                None => d.help(format!("write {}", list(&accepted))),
-            };
-            Some(d)
+            Some(
+                Diagnostic::new(
+                    Code::E0107,
+                    token.span,
+                    format!("`{w}` is not {}", describe(want)),
+                    "unknown value",
+                )
+                .suggest(
+                    w,
+                    accepted.iter().copied(),
+                    token.span,
+                    Vocabulary::Value,
+                    str::to_owned,
+                )
+                .unwrap_or_else(|d| d.help(format!("write {}", list(&accepted)))),
+            )
         }
         (Tok::Word(_), Want::Str | Want::StrList) => Some(
             Diagnostic::new(
@@ -854,6 +844,38 @@ fn decimal(want: Want, digits: &str, unit: &str, span: Span, word: &str) -> Diag
     }
 }
 
+/// One letter is one edit from every other letter: only a change of case
+/// (`1S`, `200K`) is a plausible misspelling of a one-letter unit.
+fn plausible_units<'a>(written: &str, accepted: &[&'a str]) -> Vec<&'a str> {
+    accepted
+        .iter()
+        .copied()
+        .filter(|u| written.chars().count() > 1 || u.eq_ignore_ascii_case(written))
+        .collect()
+}
+
+/// A size written without a unit (`max_input 65536`): the number read as
+/// bytes is the certain fix only from 1 KiB up; below, `64` is as likely
+/// 64 KiB as 64 bytes, so both are offered and neither is applied.
+fn size_without_unit(digits: &str, accepted: &[&str], span: Span, word: &str) -> Diagnostic {
+    let end = Span::new(span.end, span.end);
+    let d = Diagnostic::new(
+        Code::E0103,
+        span,
+        format!("`{word}` needs a size with a unit"),
+        "no unit",
+    )
+    .help(size_help(digits, accepted));
+    match digits.replace('_', "").parse::<u64>() {
+        Ok(n) if n >= 1 << 10 => d.fix(format!("use `{digits} B`"), end, " B"),
+        _ => d.choice(format!("use `{digits} B`"), end, " B").choice(
+            format!("use `{digits} KiB`"),
+            end,
+            " KiB",
+        ),
+    }
+}
+
 /// The help for a size written without a unit: the number read as bytes,
 /// in the largest unit that states it exactly (`65536` → `64 KiB` or
 /// `65536 B`), never the number with a bigger unit glued on.
@@ -929,23 +951,26 @@ fn foreign_duration(
     let is_window = matches!(want, Want::Window);
     if let Some(ms) = foreign_duration_unit(unit) {
         let instead = largest_exact_duration(count.checked_mul(ms)?);
-        let help = if is_window && count == 1 {
-            format!(
-                "write `{instead}` (a rolling week) or `per week` (the UTC calendar week, from Monday)"
-            )
-        } else {
-            format!("write `{instead}`: durations take `ms`, `s`, `m`, `h` or `d`")
-        };
-        return Some(
-            Diagnostic::new(
-                Code::E0104,
-                span,
-                format!("mcpolicy has no week unit: `{written}` is `{instead}`"),
-                "weeks are not a unit",
-            )
-            .help(help)
-            .fix(format!("write `{instead}`"), span, instead),
+        let d = Diagnostic::new(
+            Code::E0104,
+            span,
+            format!("mcpolicy has no week unit: `{written}` is `{instead}`"),
+            "weeks are not a unit",
         );
+        // One week in a budget's window is a rolling week or the calendar
+        // week: which one is the writer's to say.
+        return Some(if is_window && count == 1 {
+            d.help(format!(
+                "write `{instead}` (a rolling week) or `week` (the UTC calendar week, from Monday); `--fix` does not choose"
+            ))
+            .choice(format!("write `{instead}` (rolling)"), span, instead)
+            .choice("write `week` (calendar)", span, "week")
+        } else {
+            d.help(format!(
+                "write `{instead}`: durations take `ms`, `s`, `m`, `h` or `d`"
+            ))
+            .fix(format!("write `{instead}`"), span, instead)
+        });
     }
     if matches!(unit, "mo" | "mon" | "month" | "months") {
         let help = if is_window && count == 1 {
@@ -981,9 +1006,17 @@ fn unit_without_number(
     if !matches!(want, Want::Duration | Want::Window | Want::Ttl) || words(want).contains(&w) {
         return None;
     }
-    let instead = match foreign_duration_unit(w) {
-        Some(ms) => largest_exact_duration(ms),
-        None => format!("1{}", spelled_duration(w)?),
+    let (instead, calendar) = match foreign_duration_unit(w) {
+        Some(ms) => (largest_exact_duration(ms), "week"),
+        None => {
+            let unit = spelled_duration(w)?;
+            let calendar = match unit {
+                "h" => "hour",
+                "d" => "day",
+                _ => "",
+            };
+            (format!("1{unit}"), calendar)
+        }
     };
     let start = token.span.start.checked_sub(bad.span.start)?;
     let end = token.span.end.checked_sub(bad.span.start)?;
@@ -993,16 +1026,28 @@ fn unit_without_number(
         bad.text.get(end..)?
     );
     let rewritten = rewritten.split('#').next().unwrap_or_default().trim();
-    Some(
-        Diagnostic::new(
-            Code::E0103,
-            token.span,
-            format!("`{word}` needs a duration, found the unit `{w}` without a number"),
-            "a duration is a number and a unit",
-        )
-        .help(format!("write `{rewritten}`"))
-        .fix(format!("write `{instead}`"), token.span, instead),
-    )
+    let d = Diagnostic::new(
+        Code::E0103,
+        token.span,
+        format!("`{word}` needs a duration, found the unit `{w}` without a number"),
+        "a duration is a number and a unit",
+    );
+    // `per days` in a budget: the calendar `per day` or the rolling `per 1d`,
+    // two kinds of window; the writer chooses (docs/spec/language.md, "Fixes").
+    if matches!(want, Want::Window) && !calendar.is_empty() {
+        return Some(
+            d.help(format!(
+                "`{w}` is as close to the calendar `per {calendar}` (resets at each UTC {calendar}) as to the rolling `per {instead}`: write the one you mean"
+            ))
+            .choice(format!("write `{calendar}` (calendar)"), token.span, calendar)
+            .choice(format!("write `{instead}` (rolling)"), token.span, instead),
+        );
+    }
+    Some(d.help(format!("write `{rewritten}`")).fix(
+        format!("write `{instead}`"),
+        token.span,
+        instead,
+    ))
 }
 
 /// Strings written without quotes (`models claude-*, gpt-4o`): the finding
@@ -1105,21 +1150,23 @@ fn apart_unit(
     match want {
         Want::Size if accepted.contains(&unit) => None,
         Want::Size => {
-            let mut d = Diagnostic::new(
+            let d = Diagnostic::new(
                 Code::E0104,
                 unit_span,
                 format!("unknown unit `{unit}`"),
                 "not a unit of size",
-            );
-            d = match did_you_mean(unit, accepted.iter().copied()) {
-                Some(s) => d
-                    .help(format!(
-                        "did you mean `{digits} {s}`? (binary units only: `{unit}` would be ambiguous)"
-                    ))
-                    .fix(format!("use `{s}`"), unit_span, s),
-                None => d.help(format!("size units are {}", list(accepted))),
-            };
-            Some(d)
+            )
+            .note("sizes take binary units only: `KB` and `MB` would be ambiguous");
+            Some(
+                d.suggest(
+                    unit,
+                    plausible_units(unit, accepted),
+                    unit_span,
+                    Vocabulary::Unit,
+                    |s| format!("{digits} {s}"),
+                )
+                .unwrap_or_else(|d| d.help(format!("size units are {}", list(accepted)))),
+            )
         }
         Want::Duration | Want::Window | Want::Ttl if accepted.contains(&unit) => Some(
             Diagnostic::new(

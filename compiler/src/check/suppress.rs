@@ -7,7 +7,7 @@
 //! suppressed.
 
 use crate::codes::{Code, Severity};
-use crate::diagnostic::{Diagnostic, did_you_mean};
+use crate::diagnostic::{Diagnostic, Vocabulary};
 use crate::syntax::{Comment, ItemKind, SourceFile, Span};
 
 /// What starts a suppression comment, after `#` and blanks.
@@ -224,21 +224,16 @@ fn parse<'a>(
                     .filter(|c| suppressible(**c))
                     .map(|c| c.as_str())
                     .collect();
-                let mut d = Diagnostic::new(
+                let d = Diagnostic::new(
                     Code::W0702,
                     span,
                     format!("`{part}` is not a diagnostic code"),
                     "unknown code",
-                );
-                d = match did_you_mean(part, warnings) {
-                    Some(s) => {
-                        d.help(format!("did you mean `{s}`?"))
-                            .fix(format!("allow `{s}`"), span, s)
-                    }
-                    None => d.help(
-                        "name a warning code, like `W0305`; `mcpc explain CODE` describes each",
-                    ),
-                };
+                )
+                .suggest(part, warnings, span, Vocabulary::Name, str::to_owned)
+                .unwrap_or_else(|d| {
+                    d.help("name a warning code, like `W0305`; `mcpc explain CODE` describes each")
+                });
                 findings.push(d);
             }
         }

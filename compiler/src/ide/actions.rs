@@ -1,5 +1,7 @@
-//! Code actions: the certain fixes diagnostics carry, and declaring an
-//! undeclared reason.
+//! Code actions: the certain fixes diagnostics carry (preferred, and in
+//! "apply every certain fix"), the corrections they offer as choices (never
+//! preferred, never in `fix_all`: `docs/spec/language.md`, "Fixes"), and
+//! declaring an undeclared reason.
 
 use super::overlaps;
 use crate::codes::Code;
@@ -43,6 +45,17 @@ pub fn code_actions(db: &dyn salsa::Database, source: SourceText, range: Span) -
                 diagnostic: d.clone(),
                 edits,
                 preferred: true,
+            });
+        }
+        for choice in &d.choices {
+            actions.push(CodeAction {
+                title: choice.title.clone(),
+                diagnostic: d.clone(),
+                edits: vec![TextEdit {
+                    span: choice.span,
+                    text: choice.replacement.clone(),
+                }],
+                preferred: false,
             });
         }
         if d.code == Code::E0401

@@ -376,7 +376,7 @@ fn pattern_hover(
             }
         }
         lines.sort_by_key(|(s, _)| *s);
-        let width = lines.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+        let width = crate::render::columns::width(lines.iter().map(|(_, l)| l.chars().count()), 0);
         for (statement, line) in lines {
             let from = if own.states_line(statement, &line) {
                 ""
@@ -385,7 +385,9 @@ fn pattern_hover(
             } else {
                 "# built-in default"
             };
-            md.push_str(format!("{line:width$}  {from}").trim_end());
+            md.push_str(
+                format!("{}  {from}", crate::render::columns::pad(&line, width)).trim_end(),
+            );
             md.push('\n');
         }
         md.push_str("```");

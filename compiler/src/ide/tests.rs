@@ -138,6 +138,30 @@ fn quick_fixes_for_a_reserved_code_and_an_undeclared_reason() {
     );
 }
 
+/// A correction between values of different meaning is a quick fix the
+/// editor offers but does not prefer, and "apply every certain fix" leaves
+/// it out (docs/spec/language.md, "Fixes").
+#[test]
+fn a_choice_is_offered_never_preferred_and_never_fixed_all() {
+    let db = Database::default();
+    let text = "mcpolicy 1\ndefaults {\n  sampling no\n  max_token 5\n}\n";
+    let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
+    let actions = code_actions(&db, source, Span::new(0, text.len()));
+    let offered: Vec<(&str, bool)> = actions
+        .iter()
+        .map(|a| (a.title.as_str(), a.preferred))
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            ("replace with `on`", false),
+            ("replace with `max_tokens`", true)
+        ]
+    );
+    let all: Vec<String> = fix_all(&db, source).into_iter().map(|e| e.text).collect();
+    assert_eq!(all, ["max_tokens"]);
+}
+
 mod properties {
     //! Guarantees of the editor features, over the examples and random
     //! damage to them (a byte range cut out, which breaks braces, words

@@ -51,6 +51,13 @@ pub(super) fn diagnostic_json(path: &str, text: &str, index: &LineIndex, d: &Dia
                 json!({ "title": f.title, "byte_start": f.span.start, "byte_end": f.span.end, "replacement": f.replacement })
             }),
         );
+        map.insert(
+            "choices".into(),
+            d.choices
+                .iter()
+                .map(|f| json!({ "title": f.title, "byte_start": f.span.start, "byte_end": f.span.end, "replacement": f.replacement }))
+                .collect(),
+        );
     }
     value
 }

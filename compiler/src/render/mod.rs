@@ -1,6 +1,7 @@
 //! Diagnostics out: human (miette), JSON, SARIF 2.1.0 and GitHub annotations.
 //! The same `Diagnostic` values feed every format, so codes never differ.
 
+pub mod columns;
 mod github;
 mod human;
 mod json;

@@ -127,6 +127,33 @@ impl StoreSpec {
     }
 }
 
+/// The largest password or certificate file read.
+pub(crate) const MAX_SMALL_FILE_BYTES: u64 = 1 << 20;
+
+/// The text of a small regular file the connection string names (a password
+/// file, a certificate): a directory, FIFO or device is refused before it
+/// is read, and more than [`MAX_SMALL_FILE_BYTES`] is an error.
+pub(crate) fn read_small(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "is not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_SMALL_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SMALL_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_SMALL_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// The URL without `schema=`, `passfile=` and the TLS parameters, and those.
 fn split_url(spec: &str) -> Result<Split, ConfigError> {
     let (head, query) = match spec.split_once('?') {
@@ -298,9 +325,12 @@ fn from_passfile(config: &tokio_postgres::Config, explicit: Option<PathBuf>) -> 
             return None;
         }
     }
-    #[cfg(not(unix))]
-    let _ = meta;
-    let text = std::fs::read_to_string(&path).ok()?;
+    // A FIFO or a device would block or never end: regular files only, and
+    // no more than a password file can need.
+    if !meta.is_file() {
+        return None;
+    }
+    let text = read_small(&path).ok()?;
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
         // libpq matches a socket connection against `localhost`.

@@ -260,7 +260,9 @@ pub(crate) fn connector(
 }
 
 fn read(path: &Path, parameter: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{parameter}={}: cannot read: {e}", path.display()))
+    crate::config::read_small(path)
+        .map(String::into_bytes)
+        .map_err(|e| format!("{parameter}={}: cannot read: {e}", path.display()))
 }
 
 /// `sslmode=… sslrootcert=…`, for the message of a failed handshake.
