@@ -55,10 +55,8 @@ pub(crate) fn every_page(
     bin: &str,
     pages: &mut Vec<(String, clap::Command)>,
 ) {
+    // clap's own `help` too: the pages list it among the subcommands.
     for sub in command.get_subcommands() {
-        if sub.get_name() == "help" {
-            continue; // clap's own, never referred to by a page
-        }
         let sub_name = format!("{name}-{}", sub.get_name());
         let sub_bin = format!("{bin} {}", sub.get_name());
         // `mcpc store ls`, not `ls`, in the page's synopsis.

@@ -559,6 +559,21 @@ impl Session {
         });
     }
 
+    /// Audits a consent request that ended without the user's word: the
+    /// client failed it (`code`, when the client gave one), its task ended
+    /// or was cancelled, or recording the approval failed.
+    fn audit_consent_failed(&self, via: &str, id: &Value, identity: &str, code: Option<i64>) {
+        self.audit(&Entry {
+            event: "consent",
+            via,
+            id: Some(id),
+            identity: Some(identity),
+            outcome: "failed",
+            code: code.and_then(|c| i32::try_from(c).ok()),
+            ..Entry::default()
+        });
+    }
+
     /// Audits a consent the client gave: what was asked, what goes on.
     fn audit_consent_grant(
         &self,
@@ -1407,19 +1422,23 @@ impl Session {
     ) -> Forward {
         let grant = match awaiting {
             Awaiting::Consent(pending) => match Reply::of(value) {
-                Reply::Result => match pending.approve() {
-                    Ok(grant) => {
-                        self.audit_consent_grant(via, origin, requested, &grant);
-                        grant
+                Reply::Result => {
+                    let identity = pending.identity().to_owned();
+                    match pending.approve() {
+                        Ok(grant) => {
+                            self.audit_consent_grant(via, origin, requested, &grant);
+                            grant
+                        }
+                        Err(error) => {
+                            self.audit_consent_failed(via, origin, &identity, None);
+                            // The completion already ran: withholding it spends nothing back.
+                            self.log.line(format_args!(
+                                "recording the client's consent answer failed: {error}"
+                            ));
+                            return Forward::Raw;
+                        }
                     }
-                    Err(error) => {
-                        // The completion already ran: withholding it spends nothing back.
-                        self.log.line(format_args!(
-                            "recording the client's consent answer failed: {error}"
-                        ));
-                        return Forward::Raw;
-                    }
-                },
+                }
                 Reply::Rejected => {
                     let denial = self.user_refused(pending.refuse(), origin);
                     self.log.line(format_args!(
@@ -1432,7 +1451,7 @@ impl Session {
                     return Forward::Replace(denial.reply(Some(reply_to)));
                 }
                 Reply::Failed(code) => {
-                    self.abandon(pending, origin, code);
+                    self.abandon(pending, origin, code, via);
                     return Forward::Raw;
                 }
             },
@@ -1469,7 +1488,12 @@ impl Session {
     /// rejection, or a task that ended without result): not a decision.
     /// Nothing is stored and the reserved budget is refunded; the server
     /// receives the client's own answer.
-    fn abandon(&self, pending: PendingConsent, origin: &Value, code: Option<i64>) {
+    ///
+    /// Its `consent` audit line (outcome `failed`) closes the request's
+    /// `decision` line: every consent the audit shows asked is shown
+    /// answered, refused or failed (`proxy/PROXY.md`, "The audit log").
+    fn abandon(&self, pending: PendingConsent, origin: &Value, code: Option<i64>, via: &str) {
+        self.audit_consent_failed(via, origin, pending.identity(), code);
         let code = code.map_or_else(|| "none".to_owned(), |c| c.to_string());
         match pending.abandon() {
             Ok(()) => self.log.line(format_args!(
@@ -1599,7 +1623,7 @@ impl Session {
             }
             ("cancelled", TaskState::Running(Awaiting::Consent(pending)))
             | ("cancelled", TaskState::Failed(Awaiting::Consent(pending))) => {
-                self.abandon(pending, &task.origin, None);
+                self.abandon(pending, &task.origin, None, "task");
                 return;
             }
             ("failed", TaskState::Running(Awaiting::Grant(grant))) if rejected => {
@@ -2067,7 +2091,12 @@ impl Session {
     fn end_ext_task_entries(&self, task_id: &str, task: ExtTask) {
         for (key, input) in task.pending {
             if let Awaiting::Consent(pending) = input.entry.awaiting {
-                self.abandon(pending, &Value::from(format!("{task_id}/{key}")), None);
+                self.abandon(
+                    pending,
+                    &Value::from(format!("{task_id}/{key}")),
+                    None,
+                    "inputRequests",
+                );
             }
         }
     }
@@ -2217,7 +2246,7 @@ impl Session {
         }
         for (origin, pending) in swept.abandoned {
             // A task whose ttl ended with no answer from the user.
-            self.abandon(pending, &origin, None);
+            self.abandon(pending, &origin, None, "task");
         }
         for sampling in swept.expired {
             let Sampling {
@@ -3205,6 +3234,16 @@ mod tests {
             [failure],
             "the client's error, unchanged"
         );
+        // The audit closes the consent line it opened: asked, then failed.
+        let lines: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+        let shape: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|l| (l["event"].as_str().unwrap(), l["outcome"].as_str().unwrap()))
+            .collect();
+        assert_eq!(shape, [("decision", "consent"), ("consent", "failed")]);
+        assert_eq!(lines[1]["code"], -32603);
+        assert_eq!(lines[1]["id"], 7);
+        assert_eq!(lines[1]["identity"], lines[0]["identity"]);
         // Nothing stored, and the one request of today's budget was refunded.
         rig.session.from_server(sample(8, "hi").as_bytes());
         assert_eq!(rig.client.take().len(), 1, "asked again");

@@ -238,12 +238,17 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "  represented: {}", represented.join(", "));
         }
         let c = &s.consent;
-        if c.prompts + c.approved + c.refused > 0 {
+        if c.prompts + c.approved + c.refused + c.failed > 0 {
+            let failed = if c.failed > 0 {
+                format!(", {} failed by the client", c.failed)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  consent: {} {}, {} approved, {} refused",
+                "  consent: {} {}, {} approved, {} refused{failed}",
                 c.prompts,
-                plural(c.prompts as u64, "prompt", "prompts"),
+                plural(c.prompts, "prompt", "prompts"),
                 c.approved,
                 c.refused
             );
