@@ -79,7 +79,11 @@ fn copy_dir(from: &Path, to: &Path) {
 /// `bash -c SCRIPT` in `dir` (with `-e` when `errexit`).
 fn bash(dir: &Path, path: &str, script: &str, errexit: bool) -> std::process::Output {
     Command::new("bash")
-        .args(if errexit { &["-e", "-c"][..] } else { &["-c"][..] })
+        .args(if errexit {
+            &["-e", "-c"][..]
+        } else {
+            &["-c"][..]
+        })
         .arg(script)
         .current_dir(dir)
         .env("PATH", path)

@@ -634,7 +634,13 @@ fn prune_drops_expired_decisions_old_spend_and_with_a_policy_stale_ones() {
     assert_eq!(decisions(&f.json("ls", &[])).len(), 3, "nothing deleted");
     let json = f.json(
         "prune",
-        &["--policy", &f.edited, "--now", "2026-03-10T12:10:00Z", "--yes"],
+        &[
+            "--policy",
+            &f.edited,
+            "--now",
+            "2026-03-10T12:10:00Z",
+            "--yes",
+        ],
     );
     assert_eq!(json["expiredDecisions"], 0);
     assert_eq!(
