@@ -185,7 +185,7 @@ pub fn render(report: &Report) -> String {
                 "  ! asks wider than it may: {:.1}% of {} {} trimmed",
                 s.trimmed_percent,
                 s.decisions,
-                plural(s.decisions as u64, "decision", "decisions")
+                plural(s.decisions, "decision", "decisions")
             );
         }
         let reasons: Vec<String> = s
@@ -212,7 +212,7 @@ pub fn render(report: &Report) -> String {
                 inert(&alert.time.to_string()),
                 alert.trimmed,
                 alert.calls,
-                plural(alert.calls as u64, "call", "calls"),
+                plural(alert.calls, "call", "calls"),
                 notes(&alert.gap)
             );
         }

@@ -52,13 +52,13 @@ pub(super) fn run(args: MigrateArgs) -> Result<ExitCode, ExitCode> {
         Format::Human => emit(&format!(
             "copied {} {}, {} server {}, {} {} and {} spend {} from {} to {}\n",
             copied.decisions,
-            plural(copied.decisions as u64, "decision", "decisions"),
+            plural(copied.decisions, "decision", "decisions"),
             copied.servers,
-            plural(copied.servers as u64, "tally", "tallies"),
+            plural(copied.servers, "tally", "tallies"),
             copied.counters,
-            plural(copied.counters as u64, "counter", "counters"),
+            plural(copied.counters, "counter", "counters"),
             copied.spend_rows,
-            plural(copied.spend_rows as u64, "row", "rows"),
+            plural(copied.spend_rows, "row", "rows"),
             args.from.display(),
             target.target()
         )),
