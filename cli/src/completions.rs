@@ -45,6 +45,26 @@ fn page(command: clap::Command, title: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// A page per subcommand of `command`, at every depth: clap_mangen's page of
+/// a command refers to `NAME-SUB(1)` for each of its subcommands
+/// (`mcpc-store(1)` to `mcpc-store-ls(1)`), so each of those is written.
+/// `name` is the page name of `command`, `bin` its synopsis (`mcpc store`).
+pub(crate) fn every_page(
+    command: &clap::Command,
+    name: &str,
+    bin: &str,
+    pages: &mut Vec<(String, clap::Command)>,
+) {
+    // clap's own `help` too: the pages list it among the subcommands.
+    for sub in command.get_subcommands() {
+        let sub_name = format!("{name}-{}", sub.get_name());
+        let sub_bin = format!("{bin} {}", sub.get_name());
+        // `mcpc store ls`, not `ls`, in the page's synopsis.
+        pages.push((sub_name.clone(), sub.clone().bin_name(sub_bin.clone())));
+        every_page(sub, &sub_name, &sub_bin, pages);
+    }
+}
+
 /// Prints `mcpc.1`, or writes every page into `--dir`.
 pub fn man(args: ManArgs) -> ExitCode {
     let mut command = Cli::command();
@@ -62,14 +82,7 @@ pub fn man(args: ManArgs) -> ExitCode {
         return fail(format!("cannot create {}: {e}", dir.display()));
     }
     let mut pages = vec![("mcpc".to_owned(), command.clone())];
-    for sub in command.get_subcommands() {
-        let name = format!("mcpc-{}", sub.get_name());
-        // `mcpc check`, not `check`, in the page's synopsis.
-        pages.push((
-            name,
-            sub.clone().bin_name(format!("mcpc {}", sub.get_name())),
-        ));
-    }
+    every_page(&command, "mcpc", "mcpc", &mut pages);
     for (name, page_command) in pages {
         let path = dir.join(format!("{name}.1"));
         let written = page(page_command, &name).and_then(|bytes| {

@@ -28,12 +28,6 @@ A decision the store remembers applies only while its server's effective block k
 its digest. A block is named by its pattern; `defaults` is the block of ids no server
 block matches.
 
-Exit codes:
-  0  nothing stored is invalidated
-  1  something is: a block's digest changes, a block is removed, an added or reordered
-     block takes ids from a block with another digest, or `identity` changes
-  2  usage or I/O error, or either policy fails to check (its diagnostics are printed)
-
 JSON (--format json): one object
   old, new      the paths
   invalidates   whether the exit code is 1
@@ -47,7 +41,13 @@ JSON (--format json): one object
   reordered     [{first, second, invalidates}]: pairs whose order flips
   defaults      [{statement, old: [lines], new: [lines], reaches: [blocks]}], or null
                   when either side is a compiled table
-  policy        [{setting, old, new}]: protocol, error_code, identity";
+  policy        [{setting, old, new}]: protocol, error_code, identity
+
+Exit codes:
+  0  nothing stored is invalidated
+  1  something is: a block's digest changes, a block is removed, an added or reordered
+     block takes ids from a block with another digest, or `identity` changes
+  2  usage or I/O error, or either policy fails to check (its diagnostics are printed)";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = DIFF_HELP)]

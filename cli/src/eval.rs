@@ -34,12 +34,6 @@ use super::store_open::{self, Create, Now};
 use super::{ColorChoice, emit, emit_line, fail};
 
 const EVAL_HELP: &str = "\
-Exit codes:
-  0  allowed, trimmed, or consent pending (--consent pending)
-  1  denied (the denial frame is printed), the request is invalid (its JSON-RPC
-     error frame is printed), or the policy has errors (printed on stderr)
-  2  usage or I/O error, or the decision store failed (the -32603 frame is printed)
-
 --explain prints on stderr, after the one-line summary: the block the server id
 selected and why each block before it did not match; the effective block, each
 statement with its value and origin (server block, defaults, built-in default)
@@ -47,7 +41,7 @@ and the block's digest; then each evaluation step 1-10 (docs/spec/evaluation.md)
 with its verdict (passed, trimmed, denied, replayed, asked, refused, not reached)
 and the statements it read, the deciding one marked `by`. Stdout is unchanged.
 
---explain --format json prints one JSON object on stdout instead of the frame:
+--format json prints one JSON object on stdout instead of the frame:
   outcome   allow, trim, deny, consent, invalid
   exit      the exit code
   output    what stdout carries without --format json (the frame, the request
@@ -58,7 +52,14 @@ and the statements it read, the deciding one marked `by`. Stdout is unchanged.
             (null for an invalid request); statement is the keyword, budget the
             index among the effective block's budgets
     steps   [{step, name, verdict, by, checked, note}] for steps 1-10; by and
-            checked are statement objects as in `statements`";
+            checked are statement objects as in `statements`
+--format json without --explain prints the same object without `explain`.
+
+Exit codes:
+  0  allowed, trimmed, or consent pending (--consent pending)
+  1  denied (the denial frame is printed), the request is invalid (its JSON-RPC
+     error frame is printed), or the policy has errors (printed on stderr)
+  2  usage or I/O error, or the decision store failed (the -32603 frame is printed)";
 
 /// How to answer a consent prompt, since `eval` cannot ask anyone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -104,9 +105,10 @@ pub struct Args {
     /// standard error.
     #[arg(long)]
     explain: bool,
-    /// The format of `--explain`: `json` prints one JSON document on stdout
-    /// (the frame inside it) instead of the frame.
-    #[arg(long, value_enum, default_value_t = Format::Human, requires = "explain")]
+    /// `json` prints one JSON document on stdout (the outcome, the exit code
+    /// and the frame inside it, with `--explain` the explanation too)
+    /// instead of the frame.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
     /// Colour for policy diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
@@ -299,6 +301,13 @@ struct Concluded<'a> {
     code: u8,
 }
 
+/// What stdout carries without `--format json`, as JSON (a frame or a
+/// request is JSON; anything else is kept as text).
+fn output_json(output: &[u8]) -> Value {
+    serde_json::from_slice::<Value>(output)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(output).into()))
+}
+
 /// `--explain`: says what the runtime's [`Cause`] names, in the policy's
 /// words, with the block matching and provenance of `mcpc show`. Nothing
 /// is re-derived here: the block, the statement and the step are the
@@ -349,7 +358,17 @@ impl Explainer {
 
     fn conclude(&self, c: Concluded<'_>) -> ExitCode {
         if !self.on {
-            emit_line(&c.output);
+            match self.format {
+                Format::Human => emit_line(&c.output),
+                Format::Json => emit(&format!(
+                    "{:#}\n",
+                    json!({
+                        "outcome": c.outcome,
+                        "exit": c.code,
+                        "output": output_json(&c.output),
+                    })
+                )),
+            }
             return ExitCode::from(c.code);
         }
         // The cause names the block; without one (an invalid request) the
@@ -413,12 +432,10 @@ impl Explainer {
                         })
                     })
                     .collect();
-                let output = serde_json::from_slice::<Value>(&c.output)
-                    .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&c.output).into()));
                 let doc = json!({
                     "outcome": c.outcome,
                     "exit": c.code,
-                    "output": output,
+                    "output": output_json(&c.output),
                     "explain": explained,
                 });
                 emit(&format!("{doc:#}\n"));

@@ -1,4 +1,7 @@
-//! `mcpc identity --server ID [--policy POLICY] FILE|-`
+//! `mcpc identity --server ID [--policy POLICY] --request FILE|-`
+//!
+//! The request file is named by `--request`, as `mcpc eval` names it. The
+//! older positional `FILE` still works, with a warning saying what to write.
 //!
 //! Prints a request's identity, its refusal key (`docs/spec/identity.md`), on stdout. A request the runtime refuses is
 //! answered as `mcpc eval` answers it: the JSON-RPC error frame on stdout
@@ -22,8 +25,16 @@ pub struct Args {
     policy: Option<String>,
     /// A JSON-RPC `sampling/createMessage` request or its params object; `-` reads standard input.
     /// A refused request prints its JSON-RPC error frame on stdout (as `mcpc eval` does) and exits 1.
-    #[arg(value_name = "FILE")]
-    request: String,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "positional",
+        conflicts_with = "positional"
+    )]
+    request: Option<String>,
+    /// Deprecated: the request file as a positional argument; write `--request FILE`.
+    #[arg(value_name = "FILE", hide = true)]
+    positional: Option<String>,
     /// Colour for policy diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
@@ -59,10 +70,22 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => DEFAULT_IDENTITY.iter().map(|s| (*s).to_owned()).collect(),
     };
-    let bytes = match read_request(&args.request) {
+    let path = match (args.request, args.positional) {
+        (Some(path), _) => path,
+        (None, Some(path)) => {
+            sayln!(
+                "mcpc: warning: the request file as a positional argument is deprecated; write `mcpc identity --server {} --request {path}`, as `mcpc eval` takes it",
+                args.server
+            );
+            path
+        }
+        // clap requires one of the two.
+        (None, None) => return fail("--request FILE is required"),
+    };
+    let bytes = match read_request(&path) {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(rejection)) => return refuse(&rejection),
-        Err(error) => return fail(format!("cannot read {}: {error}", args.request)),
+        Err(error) => return fail(format!("cannot read {path}: {error}")),
     };
     match request::parse_sampling(&bytes) {
         Ok(sampling) => {

@@ -71,13 +71,22 @@ enum Command {
     )]
     Fmt(fmt::Args),
     /// Compile a policy into its decision table (mcpolicy-table/1 JSON).
+    #[command(
+        after_help = "Exit codes: 0 the table was written; 1 the policy has errors (printed on stderr, nothing written); 2 usage or I/O error."
+    )]
     Compile(compile::Args),
     /// Decide one sampling request against a policy and print the frame or the forwarded request.
     // Its exit codes and the --explain JSON shape are in eval.rs (EVAL_HELP).
     Eval(eval::Args),
     /// Print the canonical identity of a sampling request.
+    #[command(
+        after_help = "Exit codes: 0 the identity was printed; 1 the request is invalid (its JSON-RPC error frame is printed) or the policy has errors; 2 usage or I/O error."
+    )]
     Identity(identity::Args),
     /// Explain a diagnostic code, e.g. `mcpc explain E0103`.
+    #[command(
+        after_help = "Exit codes: 0 the explanation (or the list) was printed; 2 an unknown code, or a usage error."
+    )]
     Explain(explain::Args),
     /// Run an MCP server behind a policy: a stdio proxy the client launches in its place.
     #[command(
@@ -98,8 +107,14 @@ enum Command {
     /// Put every stdio server of an MCP client's configuration behind `mcpc proxy` (`--undo`, `--list`).
     Wrap(wrap::Args),
     /// Print a shell completion script: `mcpc completions bash|zsh|fish|elvish|powershell`.
+    #[command(
+        after_help = "Exit codes: 0 the script was printed; 2 usage error (an unknown shell)."
+    )]
     Completions(completions::CompletionsArgs),
     /// Print the manual page (`mcpc man | man -l -`), or write every page with `--dir`.
+    #[command(
+        after_help = "Exit codes: 0 the page was printed, or every page written; 2 usage error, or a page that cannot be written."
+    )]
     Man(completions::ManArgs),
 }
 
@@ -157,16 +172,42 @@ pub(crate) fn emit_err(text: &str) {
     let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
 }
 
+/// `count` followed by the noun in the number it takes: `1 decision`,
+/// `2 decisions` (every count a command prints).
+pub(crate) fn plural(count: u64, one: &'static str, many: &'static str) -> &'static str {
+    if count == 1 { one } else { many }
+}
+
 /// Prints a usage or I/O error and returns exit code 2.
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     emit_err(&format!("mcpc: error: {message}\n"));
     ExitCode::from(2)
 }
 
+/// `mcpc proxy --policy p node server.js`: clap refuses `node` as an
+/// unexpected argument; the mistake is the missing `--`, so the error says
+/// where the server's command goes.
+fn hint_proxy_separator(error: &mut clap::Error, args: &[std::ffi::OsString]) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let proxy = args.get(1).is_some_and(|arg| arg == "proxy");
+    let separated = args.iter().any(|arg| arg == "--");
+    if error.kind() == ErrorKind::UnknownArgument && proxy && !separated {
+        error.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![
+                "the server's command goes after `--`: mcpc proxy --policy FILE [OPTIONS] -- SERVER_CMD ARGS…"
+                    .into(),
+            ]),
+        );
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(error) => {
+        Err(mut error) => {
+            hint_proxy_separator(&mut error, &args);
             let code = if error.use_stderr() { 2 } else { 0 };
             let _ = error.print();
             return ExitCode::from(code);
@@ -188,5 +229,44 @@ fn main() -> ExitCode {
         Command::Wrap(args) => wrap::run(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command at every depth of clap's tree, with its path (`store ls`).
+    fn every_command(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in command.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue; // clap's own
+            }
+            let sub_path = format!("{path} {}", sub.get_name()).trim().to_owned();
+            out.push((sub_path.clone(), sub.clone()));
+            every_command(sub, &sub_path, out);
+        }
+    }
+
+    /// README, "The command line": every command's `--help` ends with its
+    /// exit codes. The last paragraph of each help text, short and long,
+    /// starts with `Exit codes:` and names code 0 and 2.
+    #[test]
+    fn every_commands_help_ends_with_its_exit_codes() {
+        let mut root = super::Cli::command();
+        root.build();
+        let mut commands = vec![("mcpc".to_owned(), root.clone())];
+        every_command(&root, "", &mut commands);
+        assert!(commands.len() > 20, "{}", commands.len());
+        for (path, mut command) in commands {
+            for help in [command.render_help(), command.render_long_help()] {
+                let text = help.to_string();
+                let last = text.trim_end().rsplit("\n\n").next().unwrap_or_default();
+                assert!(
+                    last.starts_with("Exit codes:") && last.contains('0') && last.contains('2'),
+                    "`mcpc {path} --help` does not end with its exit codes:\n{text}"
+                );
+            }
+        }
     }
 }

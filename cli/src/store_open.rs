@@ -26,10 +26,15 @@ pub enum Create {
     /// Create the store if absent, in an existing directory: what
     /// `mcpc eval --store` does.
     IfMissing,
-    /// Refuse a store that does not exist: what `mcpc store` does, which
-    /// only inspects and maintains one (an empty new file would hide a
+    /// Refuse a store that does not exist: what `mcpc store forget` and
+    /// `prune` do, which maintain one (an empty new file would hide a
     /// mistyped path).
     MustExist,
+    /// Open an existing store for reading only, never creating, converting
+    /// or migrating it: what `mcpc store ls`, `show`, `budgets`, `stats` and
+    /// `verify` do (a SQLite file with `SqliteStore::open_read_only`, so a
+    /// read-only file or directory is enough).
+    ReadOnly,
 }
 
 /// Whose clock the caller decides by: what a PostgreSQL store checks a
@@ -79,14 +84,14 @@ impl fmt::Display for OpenError {
             ),
             OpenError::Missing(path) => write!(
                 f,
-                "no decision store at {} (a proxy creates it with its first stored decision; \
+                "store.missing: no decision store at {} (a proxy creates it with its first stored decision; \
                  pass --store to name another)",
                 path.display()
             ),
             OpenError::Directory { dir, source } => {
                 write!(f, "cannot create {}: {source}", dir.display())
             }
-            OpenError::Store(error) => write!(f, "{error}"),
+            OpenError::Store(error) => write!(f, "{}: {error}", error.code()),
             OpenError::Postgres(error) => write!(f, "--store: {error}"),
         }
     }
@@ -142,7 +147,7 @@ pub fn open_postgres(spec: &str, create: Create, now: Now) -> Result<PostgresSto
     let parsed = StoreSpec::parse(spec).map_err(OpenError::Postgres)?;
     let defaults = PostgresOptions::default();
     let mut options = PostgresOptions {
-        create: create != Create::MustExist,
+        create: matches!(create, Create::WithDirectory | Create::IfMissing),
         max_clock_skew: match now {
             Now::System => defaults.max_clock_skew,
             Now::Given => None,
@@ -157,7 +162,13 @@ pub fn open_postgres(spec: &str, create: Create, now: Now) -> Result<PostgresSto
 
 fn open_sqlite(path: &Path, create: Create) -> Result<Arc<dyn StoreAdmin>, OpenError> {
     match create {
-        Create::MustExist if !path.exists() => return Err(OpenError::Missing(path.to_owned())),
+        Create::MustExist | Create::ReadOnly if !path.exists() => {
+            return Err(OpenError::Missing(path.to_owned()));
+        }
+        Create::ReadOnly => {
+            let store = SqliteStore::open_read_only(path).map_err(OpenError::Store)?;
+            return Ok(Arc::new(store));
+        }
         Create::MustExist | Create::IfMissing => {}
         Create::WithDirectory => {
             if let Some(dir) = path.parent()

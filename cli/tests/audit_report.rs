@@ -334,3 +334,41 @@ fn the_human_report_shows_server_text_inert() {
     assert!(!text.lines().any(|l| l.starts_with("  ! forged")), "{text}");
     assert!(text.contains("gpt\\u{001b}[2J"), "{text}");
 }
+
+/// A file of which not one line is an audit line (the wrong file, most
+/// likely) exits 1, after the report listing every line as malformed; one
+/// good line among bad ones is a report, exit 0; an empty file reads
+/// nothing and is not an error.
+#[test]
+fn a_file_without_one_audit_line_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "not json\n{\"event\":\"decision\"}\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_mcpc"))
+        .arg("audit")
+        .arg(&bad)
+        .output()
+        .expect("mcpc runs");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("2 malformed"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("none of the 2 lines read is an audit line"),
+        "{stderr}"
+    );
+    let good = std::fs::read_to_string(run_dir().join("audit.jsonl")).expect("audit");
+    let first = good.lines().next().expect("a line");
+    let mixed = dir.path().join("mixed.jsonl");
+    std::fs::write(&mixed, format!("not json\n{first}\n")).expect("write");
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").expect("write");
+    for file in [&mixed, &empty] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mcpc"))
+            .arg("audit")
+            .arg(file)
+            .output()
+            .expect("mcpc runs");
+        assert_eq!(out.status.code(), Some(0), "{file:?}: {out:?}");
+    }
+}

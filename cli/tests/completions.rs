@@ -87,3 +87,43 @@ fn man_page_mentions_every_subcommand() {
         "{check}"
     );
 }
+
+/// Every `mcpc-…(1)` a written page refers to (clap_mangen's SUBCOMMANDS and
+/// SEE ALSO sections) is a page `mcpc man --dir` wrote, at every depth:
+/// `mcpc-store.1` names `mcpc-store-ls(1)`, so `mcpc-store-ls.1` exists.
+#[test]
+fn every_page_a_page_refers_to_is_written() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mcpc(&["man", "--dir", dir.path().to_str().expect("UTF-8 path")]);
+    assert_eq!(out.status.code(), Some(0));
+    let written: std::collections::BTreeSet<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut references = 0;
+    for page in &written {
+        let text = std::fs::read_to_string(dir.path().join(page)).expect("page");
+        // roff escapes the hyphens of a name: `mcpc\-store\-ls(1)`.
+        let text = text.replace("\\-", "-");
+        for (at, _) in text.match_indices("(1)") {
+            let name: String = text[..at]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            if !name.starts_with("mcpc") {
+                continue;
+            }
+            references += 1;
+            assert!(
+                written.contains(&format!("{name}.1")),
+                "{page} refers to {name}(1), which was not written; written: {written:?}"
+            );
+        }
+    }
+    assert!(written.contains("mcpc-store-ls.1"), "{written:?}");
+    assert!(references > 20, "only {references} references found");
+}

@@ -333,25 +333,35 @@ fn json_steps_carry_each_verdict_and_the_deciding_statement() {
     );
 }
 
+/// README: every command takes `--format json`. Without `--explain`,
+/// `eval` prints the outcome, the exit code and what stdout would carry,
+/// and the frame inside it is the one plain `eval` prints.
 #[test]
-fn format_json_needs_explain() {
+fn format_json_without_explain_prints_the_outcome_and_the_frame() {
     let dir = tempfile::tempdir().expect("temp dir");
     let policy = dir.path().join("p.mcpolicy");
     std::fs::write(&policy, POLICY).expect("write policy");
     let body = dir.path().join("r.json");
     std::fs::write(&body, request("a", 10)).expect("write request");
-    let out = Command::new(env!("CARGO_BIN_EXE_mcpc"))
-        .arg("eval")
-        .arg(&policy)
-        .args(["--server", "any", "--request"])
-        .arg(&body)
-        .args(["--format", "json"])
-        .output()
-        .expect("mcpc runs");
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--explain"), "{stderr}");
-    assert!(out.stdout.is_empty());
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mcpc"))
+            .arg("eval")
+            .arg(&policy)
+            .args(["--server", "any", "--request"])
+            .arg(&body)
+            .args(extra)
+            .output()
+            .expect("mcpc runs")
+    };
+    let plain = run(&[]);
+    let out = run(&["--format", "json"]);
+    assert_eq!(out.status.code(), plain.status.code());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let frame: serde_json::Value = serde_json::from_slice(&plain.stdout).expect("the frame");
+    assert_eq!(doc["output"], frame);
+    assert_eq!(doc["exit"], plain.status.code().expect("exit"));
+    assert!(doc["outcome"].is_string(), "{doc}");
+    assert!(doc.get("explain").is_none(), "{doc}");
 }
 
 #[test]

@@ -452,6 +452,9 @@ fn budgets_show_spend_what_remains_and_the_reset() {
                 "asker",
                 "rate",
                 "2",
+                "per",
+                "1m",
+                "2",
                 "requests",
                 "1m",
                 "2",
@@ -461,7 +464,11 @@ fn budgets_show_spend_what_remains_and_the_reset() {
             ],
             vec![
                 "asker",
-                "budget:0",
+                "budget",
+                "5",
+                "requests",
+                "per",
+                "day",
                 "5",
                 "requests",
                 "daily",
@@ -474,6 +481,9 @@ fn budgets_show_spend_what_remains_and_the_reset() {
                 "guard",
                 "rate",
                 "2",
+                "per",
+                "1m",
+                "2",
                 "requests",
                 "1m",
                 "2",
@@ -483,7 +493,11 @@ fn budgets_show_spend_what_remains_and_the_reset() {
             ],
             vec![
                 "guard",
-                "budget:0",
+                "budget",
+                "5",
+                "requests",
+                "per",
+                "day",
                 "5",
                 "requests",
                 "daily",
@@ -599,16 +613,34 @@ fn prune_drops_expired_decisions_old_spend_and_with_a_policy_stale_ones() {
     let stdout = f.stdout("prune", &["--now", "2026-03-10T12:10:00Z"]);
     assert_eq!(
         stdout,
-        "removed 1 expired decisions and 4 spend rows past their retention\n"
+        "removed 1 expired decision and 4 spend rows past their retention\n"
     );
     let left = f.json("ls", &[]);
     assert_eq!(decisions(&left).len(), 3);
     let budgets = f.guard_budgets("2026-03-10T12:10:00Z");
     assert_eq!(budgets["servers"][0]["limits"][1]["spent"], 2);
-    // With the edited policy, guard's remaining decision is stale.
-    let json = f.json(
+    // With the edited policy, guard's remaining decision is stale: prune
+    // --policy says so and deletes nothing without --yes (the policy may
+    // be another one sharing the store).
+    let stderr = f.fails(
+        2,
         "prune",
         &["--policy", &f.edited, "--now", "2026-03-10T12:10:00Z"],
+    );
+    assert!(
+        stderr.contains("1 stale decision in 1 server: guard (1); pass --yes"),
+        "{stderr}"
+    );
+    assert_eq!(decisions(&f.json("ls", &[])).len(), 3, "nothing deleted");
+    let json = f.json(
+        "prune",
+        &[
+            "--policy",
+            &f.edited,
+            "--now",
+            "2026-03-10T12:10:00Z",
+            "--yes",
+        ],
     );
     assert_eq!(json["expiredDecisions"], 0);
     assert_eq!(
@@ -618,7 +650,7 @@ fn prune_drops_expired_decisions_old_spend_and_with_a_policy_stale_ones() {
     let left = f.json("ls", &[]);
     assert!(decisions(&left).iter().all(|d| d["server"] == "asker"));
     assert_eq!(decisions(&left).len(), 2);
-    let stdout = f.stdout("prune", &["--policy", &f.edited]);
+    let stdout = f.stdout("prune", &["--policy", &f.edited, "--yes"]);
     assert!(stdout.contains("removed 0 stale decisions"), "{stdout}");
 }
 

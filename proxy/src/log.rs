@@ -153,7 +153,9 @@ pub struct Entry<'a> {
     pub id: Option<&'a Value>,
     /// The canonical request identity the decision is stored under.
     pub identity: Option<&'a str>,
-    /// `allow`, `trim`, `deny` or `consent` (forwarded for the user to decide).
+    /// `allow`, `trim`, `deny`, `consent` (forwarded for the user to
+    /// decide), or `failed` (a consent request that ended without the
+    /// user's word: nothing stored).
     pub outcome: &'a str,
     /// The reason name of a denial.
     pub reason: Option<&'a str>,

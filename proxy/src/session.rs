@@ -567,6 +567,21 @@ impl Session {
         });
     }
 
+    /// Audits a consent request that ended without the user's word: the
+    /// client failed it (`code`, when the client gave one), its task ended
+    /// or was cancelled, or recording the approval failed.
+    fn audit_consent_failed(&self, via: &str, id: &Value, identity: &str, code: Option<i64>) {
+        self.audit(&Entry {
+            event: "consent",
+            via,
+            id: Some(id),
+            identity: Some(identity),
+            outcome: "failed",
+            code: code.and_then(|c| i32::try_from(c).ok()),
+            ..Entry::default()
+        });
+    }
+
     /// Audits a consent the client gave: what was asked, what goes on.
     fn audit_consent_grant(
         &self,

@@ -8,6 +8,7 @@ use mcpolicy_proxy::log::escape_text;
 use serde_json::Value;
 
 use super::report::{Gap, Report, ServerReport, WIDE_PERCENT};
+use crate::plural;
 
 /// Text the audit file holds (server ids, model hints, reasons, file
 /// names), made inert for a terminal: escapes instead of controls, line
@@ -109,8 +110,9 @@ pub fn render(report: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "{} lines from {files}{span}: {} counted, {} outside --since/--until, {} malformed",
+        "{} {} from {files}{span}: {} counted, {} outside --since/--until, {} malformed",
         report.lines,
+        plural(report.lines as u64, "line", "lines"),
         report.counted,
         report.outside,
         report.malformed.len()
@@ -181,8 +183,10 @@ pub fn render(report: &Report) -> String {
         if s.decisions > 0 && s.trimmed_percent >= WIDE_PERCENT {
             let _ = writeln!(
                 out,
-                "  ! asks wider than it may: {:.1}% of {} decisions trimmed",
-                s.trimmed_percent, s.decisions
+                "  ! asks wider than it may: {:.1}% of {} {} trimmed",
+                s.trimmed_percent,
+                s.decisions,
+                plural(s.decisions, "decision", "decisions")
             );
         }
         let reasons: Vec<String> = s
@@ -205,10 +209,11 @@ pub fn render(report: &Report) -> String {
         for alert in &s.trim_alerts {
             let _ = writeln!(
                 out,
-                "  trim alert at {}: {} of {} calls trimmed; gap {}",
+                "  trim alert at {}: {} of {} {} trimmed; gap {}",
                 inert(&alert.time.to_string()),
                 alert.trimmed,
                 alert.calls,
+                plural(alert.calls, "call", "calls"),
                 notes(&alert.gap)
             );
         }
@@ -234,11 +239,19 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "  represented: {}", represented.join(", "));
         }
         let c = &s.consent;
-        if c.prompts + c.approved + c.refused > 0 {
+        if c.prompts + c.approved + c.refused + c.failed > 0 {
+            let failed = if c.failed > 0 {
+                format!(", {} failed by the client", c.failed)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  consent: {} prompts, {} approved, {} refused",
-                c.prompts, c.approved, c.refused
+                "  consent: {} {}, {} approved, {} refused{failed}",
+                c.prompts,
+                plural(c.prompts, "prompt", "prompts"),
+                c.approved,
+                c.refused
             );
         }
         if s.replayed > 0 || s.deadline_misses > 0 || s.errors > 0 {

@@ -46,7 +46,7 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 #[command(
     about = "Report on the proxy's --audit logs: outcomes, reasons, retry loops, consent, trims per server",
-    after_help = "Exit codes: 0 report written (malformed lines are counted and listed, not fatal); 2 usage error or an unreadable file."
+    after_help = "Exit codes: 0 report written (malformed lines are counted and listed, not fatal); 1 every line read was malformed (the report lists them; none is an audit line); 2 usage error or an unreadable file."
 )]
 pub struct Args {
     /// Audit files written by `mcpc proxy --audit` (JSON lines).
@@ -104,6 +104,15 @@ pub fn run(args: Args) -> ExitCode {
             emit(&text);
         }
         Format::Html => emit(&html::render(&report)),
+    }
+    // Not one audit line among the lines read: the wrong file, most likely.
+    if report.lines > 0 && report.counted == 0 && report.outside == 0 {
+        sayln!(
+            "mcpc: error: none of the {} {} read is an audit line (each is listed as malformed)",
+            report.lines,
+            crate::plural(report.lines as u64, "line", "lines")
+        );
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

@@ -82,8 +82,12 @@ pub struct Consent {
     pub prompts: u64,
     /// Answered yes.
     pub approved: u64,
-    /// Answered no (or the client failed).
+    /// Answered no.
     pub refused: u64,
+    /// Neither: the client failed the request (an error other than the
+    /// user's -1), its task ended without the user's word, or recording
+    /// the approval failed. Nothing was stored.
+    pub failed: u64,
 }
 
 /// One time bucket of a server's chart.
@@ -328,13 +332,11 @@ impl Builder {
                         server.consent.prompts += 1;
                     }
                 }
-                "consent" => {
-                    if outcome == "deny" {
-                        server.consent.refused += 1;
-                    } else {
-                        server.consent.approved += 1;
-                    }
-                }
+                "consent" => match outcome {
+                    "deny" => server.consent.refused += 1,
+                    "failed" => server.consent.failed += 1,
+                    _ => server.consent.approved += 1,
+                },
                 "deadline" => server.deadline_misses += 1,
                 "invalid" | "error" => server.errors += 1,
                 _ => {}

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use mcpolicy_compiler::explain;
+use mcpolicy_compiler::statements;
 use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::store::{
     DecisionFilter, DecisionStore, LimitWindow, Millis, StoredEntry, Verdict,
@@ -10,8 +12,8 @@ use mcpolicy_runtime::store::{
 use serde_json::{Value, json};
 
 use super::output::{entry_json, expires, json_time, print_json, statement, table, time};
-use super::{Common, Ctx, Format, VerdictArg};
-use crate::{emit, emit_err, fail};
+use super::{Access, Common, Ctx, Format, VerdictArg};
+use crate::{emit, emit_err, fail, plural};
 
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
@@ -102,9 +104,14 @@ pub struct PruneArgs {
     #[command(flatten)]
     common: Common,
     /// The policy the proxy runs: also delete every server's stale decisions
-    /// (made under a block that has since changed).
+    /// (made under a block that has since changed). Asks for --yes: every
+    /// decision of another policy sharing the store is stale to this one.
     #[arg(long, value_name = "POLICY")]
     policy: Option<String>,
+    /// Delete the stale decisions --policy finds (without it, prune --policy
+    /// lists how many each server has, deletes nothing, and exits 2).
+    #[arg(long)]
+    yes: bool,
 }
 
 /// A store error (it names the store) as exit 2.
@@ -115,6 +122,30 @@ fn store_fail(error: impl std::fmt::Display) -> ExitCode {
 /// Whether `entry` was made under the server's current block.
 fn is_current(engine: &Engine, entry: &StoredEntry) -> bool {
     *entry.decision.digest == *engine.digest_for(&entry.key.server_id)
+}
+
+/// The text of the statement a store names `stored` (`budget:1`, `rate`)
+/// in `server`'s effective block under `engine`'s policy, as `mcpc show`
+/// prints it: `budget 200k tokens per 24h`. `None` for a name this runtime
+/// does not know or a statement the block does not have.
+fn statement_text(engine: &Engine, server: &str, stored: &str) -> Option<String> {
+    let statement = mcpolicy_runtime::engine::Statement::from_stored_name(stored)?;
+    let table = engine.policy().table();
+    let entry = explain::select(table.servers.iter().map(|e| e.pattern.as_str()), server).matched;
+    let block = &entry
+        .and_then(|i| table.servers.get(i))
+        .unwrap_or(&table.fallback)
+        .block;
+    let keyword = statements::Statement::from_keyword(statement.name())?;
+    let nth = match statement {
+        mcpolicy_runtime::engine::Statement::Budget(i) => i,
+        _ => 0,
+    };
+    statements::effective_lines(block)
+        .into_iter()
+        .filter(|(s, _)| *s == keyword)
+        .nth(nth)
+        .map(|(_, line)| line)
 }
 
 /// `yes` / `stale` for the CURRENT column.
@@ -134,7 +165,7 @@ fn server_key(server: Option<&str>) -> Option<String> {
 }
 
 pub fn ls(args: LsArgs) -> Result<ExitCode, ExitCode> {
-    let ctx = Ctx::open(&args.common)?;
+    let ctx = Ctx::open(&args.common, Access::Read)?;
     let engine = args.policy.as_deref().map(|p| ctx.engine(p)).transpose()?;
     let filter = DecisionFilter {
         server_id: server_key(args.server.as_deref()),
@@ -188,7 +219,19 @@ pub fn ls(args: LsArgs) -> Result<ExitCode, ExitCode> {
                         entry.key.identity.clone(),
                         d.verdict.as_str().to_owned(),
                         d.reason.to_string(),
-                        statement(entry),
+                        // A current decision's statement is in the policy:
+                        // its text; else the name the store recorded.
+                        engine
+                            .as_ref()
+                            .filter(|_| *current == Some(true))
+                            .and_then(|engine| {
+                                statement_text(
+                                    engine,
+                                    &entry.key.server_id,
+                                    d.statement.as_deref()?,
+                                )
+                            })
+                            .unwrap_or_else(|| statement(entry)),
                         d.represented.to_string(),
                         time(d.decided_at),
                         expires(entry),
@@ -206,7 +249,7 @@ pub fn ls(args: LsArgs) -> Result<ExitCode, ExitCode> {
 }
 
 pub fn show(args: ShowArgs) -> Result<ExitCode, ExitCode> {
-    let ctx = Ctx::open(&args.common)?;
+    let ctx = Ctx::open(&args.common, Access::Read)?;
     let engine = args.policy.as_deref().map(|p| ctx.engine(p)).transpose()?;
     let filter = DecisionFilter {
         identity: Some(args.identity.clone()),
@@ -308,7 +351,7 @@ fn fields(lines: &[Vec<String>]) -> String {
 }
 
 pub fn forget(args: ForgetArgs) -> Result<ExitCode, ExitCode> {
-    let ctx = Ctx::open(&args.common)?;
+    let ctx = Ctx::open(&args.common, Access::Write)?;
     let filter = DecisionFilter {
         server_id: server_key(args.server.as_deref()),
         identity: args.identity.clone(),
@@ -355,10 +398,10 @@ pub fn forget(args: ForgetArgs) -> Result<ExitCode, ExitCode> {
                 .collect::<Vec<_>>(),
         })),
         Format::Human => {
-            let plural = if removed.len() == 1 { "" } else { "s" };
             emit(&format!(
-                "removed {} stored decision{plural}; the next identical request is decided afresh\n",
-                removed.len()
+                "removed {} stored {}; the next identical request is decided afresh\n",
+                removed.len(),
+                plural(removed.len() as u64, "decision", "decisions")
             ));
             let cells: Vec<Vec<String>> = removed
                 .iter()
@@ -392,7 +435,10 @@ pub fn forget(args: ForgetArgs) -> Result<ExitCode, ExitCode> {
 /// One limit of one server, as `budgets` reports it.
 struct LimitRow {
     server: String,
+    /// The stored name (`budget:0`), for scripts.
     statement: String,
+    /// The statement as written (`budget 5 requests per day`), for people.
+    text: String,
     limit: String,
     window: String,
     max: u64,
@@ -405,7 +451,7 @@ struct LimitRow {
 }
 
 pub fn budgets(args: BudgetsArgs) -> Result<ExitCode, ExitCode> {
-    let ctx = Ctx::open(&args.common)?;
+    let ctx = Ctx::open(&args.common, Access::Read)?;
     let engine = ctx.engine(&args.policy)?;
     let servers = match server_key(args.server.as_deref()) {
         Some(server) => vec![server],
@@ -423,9 +469,11 @@ pub fn budgets(args: BudgetsArgs) -> Result<ExitCode, ExitCode> {
                 LimitWindow::Fixed { end, .. } => Some(end),
                 LimitWindow::Rolling { .. } => usage.available_at,
             };
+            let stored = limit.statement.stored_name().into_owned();
             rows.push(LimitRow {
                 server: server.clone(),
-                statement: limit.statement.stored_name().into_owned(),
+                text: statement_text(&engine, &server, &stored).unwrap_or_else(|| stored.clone()),
+                statement: stored,
                 limit: limit.limit,
                 window: limit.window,
                 max: limit.check.limit,
@@ -448,6 +496,7 @@ pub fn budgets(args: BudgetsArgs) -> Result<ExitCode, ExitCode> {
                     "digest": engine.digest_for(server),
                     "limits": rows.iter().map(|row| json!({
                         "statement": row.statement,
+                        "text": row.text,
                         "limit": row.limit,
                         "window": row.window,
                         "max": row.max,
@@ -466,7 +515,7 @@ pub fn budgets(args: BudgetsArgs) -> Result<ExitCode, ExitCode> {
                 .map(|row| {
                     vec![
                         row.server.clone(),
-                        row.statement.clone(),
+                        row.text.clone(),
                         row.limit.clone(),
                         row.window.clone(),
                         row.spent.to_string(),
@@ -507,7 +556,7 @@ struct ServerCount {
 }
 
 pub fn stats(args: StatsArgs) -> Result<ExitCode, ExitCode> {
-    let ctx = Ctx::open(&args.common)?;
+    let ctx = Ctx::open(&args.common, Access::Read)?;
     let entries = ctx
         .store
         .decisions(&DecisionFilter::default())
@@ -570,8 +619,12 @@ pub fn stats(args: StatsArgs) -> Result<ExitCode, ExitCode> {
                 .bytes
                 .map_or_else(|| "in memory".to_owned(), |b| format!("{b} bytes"));
             emit(&format!(
-                "store {}: {} decisions, {} spend rows, {bytes}\n\nmost-denied servers\n",
-                ctx.spec, size.decisions, size.spend_rows
+                "store {}: {} {}, {} spend {}, {bytes}\n\nmost-denied servers\n",
+                ctx.spec,
+                size.decisions,
+                plural(size.decisions, "decision", "decisions"),
+                size.spend_rows,
+                plural(size.spend_rows, "row", "rows"),
             ));
             let cells: Vec<Vec<String>> = servers
                 .iter()
@@ -612,8 +665,11 @@ pub fn stats(args: StatsArgs) -> Result<ExitCode, ExitCode> {
 }
 
 pub fn prune(args: PruneArgs) -> Result<ExitCode, ExitCode> {
-    let ctx = Ctx::open(&args.common)?;
+    let ctx = Ctx::open(&args.common, Access::Write)?;
     let engine = args.policy.as_deref().map(|p| ctx.engine(p)).transpose()?;
+    if let Some(engine) = engine.as_ref().filter(|_| !args.yes) {
+        return Err(stale_without_yes(&ctx, engine));
+    }
     let pruned = ctx.store.prune_expired(ctx.now).map_err(store_fail)?;
     let mut stale: Vec<(String, u64)> = Vec::new();
     if let Some(engine) = &engine {
@@ -640,13 +696,17 @@ pub fn prune(args: PruneArgs) -> Result<ExitCode, ExitCode> {
         })),
         Format::Human => {
             emit(&format!(
-                "removed {} expired decisions and {} spend rows past their retention\n",
-                pruned.decisions, pruned.spend_rows
+                "removed {} expired {} and {} spend {} past their retention\n",
+                pruned.decisions,
+                plural(pruned.decisions, "decision", "decisions"),
+                pruned.spend_rows,
+                plural(pruned.spend_rows, "row", "rows"),
             ));
             if engine.is_some() {
                 let total: u64 = stale.iter().map(|(_, n)| n).sum();
                 emit(&format!(
-                    "removed {total} stale decisions (made under a block that has changed)\n"
+                    "removed {total} stale {} (made under a block that has changed)\n",
+                    plural(total, "decision", "decisions")
                 ));
                 if !stale.is_empty() {
                     let cells: Vec<Vec<String>> = stale
@@ -659,4 +719,40 @@ pub fn prune(args: PruneArgs) -> Result<ExitCode, ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `prune --policy` without `--yes`: how many stale decisions each server
+/// has under `engine`'s policy (what would go), nothing deleted, exit 2.
+/// The policy may not be the one that made them: a store shared by two
+/// policies holds decisions that are stale to each other
+/// (`docs/spec/store.md`, "Digests and staleness").
+fn stale_without_yes(ctx: &Ctx, engine: &Engine) -> ExitCode {
+    let entries = match ctx.store.decisions(&DecisionFilter::default()) {
+        Ok(entries) => entries,
+        Err(error) => return store_fail(error),
+    };
+    let mut stale: BTreeMap<&str, u64> = BTreeMap::new();
+    for entry in &entries {
+        if !is_current(engine, entry) {
+            *stale.entry(&entry.key.server_id).or_default() += 1;
+        }
+    }
+    let total: u64 = stale.values().sum();
+    let servers: Vec<String> = stale
+        .iter()
+        .map(|(server, n)| format!("{server} ({n})"))
+        .collect();
+    fail(format!(
+        "prune --policy deletes every decision this policy does not make, those of another \
+         policy sharing the store included: {total} stale {} in {} {}{}; pass --yes to delete \
+         them (nothing was deleted)",
+        plural(total, "decision", "decisions"),
+        stale.len(),
+        plural(stale.len() as u64, "server", "servers"),
+        if servers.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", servers.join(", "))
+        }
+    ))
 }

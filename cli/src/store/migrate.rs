@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::Format;
 use crate::store_open::{self, Create};
-use crate::{emit, fail};
+use crate::{emit, fail, plural};
 
 /// The exit codes of `mcpc store migrate`.
 pub(super) const EXIT_CODES: &str = "Exit codes: 0 copied; 2 usage error, an unreadable SQLite \
@@ -50,12 +50,15 @@ pub(super) fn run(args: MigrateArgs) -> Result<ExitCode, ExitCode> {
     let copied = target.import_sqlite(&args.from).map_err(fail)?;
     match args.format {
         Format::Human => emit(&format!(
-            "copied {} decisions, {} server tallies, {} counters and {} spend rows from {} \
-             to {}\n",
+            "copied {} {}, {} server {}, {} {} and {} spend {} from {} to {}\n",
             copied.decisions,
+            plural(copied.decisions, "decision", "decisions"),
             copied.servers,
+            plural(copied.servers, "tally", "tallies"),
             copied.counters,
+            plural(copied.counters, "counter", "counters"),
             copied.spend_rows,
+            plural(copied.spend_rows, "row", "rows"),
             args.from.display(),
             target.target()
         )),

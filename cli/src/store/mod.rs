@@ -6,12 +6,19 @@
 //! own answers for a policy (`Engine::digest_for`, `Engine::limits`): nothing
 //! here re-derives what the runtime decides.
 //!
-//! Exit codes: 0 ok; 1 nothing matched (`show`, `forget`); 2 usage or store
-//! error (also `forget` of more than one decision without `--yes`).
+//! `ls`, `show`, `budgets`, `stats` and `verify` open the store read-only
+//! (a SQLite file through `SqliteStore::open_read_only`): they never
+//! create, convert or migrate a store, and work on a file or directory the
+//! caller may only read.
+//!
+//! Exit codes: 0 ok; 1 nothing matched (`show`, `forget`), or damage found
+//! (`verify`); 2 usage or store error (also `forget` of more than one
+//! decision, or `prune --policy`, without `--yes`).
 
 mod admin;
 mod migrate;
 mod output;
+mod verify;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,7 +34,7 @@ use super::{ColorChoice, fail};
 
 /// The exit codes, shown under every subcommand's `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 ok; 1 nothing matched (show, forget); 2 usage or store \
-error, and forget of more than one decision without --yes.";
+error, and forget of more than one decision or prune --policy without --yes.";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = EXIT_CODES)]
@@ -60,6 +67,17 @@ enum Command {
     /// Delete expired decisions and spend past its retention (with --policy, stale decisions too).
     #[command(after_help = EXIT_CODES)]
     Prune(admin::PruneArgs),
+    /// Read the whole store and check it: the storage's integrity check and the schema's invariants.
+    ///
+    /// SQLite: PRAGMA integrity_check (every page and index entry, what
+    /// SqliteOptions::verify_on_open runs in its quick form), the file's
+    /// identity and schema version, and the invariants the schema keeps
+    /// (each server's stored count, each counter's total against its spend
+    /// rows, …). PostgreSQL: the schema version, the tables' keys and
+    /// checks, the store's functions and the same invariants. Read-only;
+    /// linear in the store's size (docs/spec/store.md, "Verifying a store").
+    #[command(after_help = verify::EXIT_CODES)]
+    Verify(verify::VerifyArgs),
     /// Copy an SQLite store into an empty PostgreSQL store (decisions, tallies, every counter exactly).
     #[command(after_help = migrate::EXIT_CODES)]
     Migrate(migrate::MigrateArgs),
@@ -101,8 +119,17 @@ pub(crate) struct Ctx {
     format: Format,
 }
 
+/// Whether a subcommand writes to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Inspection: the store is opened read-only, never created or converted.
+    Read,
+    /// Maintenance (`forget`, `prune`): an existing store, opened to write.
+    Write,
+}
+
 impl Ctx {
-    fn open(common: &Common) -> Result<Ctx, ExitCode> {
+    fn open(common: &Common, access: Access) -> Result<Ctx, ExitCode> {
         let now = match &common.now {
             Some(text) => parse_rfc3339(text).ok_or_else(|| {
                 fail(format!(
@@ -120,7 +147,11 @@ impl Ctx {
             Some(_) => store_open::Now::Given,
             None => store_open::Now::System,
         };
-        let store = store_open::open(&spec, Create::MustExist, clock).map_err(fail)?;
+        let create = match access {
+            Access::Read => Create::ReadOnly,
+            Access::Write => Create::MustExist,
+        };
+        let store = store_open::open(&spec, create, clock).map_err(fail)?;
         Ok(Ctx {
             spec,
             store,
@@ -170,6 +201,7 @@ pub fn run(args: Args) -> ExitCode {
         Command::Budgets(args) => admin::budgets(args),
         Command::Stats(args) => admin::stats(args),
         Command::Prune(args) => admin::prune(args),
+        Command::Verify(args) => verify::run(args),
         Command::Migrate(args) => migrate::run(args),
     };
     outcome.unwrap_or_else(|code| code)

@@ -30,7 +30,7 @@ impl Session {
         }
         for (origin, pending) in swept.abandoned {
             // A task whose ttl ended with no answer from the user.
-            self.abandon(pending, &origin, None);
+            self.abandon(pending, &origin, None, "task");
         }
         for sampling in swept.expired {
             let Sampling {

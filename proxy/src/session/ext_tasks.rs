@@ -298,7 +298,12 @@ impl Session {
     pub(super) fn end_ext_task_entries(&self, task_id: &str, task: ExtTask) {
         for (key, input) in task.pending {
             if let Awaiting::Consent(pending) = input.entry.awaiting {
-                self.abandon(pending, &Value::from(format!("{task_id}/{key}")), None);
+                self.abandon(
+                    pending,
+                    &Value::from(format!("{task_id}/{key}")),
+                    None,
+                    "inputRequests",
+                );
             }
         }
     }

@@ -192,19 +192,23 @@ impl Session {
     ) -> Forward {
         let grant = match awaiting {
             Awaiting::Consent(pending) => match Reply::of(value) {
-                Reply::Result => match pending.approve() {
-                    Ok(grant) => {
-                        self.audit_consent_grant(via, origin, requested, &grant);
-                        grant
+                Reply::Result => {
+                    let identity = pending.identity().to_owned();
+                    match pending.approve() {
+                        Ok(grant) => {
+                            self.audit_consent_grant(via, origin, requested, &grant);
+                            grant
+                        }
+                        Err(error) => {
+                            self.audit_consent_failed(via, origin, &identity, None);
+                            // The completion already ran: withholding it spends nothing back.
+                            self.log.line(format_args!(
+                                "recording the client's consent answer failed: {error}"
+                            ));
+                            return Forward::Raw;
+                        }
                     }
-                    Err(error) => {
-                        // The completion already ran: withholding it spends nothing back.
-                        self.log.line(format_args!(
-                            "recording the client's consent answer failed: {error}"
-                        ));
-                        return Forward::Raw;
-                    }
-                },
+                }
                 Reply::Rejected => {
                     let denial = self.user_refused(pending.refuse(), origin);
                     self.log.line(format_args!(
@@ -217,7 +221,7 @@ impl Session {
                     return Forward::Replace(denial.reply(Some(reply_to)));
                 }
                 Reply::Failed(code) => {
-                    self.abandon(pending, origin, code);
+                    self.abandon(pending, origin, code, via);
                     return Forward::Raw;
                 }
             },
@@ -254,7 +258,18 @@ impl Session {
     /// rejection, or a task that ended without result): not a decision.
     /// Nothing is stored and the reserved budget is refunded; the server
     /// receives the client's own answer.
-    pub(super) fn abandon(&self, pending: PendingConsent, origin: &Value, code: Option<i64>) {
+    ///
+    /// Its `consent` audit line (outcome `failed`) closes the request's
+    /// `decision` line: every consent the audit shows asked is shown
+    /// answered, refused or failed (`proxy/PROXY.md`, "The audit log").
+    pub(super) fn abandon(
+        &self,
+        pending: PendingConsent,
+        origin: &Value,
+        code: Option<i64>,
+        via: &str,
+    ) {
+        self.audit_consent_failed(via, origin, pending.identity(), code);
         let code = code.map_or_else(|| "none".to_owned(), |c| c.to_string());
         match pending.abandon() {
             Ok(()) => self.log.line(format_args!(
@@ -384,7 +399,7 @@ impl Session {
             }
             ("cancelled", TaskState::Running(Awaiting::Consent(pending)))
             | ("cancelled", TaskState::Failed(Awaiting::Consent(pending))) => {
-                self.abandon(pending, &task.origin, None);
+                self.abandon(pending, &task.origin, None, "task");
                 return;
             }
             ("failed", TaskState::Running(Awaiting::Grant(grant))) if rejected => {

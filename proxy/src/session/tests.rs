@@ -829,6 +829,16 @@ fn a_client_error_is_not_a_refusal() {
         [failure],
         "the client's error, unchanged"
     );
+    // The audit closes the consent line it opened: asked, then failed.
+    let lines: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+    let shape: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["event"].as_str().unwrap(), l["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(shape, [("decision", "consent"), ("consent", "failed")]);
+    assert_eq!(lines[1]["code"], -32603);
+    assert_eq!(lines[1]["id"], 7);
+    assert_eq!(lines[1]["identity"], lines[0]["identity"]);
     // Nothing stored, and the one request of today's budget was refunded.
     rig.session.from_server(sample(8, "hi").as_bytes());
     assert_eq!(rig.client.take().len(), 1, "asked again");

@@ -41,10 +41,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mcpolicy_runtime::store::{
-    Admission, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation, LimitCheck,
-    LimitWindow, Millis, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
-    StoreSize, StoredDecision, StoredEntry, Verdict, in_calendar, may_replace, prune_cut,
-    refuse_outside_calendar, usage_outside_calendar,
+    Admission, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation, Integrity,
+    LimitCheck, LimitWindow, Millis, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin,
+    StoreError, StoreSize, StoredDecision, StoredEntry, Verdict, in_calendar, may_replace,
+    prune_cut, refuse_outside_calendar, usage_outside_calendar,
 };
 use session::{ConnectError, Session, Trip};
 use tokio_postgres::{Row, Statement};
@@ -102,10 +102,12 @@ pub struct PostgresOptions {
     /// (`3 × wal_writer_delay`), which a budget then admits again. See the
     /// README's benchmark for what it buys.
     pub synchronous_commit: bool,
-    /// Create the schema and its tables when there is no store yet (what a
-    /// proxy does). `false`: a schema without a store is refused
-    /// ([`StoreError::Backend`]), so an inspection (`mcpc store`) of a
-    /// mistyped schema does not create an empty one.
+    /// Create the schema and its tables when there is no store yet, and
+    /// migrate an older schema (what a proxy does). `false`: a schema
+    /// without a store is refused ([`StoreError::Backend`]), so an
+    /// inspection (`mcpc store`) of a mistyped schema does not create an
+    /// empty one, and an older schema is refused
+    /// ([`StoreError::SchemaTooOld`]) rather than converted.
     pub create: bool,
     /// The most admissions of one server one transaction carries. Concurrent
     /// admissions for a server from this process's threads are combined: the
@@ -596,6 +598,14 @@ impl PostgresStore {
                     path: self.target.clone().into(),
                     found: i64::from(version),
                     supported: i64::from(SCHEMA_VERSION),
+                }));
+            }
+            if version < SCHEMA_VERSION && !create {
+                // An inspection reads; it never converts a store.
+                return Err(Fail::Store(StoreError::SchemaTooOld {
+                    path: self.target.clone().into(),
+                    found: i64::from(version),
+                    current: i64::from(SCHEMA_VERSION),
                 }));
             }
             for (index, step) in schema::MIGRATIONS.iter().enumerate() {
@@ -1511,7 +1521,100 @@ impl StoreAdmin for PostgresStore {
                 .collect()
         })
     }
+
+    fn check_integrity(&self) -> Result<Integrity, StoreError> {
+        self.run(|conn| {
+            let tx = conn.client.transaction()?;
+            // One snapshot for every check, and nothing written.
+            tx.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+            let mut integrity = Integrity::default();
+            integrity.checks.push("the schema version".to_owned());
+            let versions: Vec<i32> = tx
+                .query("SELECT version FROM schema_version", &[])?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if versions != [SCHEMA_VERSION] {
+                integrity.findings.push(format!(
+                    "schema_version holds {versions:?}; this build reads [{SCHEMA_VERSION}]"
+                ));
+            }
+            for (label, sql) in INVARIANTS {
+                integrity.checks.push(label.to_owned());
+                for row in tx.query(sql, &[])? {
+                    integrity.findings.push(row.try_get(0)?);
+                }
+            }
+            tx.commit()?;
+            Ok(integrity)
+        })
+    }
 }
+
+/// Each invariant of the schema (`schema.rs`) as a query answering one row
+/// per breach, its one column the finding; the label says what is checked
+/// (`docs/spec/store.md`, "Verifying a store").
+const INVARIANTS: [(&str, &str); 6] = [
+    (
+        "the tables' keys and checks",
+        "SELECT format('constraint %s is missing', expected) \
+         FROM unnest(ARRAY['decisions_pkey', 'servers_pkey', 'counters_pkey', 'spend_pkey', \
+                           'decisions_verdict_check']) AS expected \
+         WHERE NOT EXISTS (SELECT 1 FROM pg_constraint AS c \
+                           JOIN pg_namespace AS n ON n.oid = c.connamespace \
+                           WHERE n.nspname = current_schema() AND c.conname = expected)",
+    ),
+    (
+        "the store's functions",
+        "SELECT format('function %s is missing', expected) \
+         FROM unnest(ARRAY['admit', 'admit_batch', 'settle', 'record', 'purge_stale', \
+                           'usage', 'prune_spend', 'sat']) AS expected \
+         WHERE NOT EXISTS (SELECT 1 FROM pg_proc AS p \
+                           JOIN pg_namespace AS n ON n.oid = p.pronamespace \
+                           WHERE n.nspname = current_schema() AND p.proname = expected)",
+    ),
+    (
+        "each server's stored count against its decisions",
+        "SELECT format('server `%s` counts %s stored decisions but has %s', \
+                s.server_id, s.stored, count(d.identity)) \
+         FROM servers AS s LEFT JOIN decisions AS d ON d.server_id = s.server_id \
+         GROUP BY s.server_id, s.stored HAVING s.stored != count(d.identity) \
+         UNION ALL \
+         SELECT format('server `%s` has %s decisions and no count', d.server_id, count(*)) \
+         FROM decisions AS d WHERE NOT EXISTS \
+             (SELECT 1 FROM servers AS s WHERE s.server_id = d.server_id) \
+         GROUP BY d.server_id",
+    ),
+    (
+        "each counter's total against its spend rows",
+        "SELECT format('counter `%s` of server `%s`: total %s, its spend rows from its floor sum to %s', \
+                c.counter, c.server_id, c.total, COALESCE(sum(r.amount), 0)) \
+         FROM counters AS c LEFT JOIN spend AS r \
+             ON r.server_id = c.server_id AND r.counter = c.counter AND r.at >= c.floor \
+         GROUP BY c.server_id, c.counter, c.total \
+         HAVING c.total != COALESCE(sum(r.amount), 0)",
+    ),
+    (
+        "each counter's bounds on its spend rows",
+        "SELECT format('counter `%s` of server `%s`: spend from %s to %s outside its bounds %s..%s', \
+                c.counter, c.server_id, min(r.at), max(r.at), c.oldest, c.newest) \
+         FROM counters AS c JOIN spend AS r \
+             ON r.server_id = c.server_id AND r.counter = c.counter \
+         GROUP BY c.server_id, c.counter, c.oldest, c.newest \
+         HAVING c.oldest IS NULL OR c.newest IS NULL \
+             OR min(r.at) < c.oldest OR max(r.at) > c.newest",
+    ),
+    (
+        "each spend row's counter and amount",
+        "SELECT format('spend row of counter `%s` of server `%s` at %s: %s', \
+                r.counter, r.server_id, r.at, \
+                CASE WHEN r.amount < 0 THEN format('amount %s', r.amount) \
+                     ELSE 'no counter row' END) \
+         FROM spend AS r \
+         WHERE r.amount < 0 OR NOT EXISTS (SELECT 1 FROM counters AS c \
+             WHERE c.server_id = r.server_id AND c.counter = r.counter)",
+    ),
+];
 
 /// How long a reading of the database's clock is trusted before it is read
 /// again ([`PostgresStore::check_clock`]).

@@ -7,15 +7,15 @@
 //! atomic without a global lock).
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
     Admission, Assessed, CounterUsage, DEFAULT_MAX_DECISIONS_PER_SERVER, DecisionFilter,
-    DecisionKey, DecisionStore, Evaluation, EvictionKey, LimitCheck, LimitWindow, Millis,
-    PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
+    DecisionKey, DecisionStore, Evaluation, EvictionKey, Integrity, LimitCheck, LimitWindow,
+    Millis, PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats, StoreAdmin, StoreError,
     StoreSize, StoredDecision, StoredEntry, answers_probe, eviction_key, may_replace, pending,
     prune_cut, retention, window_changed, window_floor,
 };
@@ -528,6 +528,34 @@ impl StoreAdmin for MemoryStore {
             );
         }
         Ok(names.into_iter().collect())
+    }
+
+    fn check_integrity(&self) -> Result<Integrity, StoreError> {
+        // Nothing is on disk to damage; the one invariant across maps is
+        // each server's stored count against its decisions.
+        let mut stored: BTreeMap<String, u64> = BTreeMap::new();
+        for shard in self.all_servers()?.iter() {
+            for (name, server) in shard.iter() {
+                stored.insert(name.clone(), server.stats.stored);
+            }
+        }
+        let mut counted: BTreeMap<String, u64> = BTreeMap::new();
+        for entry in self.decisions(&DecisionFilter::default())? {
+            *counted.entry(entry.key.server_id).or_default() += 1;
+        }
+        let mut integrity = Integrity {
+            checks: vec!["each server's stored count against its decisions".to_owned()],
+            findings: Vec::new(),
+        };
+        for (server, count) in &counted {
+            let recorded = stored.get(server).copied().unwrap_or(0);
+            if recorded != *count {
+                integrity.findings.push(format!(
+                    "server `{server}` counts {recorded} stored decisions but has {count}"
+                ));
+            }
+        }
+        Ok(integrity)
     }
 }
 

@@ -240,6 +240,30 @@ pub enum StoreError {
         /// What was wrong.
         detail: String,
     },
+    /// The file is empty (0 bytes, or an SQLite database with no schema),
+    /// and the caller only reads: inspection never creates a store in it.
+    #[error(
+        "decision store {} is empty: no proxy has written to it yet (a proxy or `mcpc eval --store` creates the store; `mcpc store` only reads one)",
+        path.display()
+    )]
+    Empty {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The file holds an older schema, and the caller only reads: a
+    /// read-only open never migrates (a read-write open does).
+    #[error(
+        "decision store {} has schema version {found}, older than the {current} this runtime reads; opening it read-only does not migrate it (the next proxy or `mcpc eval --store` that opens it does)",
+        path.display()
+    )]
+    SchemaTooOld {
+        /// The store file (or schema).
+        path: PathBuf,
+        /// The version found.
+        found: i64,
+        /// The version this runtime writes.
+        current: i64,
+    },
     /// The file was written by a newer mcpolicy (schema version above ours).
     #[error(
         "decision store {} has schema version {found}, newer than the {supported} this runtime understands; upgrade mcpolicy or use another file",
@@ -328,6 +352,52 @@ pub enum StoreError {
         /// The database's error.
         detail: String,
     },
+}
+
+impl StoreError {
+    /// A stable name for the kind of failure (`store.corrupt`,
+    /// `store.empty`, …), for scripts and for the operator's messages:
+    /// `docs/spec/store.md`, "Error codes".
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Corrupt { .. } | StoreError::BadRow { .. } => "store.corrupt",
+            StoreError::Empty { .. } => "store.empty",
+            StoreError::SchemaTooOld { .. } => "store.schema_too_old",
+            StoreError::SchemaTooNew { .. } => "store.schema_too_new",
+            StoreError::ForeignSchema { .. } => "store.foreign",
+            StoreError::Io { source, .. } => match source.kind() {
+                std::io::ErrorKind::NotFound => "store.missing",
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                    "store.permission"
+                }
+                _ => "store.io",
+            },
+            StoreError::Busy { .. } => "store.busy",
+            #[cfg(feature = "sqlite")]
+            StoreError::Sqlite { .. } => "store.sqlite",
+            StoreError::UnknownReservation { .. } => "store.unknown_reservation",
+            StoreError::Poisoned => "store.poisoned",
+            StoreError::Unavailable { .. } => "store.unavailable",
+            StoreError::Backend { .. } => "store.backend",
+        }
+    }
+}
+
+/// What [`StoreAdmin::check_integrity`] found: each check it ran, by name,
+/// and every piece of damage (empty when the store is sound).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Integrity {
+    /// What was checked, in order, e.g. `PRAGMA integrity_check`.
+    pub checks: Vec<String>,
+    /// Each finding, naming the table, row or page it is about.
+    pub findings: Vec<String>,
+}
+
+impl Integrity {
+    /// Whether nothing was found.
+    pub fn is_sound(&self) -> bool {
+        self.findings.is_empty()
+    }
 }
 
 /// Atomic operations at the level the engine needs — never a read-modify-write split across
@@ -568,6 +638,13 @@ pub trait StoreAdmin: DecisionStore {
     /// admission with checks, admitted or refused). A server that was only
     /// ever allowed has counters and no decision.
     fn servers(&self) -> Result<Vec<String>, StoreError>;
+    /// Reads the whole store and checks it: the storage's own integrity
+    /// check, then the schema's invariants (every server's stored count is
+    /// its number of decisions, every counter's total is the sum of its
+    /// spend, …; `docs/spec/store.md`, "Verifying a store"). Linear in the
+    /// store's size; writes nothing. Damage is a finding, not an error: the
+    /// error is for a store that cannot be read at all.
+    fn check_integrity(&self) -> Result<Integrity, StoreError>;
 }
 
 impl<S: StoreAdmin + ?Sized> StoreAdmin for std::sync::Arc<S> {
@@ -593,6 +670,9 @@ impl<S: StoreAdmin + ?Sized> StoreAdmin for std::sync::Arc<S> {
     }
     fn servers(&self) -> Result<Vec<String>, StoreError> {
         (**self).servers()
+    }
+    fn check_integrity(&self) -> Result<Integrity, StoreError> {
+        (**self).check_integrity()
     }
 }
 

@@ -25,9 +25,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params}
 use super::checkpointer::Checkpointer;
 use super::{
     Admission, Assessed, CounterUsage, DecisionFilter, DecisionKey, DecisionStore, Evaluation,
-    LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation, ServerStats,
-    StoreAdmin, StoreError, StoreSize, StoredDecision, StoredEntry, Verdict, WALK_LIMIT,
-    may_replace, pending, prune_cut, retention, window_changed, window_floor,
+    Integrity, LimitCheck, LimitWindow, Millis, PRUNE_BATCH, Pruned, ReplayOrAdmit, Reservation,
+    ServerStats, StoreAdmin, StoreError, StoreSize, StoredDecision, StoredEntry, Verdict,
+    WALK_LIMIT, may_replace, pending, prune_cut, retention, window_changed, window_floor,
 };
 
 /// The schema version this runtime writes and reads (`PRAGMA user_version`).
@@ -282,12 +282,13 @@ impl SqliteStore {
         options: &SqliteOptions,
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
-        preflight(&path)?;
+        preflight(&path, Access::ReadWrite)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&path, flags).map_err(|e| map_sql(&path, e))?;
-        let epoch = initialise(&path, &conn, options)?;
+        let conn = Connection::open_with_flags(&path, flags)
+            .map_err(|e| explain_cannot_open(&path, map_sql(&path, e)))?;
+        let epoch = initialise(&path, &conn, options).map_err(|e| explain_cannot_open(&path, e))?;
         let checkpointer = if options.background_checkpoint {
             Checkpointer::start(&path, synchronous_level(options.synchronous))
         } else {
@@ -305,6 +306,45 @@ impl SqliteStore {
                 ids: Ids { epoch, issued: 0 },
             }),
             checkpointer,
+        })
+    }
+
+    /// Opens an existing store for reading only (`mcpc store ls`, `show`,
+    /// `budgets`, `stats`, `verify`): SQLite's `SQLITE_OPEN_READ_ONLY`, so
+    /// nothing is ever written, converted or created. Works on a file the
+    /// caller may only read, and in a directory it may not write: when the
+    /// write-ahead log's shared-memory file cannot be made there and no log
+    /// is beside the file, it is opened `immutable` (nothing can be
+    /// writing it: no writer could make its log there either).
+    ///
+    /// Refused, the file untouched: a missing file ([`StoreError::Io`],
+    /// `NotFound`), an empty one ([`StoreError::Empty`]), an older schema
+    /// ([`StoreError::SchemaTooOld`]; a read-write open migrates it), and
+    /// everything [`SqliteStore::open`] refuses. Every write through the
+    /// store fails (`attempt to write a readonly database`).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        preflight(&path, Access::ReadOnly)?;
+        let conn = match open_reader(&path, false) {
+            Err(StoreError::Io { .. } | StoreError::Sqlite { .. })
+                if std::fs::metadata(sidecar(&path, "-wal")).is_err() =>
+            {
+                // No log to miss: the file alone is the whole store.
+                open_reader(&path, true).map_err(|error| explain_cannot_open(&path, error))?
+            }
+            other => other.map_err(|error| explain_cannot_open(&path, error))?,
+        };
+        Ok(SqliteStore {
+            path,
+            max_per_server: 1,
+            session: Mutex::new(Session {
+                conn,
+                ids: Ids {
+                    epoch: 0,
+                    issued: 0,
+                },
+            }),
+            checkpointer: None,
         })
     }
 
@@ -365,6 +405,113 @@ impl SqliteStore {
         }
         session.ids.issued += 1;
         Ok(session.ids.id())
+    }
+}
+
+/// Whether an open may write: [`preflight`] opens the file the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
+/// A read-only connection to the store at `path`, its identity and
+/// tables checked (the first read: where SQLite finds it cannot map the
+/// log's shared memory). `immutable`: open with SQLite's `immutable=1`,
+/// which takes no lock and reads no log.
+fn open_reader(path: &Path, immutable: bool) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let uri = format!(
+        "file:{}?mode=ro{}",
+        uri_path(path),
+        if immutable { "&immutable=1" } else { "" }
+    );
+    let conn = Connection::open_with_flags(&uri, flags).map_err(|e| map_sql(path, e))?;
+    conn.busy_timeout(SqliteOptions::default().busy_timeout)
+        .map_err(|e| map_sql(path, e))?;
+    let (app, version, tables) = identity_of(&conn).map_err(|e| map_sql(path, e))?;
+    if tables == 0 && app == 0 && version == 0 {
+        return Err(StoreError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    judge_identity(path, app, version, tables)?;
+    if version < SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooOld {
+            path: path.to_path_buf(),
+            found: version,
+            current: SCHEMA_VERSION,
+        });
+    }
+    check_tables(path, &conn).map_err(|fail| match fail {
+        Fail::Sql(error) => map_sql(path, error),
+        Fail::Store(error) => error,
+    })?;
+    Ok(conn)
+}
+
+/// `path` for an SQLite `file:` URI: `%`, `?` and `#` (which would end the
+/// path or start an escape) percent-encoded, the rest as it is.
+fn uri_path(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// SQLite's "unable to open database file" says neither which file nor
+/// why. When the store's directory is what refused (a new store, or the
+/// log and shared-memory files SQLite keeps beside one), says so, with the
+/// system's own reason; any other error is returned as it was.
+fn explain_cannot_open(path: &Path, error: StoreError) -> StoreError {
+    let StoreError::Io { source, .. } = &error else {
+        return error;
+    };
+    if source.kind() == io::ErrorKind::NotFound {
+        return error;
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // A file of our own name, made and removed at once: the one way to
+    // learn whether this process may create files there, whatever the
+    // permission bits say (root, ACLs, a read-only mount).
+    let probe = dir.join(format!(".mcpolicy-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            error
+        }
+        Err(why) => {
+            let what = if path.exists() {
+                format!(
+                    "SQLite keeps the store's write-ahead log and shared memory ({} and {}) beside it, and cannot create them in {}",
+                    sidecar(path, "-wal").display(),
+                    sidecar(path, "-shm").display(),
+                    dir.display()
+                )
+            } else {
+                format!("cannot create a new store file in {}", dir.display())
+            };
+            StoreError::Io {
+                path: path.to_path_buf(),
+                source: io::Error::new(why.kind(), format!("{what}: {why}")),
+            }
+        }
     }
 }
 
@@ -483,7 +630,7 @@ fn missing_epoch(path: &Path) -> Fail {
 ///
 /// Every check reads at most the first 100 bytes: the cost does not grow
 /// with the store.
-fn preflight(path: &Path) -> Result<(), StoreError> {
+fn preflight(path: &Path, access: Access) -> Result<(), StoreError> {
     let io_error = |source| StoreError::Io {
         path: path.to_path_buf(),
         source,
@@ -513,13 +660,19 @@ fn preflight(path: &Path) -> Result<(), StoreError> {
                     wal.display()
                 )));
             }
+            if access == Access::ReadOnly {
+                return Err(io_error(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no such file (a read-only open never creates one)",
+                )));
+            }
             return Ok(());
         }
         Err(error) => return Err(io_error(error)),
     };
     let mut file = std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(access == Access::ReadWrite)
         .open(path)
         .map_err(io_error)?;
     if len == 0 {
@@ -532,6 +685,11 @@ fn preflight(path: &Path) -> Result<(), StoreError> {
                  forgotten)",
                 wal.display()
             )));
+        }
+        if access == Access::ReadOnly {
+            return Err(StoreError::Empty {
+                path: path.to_path_buf(),
+            });
         }
         return Ok(()); // a new store
     }
@@ -1597,6 +1755,125 @@ impl StoreAdmin for SqliteStore {
             Ok(names.into_iter().collect())
         })
     }
+
+    fn check_integrity(&self) -> Result<Integrity, StoreError> {
+        self.read(|conn| integrity_of(&self.path, conn))
+    }
+}
+
+/// Each invariant of the schema as a query answering one row per breach,
+/// its first column the finding; the label says what is checked.
+const INVARIANTS: [(&str, &str); 6] = [
+    (
+        "the `meta` table's epoch row",
+        "SELECT 'the `meta` table has no `epoch` row'
+         WHERE NOT EXISTS (SELECT 1 FROM meta WHERE key = 'epoch')",
+    ),
+    (
+        "each decision's verdict, reason and digest",
+        "SELECT printf('decision %s of server `%s`: verdict `%s`, reason `%s`, digest `%s`',
+                       identity, server_id, verdict, reason, digest)
+         FROM decisions
+         WHERE verdict NOT IN ('allow', 'deny') OR reason = '' OR digest = ''
+            OR represented < 0",
+    ),
+    (
+        "each server's stored count against its decisions",
+        "SELECT printf('server `%s` counts %d stored decisions but has %d',
+                       server_id, stored, counted)
+         FROM (SELECT s.server_id, s.stored,
+                      (SELECT COUNT(*) FROM decisions AS d WHERE d.server_id = s.server_id)
+                          AS counted
+               FROM servers AS s)
+         WHERE stored != counted
+         UNION ALL
+         SELECT printf('server `%s` has %d decisions and no count', server_id, COUNT(*))
+         FROM decisions
+         WHERE server_id NOT IN (SELECT server_id FROM servers)
+         GROUP BY server_id",
+    ),
+    (
+        "each counter's total against its spend rows",
+        "SELECT printf('counter `%s` of server `%s`: total %d, its spend rows from its floor sum to %d',
+                       counter, server_id, total, summed)
+         FROM (SELECT t.server_id, t.counter, t.amount AS total,
+                      (SELECT COALESCE(SUM(r.amount), 0) FROM spend AS r
+                       WHERE r.server_id = t.server_id AND r.counter = t.counter
+                         AND r.reservation > 0 AND r.at < 9223372036854775807
+                         AND r.at >= COALESCE(
+                             (SELECT f.amount FROM spend AS f
+                              WHERE f.server_id = t.server_id AND f.counter = t.counter
+                                AND f.at = 9223372036854775807 AND f.reservation = -1),
+                             -9223372036854775808)) AS summed
+               FROM spend AS t
+               WHERE t.at = 9223372036854775807 AND t.reservation = 0)
+         WHERE total != summed",
+    ),
+    (
+        "each spend row's amount and place",
+        "SELECT printf('spend row of counter `%s` of server `%s` at %d, reservation %d: amount %d',
+                       counter, server_id, at, reservation, amount)
+         FROM spend
+         WHERE (reservation > 0 AND (amount < 0 OR at = 9223372036854775807))
+            OR (reservation <= 0 AND at != 9223372036854775807)
+            OR reservation < -3",
+    ),
+    (
+        "each counter's spend against its prune mark",
+        "SELECT printf('counter `%s` of server `%s` has no total row', server_id, counter)
+         FROM (SELECT DISTINCT server_id, counter FROM spend WHERE reservation > 0) AS c
+         WHERE NOT EXISTS (SELECT 1 FROM spend AS t
+                           WHERE t.server_id = c.server_id AND t.counter = c.counter
+                             AND t.at = 9223372036854775807 AND t.reservation = 0)",
+    ),
+];
+
+/// [`StoreAdmin::check_integrity`] on `conn`, inside a read transaction.
+fn integrity_of(path: &Path, conn: &Connection) -> Result<Integrity, Fail> {
+    let mut integrity = Integrity::default();
+    integrity
+        .checks
+        .push("PRAGMA integrity_check (every page, every index entry)".to_owned());
+    let findings: Vec<String> = conn
+        .prepare("PRAGMA integrity_check(100)")?
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<_, _>>()?;
+    let damaged = !(findings.len() == 1 && findings[0] == "ok");
+    if damaged {
+        integrity.findings.extend(findings);
+    }
+    integrity
+        .checks
+        .push("application id, schema version and tables".to_owned());
+    let (app, version, tables) = identity_of(conn)?;
+    if let Err(error) = judge_identity(path, app, version, tables) {
+        integrity.findings.push(error.to_string());
+    } else if version != SCHEMA_VERSION {
+        integrity
+            .findings
+            .push(format!("schema version {version}, not {SCHEMA_VERSION}"));
+    }
+    if let Err(fail) = check_tables(path, conn) {
+        match fail {
+            Fail::Store(error) => integrity.findings.push(error.to_string()),
+            Fail::Sql(error) => return Err(Fail::Sql(error)),
+        }
+        return Ok(integrity);
+    }
+    for (label, sql) in INVARIANTS {
+        integrity.checks.push(label.to_owned());
+        // A damaged page can fail the query itself: that is a finding too.
+        let rows = conn.prepare(sql).and_then(|mut stmt| {
+            stmt.query_map([], |row| row.get::<_, String>(0))?
+                .take(100)
+                .collect::<Result<Vec<_>, _>>()
+        });
+        match rows {
+            Ok(found) => integrity.findings.extend(found),
+            Err(error) => integrity.findings.push(format!("{label}: {error}")),
+        }
+    }
+    Ok(integrity)
 }
 
 /// Every `(server_id, counter)` of `spend`, found by jumping from one to the

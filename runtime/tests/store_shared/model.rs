@@ -691,6 +691,21 @@ pub fn run(ops: Vec<Op>, stores: Stores) {
             }
         }
     }
+    assert_sound(&stores, "the run");
+}
+
+/// `StoreAdmin::check_integrity` finds nothing in a store only ever used
+/// through its own API: the schema's invariants hold after any history.
+pub fn assert_sound(stores: &[(&'static str, Box<dyn StoreAdmin>)], after: &str) {
+    for (name, store) in stores {
+        let integrity = store.check_integrity().expect("check_integrity");
+        assert!(
+            integrity.is_sound(),
+            "{name} after {after}: {:?}",
+            integrity.findings
+        );
+        assert!(!integrity.checks.is_empty(), "{name}");
+    }
 }
 
 /// `cases` unless `PROPTEST_CASES` says otherwise (the long mode).
@@ -933,4 +948,5 @@ pub fn run_steps(ops: Vec<StepOp>, stores: Stores) {
             }
         }
     }
+    assert_sound(&stores, "the steps");
 }

@@ -9,7 +9,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-npm ci --no-audit --no-fund
+# The README promises node >= 20: a pinned tool that wants a newer node
+# (npm's EBADENGINE warning) breaks that promise, so it fails here.
+# package.json's `overrides` keeps @vscode/vsce's @azure/identity on a
+# release for node 20.
+npm ci --no-audit --no-fund 2>&1 | tee npm-ci.log
+if grep -q EBADENGINE npm-ci.log; then
+  echo "a pinned package needs a newer node than the documented >= 20 (node $(node --version)):" >&2
+  grep -A3 EBADENGINE npm-ci.log >&2
+  rm -f npm-ci.log
+  exit 1
+fi
+rm -f npm-ci.log
 npm run typecheck
 rm -f mcpolicy-*.vsix
 npx vsce package --no-dependencies
