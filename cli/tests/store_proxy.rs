@@ -250,7 +250,7 @@ fn store_commands_share_the_store_with_a_running_proxy() {
         ],
         &["forget", "--store", spec, "--server", "echo", "--yes"],
         &[
-            "prune", "--store", spec, "--policy", policy, "--format", "json",
+            "prune", "--store", spec, "--policy", policy, "--yes", "--format", "json",
         ],
         &[
             "ls",

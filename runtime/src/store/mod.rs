@@ -357,7 +357,7 @@ pub enum StoreError {
 impl StoreError {
     /// A stable name for the kind of failure (`store.corrupt`,
     /// `store.empty`, …), for scripts and for the operator's messages:
-    /// `docs/spec/store.md`, "Error codes".
+    /// `docs/spec/store.md`, "Reading a store".
     pub fn code(&self) -> &'static str {
         match self {
             StoreError::Corrupt { .. } | StoreError::BadRow { .. } => "store.corrupt",
