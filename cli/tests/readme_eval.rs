@@ -53,7 +53,7 @@ fn transcript() -> String {
     )
 }
 
-/// What the README shows (h-polish.README.md, "The command line").
+/// What the README shows (`README.md`, "The command line").
 const EXPECTED: &str = r#"$ cat examples/requests/commit-message.json
 {"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Write a commit message for the staged diff"}}],"maxTokens":4000}}
 $ mcpc eval examples/personal-laptop.mcpolicy --server git --request examples/requests/commit-message.json --consent pending
