@@ -126,6 +126,26 @@ impl Session {
             );
             return;
         }
+        if let (Some(method), Some(id)) = (probe.method.as_deref(), probe.id)
+            && method.starts_with("notifications/")
+            && method != "notifications/cancelled"
+        {
+            // A notification's method with an id: a client that dispatches
+            // on the method reads a notification (`notifications/tasks` with
+            // its `inputRequests`), one that looks at the id a request. It
+            // is neither, so it does not pass (`docs/spec/frames.md`).
+            let id = Some(id).filter(|id| self.answerable_raw(id));
+            self.log.line(format_args!(
+                "server sent the notification {} with an id; answered -32600, not forwarded",
+                method
+            ));
+            self.refuse_server_frame(
+                id,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid frame from the server: a notification carries no id",
+            );
+            return;
+        }
         match (probe.method.as_deref(), probe.id) {
             (Some("notifications/tasks"), None) => self.ext_task_notified(raw, line),
             (Some("notifications/cancelled"), _) => {

@@ -147,6 +147,29 @@ fn a_frame_that_is_request_and_response_at_once_does_not_pass() {
     assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
 }
 
+/// `docs/spec/frames.md`, "Lines and ids through a proxy" (kinds): a
+/// notification's method beside an id is neither a request nor a
+/// notification. A client that dispatches on the method would read the
+/// task's `inputRequests` undecided, so it never passes.
+#[test]
+fn a_notification_with_an_id_does_not_pass() {
+    let rig = rig("off");
+    let task = br#"{"jsonrpc":"2.0","id":2,"method":"notifications/tasks","params":{"taskId":"t2","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":60000,"inputRequests":{"k0":{"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":100}}}}}"#;
+    rig.session.from_server(task);
+    assert!(rig.client.take().is_empty(), "never reaches the client");
+    let answer = parse(&rig.server.take()[0]);
+    assert_eq!(answer["id"], 2);
+    assert_eq!(answer["error"]["code"], -32600);
+    // Any notification's method, with any id; without the id it passes.
+    rig.session
+        .from_server(br#"{"jsonrpc":"2.0","id":"n","method":"notifications/message","params":{"level":"info","data":"x"}}"#);
+    assert!(rig.client.take().is_empty());
+    assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+    let plain = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+    rig.session.from_server(plain.as_bytes());
+    assert_eq!(rig.client.take(), [plain.to_owned()]);
+}
+
 /// `docs/spec/evaluation.md`, "Step 1: Validation", through the proxy: an allowed request whose
 /// `maxTokens` is spelt `9e2` or `1e0` goes on with the integer (0,
 /// however spelt, is refused: `docs/spec/evaluation.md`, step 1).
