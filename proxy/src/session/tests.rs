@@ -605,6 +605,11 @@ fn calls_sharing_a_request_state_do_not_cross() {
                 assert_eq!(frame["error"]["data"]["reason"], "policy.budget_exhausted");
             }
         }
+        // Each result the client sees names its own round: a state two
+        // results share would let one retry settle the other's entry.
+        if let [(_, _, a), (_, _, b)] = forwarded.as_slice() {
+            assert_ne!(a, b, "two results, one requestState");
+        }
         // The client runs every entry it was shown, and retries B first.
         for (call, key, state) in forwarded.into_iter().rev() {
             completions += 1;
