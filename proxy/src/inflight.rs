@@ -651,8 +651,13 @@ impl InFlight {
             }
         }
         swept.lapsed = self.sweep_lapsed(now);
-        swept.abandoned = std::mem::take(&mut self.abandoned);
+        swept.abandoned = self.take_abandoned();
         swept
+    }
+
+    /// Consents of tasks that lapsed undecided, not yet abandoned.
+    pub fn take_abandoned(&mut self) -> Vec<(Value, PendingConsent)> {
+        std::mem::take(&mut self.abandoned)
     }
 
     fn sweep_lapsed(&mut self, now: Instant) -> Vec<String> {
@@ -711,6 +716,58 @@ impl InFlight {
             }
         }
         lapsed
+    }
+
+    /// The session ends: takes out every consent still waiting for the
+    /// user's answer, as `(via, origin, consent)` in the audit's terms
+    /// (`request`, `task`, `inputRequests`), in a stable order. Everything
+    /// else tracked is dropped with the table.
+    pub fn unanswered(&mut self) -> Vec<(&'static str, Value, PendingConsent)> {
+        let mut out = Vec::new();
+        let mut requests: Vec<(String, Held<Flight>)> = self.requests.drain().collect();
+        requests.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, held) in requests {
+            if let Flight::Sampling(sampling)
+            | Flight::Cancelled {
+                sampling: Some(sampling),
+                ..
+            } = held.item
+                && let Awaiting::Consent(pending) = sampling.awaiting
+            {
+                out.push(("request", sampling.id, pending));
+            }
+        }
+        let mut tasks: Vec<(String, Task)> = self.tasks.drain().collect();
+        tasks.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, task) in tasks {
+            if let TaskState::Running(Awaiting::Consent(pending))
+            | TaskState::Failed(Awaiting::Consent(pending)) = task.state
+            {
+                out.push(("task", task.origin, pending));
+            }
+        }
+        let mut ext_tasks: Vec<(String, HeldTask)> = self.ext_tasks.drain().collect();
+        ext_tasks.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, held) in ext_tasks {
+            for (_, input) in held.task.pending {
+                if let Awaiting::Consent(pending) = input.entry.awaiting {
+                    out.push(("task", input.entry.id, pending));
+                }
+            }
+        }
+        let mut rounds: Vec<(String, HeldRound)> = self.rounds.drain().collect();
+        rounds.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, held) in rounds {
+            if let Round::Asked { entries, .. } = held.round {
+                for (_, entry) in entries {
+                    if let Awaiting::Consent(pending) = entry.awaiting {
+                        out.push(("inputRequests", entry.id, pending));
+                    }
+                }
+            }
+        }
+        self.retained = 0;
+        out
     }
 
     /// How many request ids and tasks are tracked (for tests and bounds).

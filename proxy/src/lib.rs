@@ -379,6 +379,8 @@ pub fn run(
     pump_server(&session, child_out, &wake);
     session.finish_decisions();
     drop(wake);
+    // Consents the user never answered: each gets its closing audit line.
+    session.close_unanswered();
     // The user's refusals the store could not take yet: a last try.
     let owed = session.record_unrecorded();
     if owed > 0 {

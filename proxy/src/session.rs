@@ -582,6 +582,38 @@ impl Session {
         });
     }
 
+    /// The session ends (`proxy/PROXY.md`, "The audit log"): every consent
+    /// still waiting for the user gets its
+    /// closing `consent` line, outcome `unanswered`. Nothing is stored and
+    /// nothing refunded: the reservation and the prompt stay counted, as for
+    /// a prompt the user never answers (`docs/spec/evaluation.md`, "Consent
+    /// cooldown"), so ending a session cannot buy a server new prompts.
+    /// Tasks that lapsed undecided are abandoned first, as a sweep would.
+    /// Returns how many consents were left unanswered.
+    pub fn close_unanswered(&self) -> usize {
+        let (abandoned, unanswered) = {
+            let mut state = lock(&self.state);
+            (state.flights.take_abandoned(), state.flights.unanswered())
+        };
+        for (origin, pending) in abandoned {
+            self.abandon(pending, &origin, None, "task");
+        }
+        for (via, origin, pending) in &unanswered {
+            self.audit(&Entry {
+                event: "consent",
+                via,
+                id: Some(origin),
+                identity: Some(pending.identity()),
+                outcome: "unanswered",
+                ..Entry::default()
+            });
+            self.log.line(format_args!(
+                "the session ended before the user answered the consent request {origin}: nothing recorded, its budget and prompt stay counted"
+            ));
+        }
+        unanswered.len()
+    }
+
     /// Audits a consent the client gave: what was asked, what goes on.
     fn audit_consent_grant(
         &self,

@@ -211,6 +211,10 @@ struct World {
     refused: BTreeSet<u8>,
     /// Budget spent today: forwarded sampling requests minus refunds.
     spent: i64,
+    /// Consent prompts the audit opened (a `decision` line with outcome
+    /// `consent`) and has not closed yet (a `consent` line), by the
+    /// request's id and identity.
+    prompts_open: HashMap<(String, String), u32>,
     trace: Vec<String>,
 }
 
@@ -290,6 +294,7 @@ impl World {
             client_tasks: BTreeMap::new(),
             refused: BTreeSet::new(),
             spent: 0,
+            prompts_open: HashMap::new(),
             trace: Vec::new(),
         }
     }
@@ -458,6 +463,22 @@ impl World {
         }
         for line in self.audit.take() {
             let entry: Value = serde_json::from_str(&line).unwrap();
+            // `proxy/PROXY.md`, "The audit log": every consent the audit
+            // opens is closed by exactly one `consent` line.
+            let prompt = (entry["id"].to_string(), entry["identity"].to_string());
+            if entry["event"] == "decision" && entry["outcome"] == "consent" {
+                *self.prompts_open.entry(prompt).or_default() += 1;
+            } else if entry["event"] == "consent" {
+                let open = self.prompts_open.get_mut(&prompt);
+                check!(
+                    self,
+                    open.as_ref().is_some_and(|n| **n > 0),
+                    "a consent line closes no open prompt: {line}"
+                );
+                if let Some(open) = open {
+                    *open -= 1;
+                }
+            }
             // A decision is taken in the step of its request (the audit's
             // `requested` lists only the decided fields).
             if entry["event"] == "decision" && entry["outcome"] == "consent" {
@@ -849,6 +870,11 @@ impl World {
             Op::Restart => {
                 self.trace
                     .push("proxy restarts (the server and client with it)".into());
+                // The old process ends: what the user never answered is
+                // closed in the audit.
+                self.session.close_unanswered();
+                self.observe(None, None)?;
+                self.check_prompts_closed()?;
                 let bufs = [&self.server, &self.client, &self.log, &self.audit];
                 let fresh = session(
                     &self.dir.path().join("store.db"),
@@ -886,6 +912,24 @@ impl World {
         self.observe(None, None)?;
         let open: Vec<usize> = self.live.values().copied().collect();
         check!(self, open.is_empty(), "requests never answered: {open:?}");
+        self.session.close_unanswered();
+        self.observe(None, None)?;
+        self.check_prompts_closed()
+    }
+
+    /// Every consent prompt the audit opened has its closing line.
+    fn check_prompts_closed(&mut self) -> Result<(), TestCaseError> {
+        let open: Vec<&(String, String)> = self
+            .prompts_open
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(prompt, _)| prompt)
+            .collect();
+        check!(
+            self,
+            open.is_empty(),
+            "consent prompts the audit never closed (id, identity): {open:?}"
+        );
         Ok(())
     }
 }

@@ -239,8 +239,8 @@ pub fn render(report: &Report) -> String {
         let c = &s.consent;
         let _ = writeln!(
             out,
-            "<li>consent: {} prompts, {} approved, {} refused</li>",
-            c.prompts, c.approved, c.refused
+            "<li>consent: {} prompts, {} approved, {} refused, {} failed by the client, {} unanswered when the session ended</li>",
+            c.prompts, c.approved, c.refused, c.failed, c.unanswered
         );
         out.push_str("</ul>\n</section>\n");
     }

@@ -239,12 +239,17 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "  represented: {}", represented.join(", "));
         }
         let c = &s.consent;
-        if c.prompts + c.approved + c.refused + c.failed > 0 {
-            let failed = if c.failed > 0 {
-                format!(", {} failed by the client", c.failed)
-            } else {
-                String::new()
-            };
+        if c.prompts + c.approved + c.refused + c.failed + c.unanswered > 0 {
+            let mut failed = String::new();
+            if c.failed > 0 {
+                failed.push_str(&format!(", {} failed by the client", c.failed));
+            }
+            if c.unanswered > 0 {
+                failed.push_str(&format!(
+                    ", {} unanswered when the session ended",
+                    c.unanswered
+                ));
+            }
             let _ = writeln!(
                 out,
                 "  consent: {} {}, {} approved, {} refused{failed}",

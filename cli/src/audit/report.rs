@@ -88,6 +88,9 @@ pub struct Consent {
     /// user's -1), its task ended without the user's word, or recording
     /// the approval failed. Nothing was stored.
     pub failed: u64,
+    /// Not answered when the proxy's session ended: nothing stored, the
+    /// budget and the prompt stay counted.
+    pub unanswered: u64,
 }
 
 /// One time bucket of a server's chart.
@@ -335,6 +338,7 @@ impl Builder {
                 "consent" => match outcome {
                     "deny" => server.consent.refused += 1,
                     "failed" => server.consent.failed += 1,
+                    "unanswered" => server.consent.unanswered += 1,
                     _ => server.consent.approved += 1,
                 },
                 "deadline" => server.deadline_misses += 1,

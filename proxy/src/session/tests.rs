@@ -884,6 +884,50 @@ fn a_client_error_is_not_a_refusal() {
     );
 }
 
+/// `proxy/PROXY.md`, "The audit log": a consent the user has not answered
+/// when the session ends gets its closing line, outcome `unanswered`, also
+/// when the server cancelled it; nothing is refunded (the day's one request
+/// stays spent), so ending a session buys the server nothing.
+#[test]
+fn a_consent_unanswered_at_the_end_is_closed_in_the_audit() {
+    let rig = rig("once");
+    rig.session.from_server(sample(7, "hi").as_bytes());
+    assert_eq!(rig.client.take().len(), 1);
+    assert_eq!(rig.session.close_unanswered(), 1);
+    let lines: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+    let shape: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["event"].as_str().unwrap(), l["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(shape, [("decision", "consent"), ("consent", "unanswered")]);
+    assert_eq!(lines[1]["id"], 7);
+    assert_eq!(lines[1]["via"], "request");
+    assert_eq!(lines[1]["identity"], lines[0]["identity"]);
+    rig.session.from_server(sample(8, "other").as_bytes());
+    assert!(rig.client.take().is_empty());
+    let answer = parse(&rig.server.take()[0]);
+    assert_eq!(answer["error"]["data"]["reason"], "policy.budget_exhausted");
+
+    let rig = self::rig("asks");
+    rig.session.from_server(sample(4, "a").as_bytes());
+    rig.session.from_server(
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}"#,
+    );
+    rig.session.from_server(sample(5, "b").as_bytes());
+    assert_eq!(rig.session.close_unanswered(), 2);
+    let closing: Vec<Value> = rig
+        .audit
+        .take()
+        .iter()
+        .map(|l| parse(l))
+        .filter(|l| l["event"] == "consent")
+        .collect();
+    let ids: Vec<&Value> = closing.iter().map(|l| &l["id"]).collect();
+    assert_eq!(ids, [&json!(4), &json!(5)]);
+    assert!(closing.iter().all(|l| l["outcome"] == "unanswered"));
+    assert_eq!(rig.session.close_unanswered(), 0, "closed once");
+}
+
 /// A second request with an id still in flight is
 /// answered with an error frame, never forwarded, and the first
 /// request's answer stays its own.
