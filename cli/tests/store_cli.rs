@@ -652,6 +652,9 @@ fn prune_drops_expired_decisions_old_spend_and_with_a_policy_stale_ones() {
     assert_eq!(decisions(&left).len(), 2);
     let stdout = f.stdout("prune", &["--policy", &f.edited, "--yes"]);
     assert!(stdout.contains("removed 0 stale decisions"), "{stdout}");
+    // Nothing stale: nothing to confirm, so no --yes is needed.
+    let stdout = f.stdout("prune", &["--policy", &f.edited]);
+    assert!(stdout.contains("removed 0 stale decisions"), "{stdout}");
 }
 
 #[test]

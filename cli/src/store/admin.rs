@@ -109,7 +109,8 @@ pub struct PruneArgs {
     #[arg(long, value_name = "POLICY")]
     policy: Option<String>,
     /// Delete the stale decisions --policy finds (without it, prune --policy
-    /// lists how many each server has, deletes nothing, and exits 2).
+    /// lists how many each server has, deletes nothing, and exits 2; with
+    /// none stale it prunes as usual).
     #[arg(long)]
     yes: bool,
 }
@@ -667,8 +668,10 @@ pub fn stats(args: StatsArgs) -> Result<ExitCode, ExitCode> {
 pub fn prune(args: PruneArgs) -> Result<ExitCode, ExitCode> {
     let ctx = Ctx::open(&args.common, Access::Write)?;
     let engine = args.policy.as_deref().map(|p| ctx.engine(p)).transpose()?;
-    if let Some(engine) = engine.as_ref().filter(|_| !args.yes) {
-        return Err(stale_without_yes(&ctx, engine));
+    if let Some(engine) = engine.as_ref().filter(|_| !args.yes)
+        && let Some(refusal) = stale_without_yes(&ctx, engine)
+    {
+        return Err(refusal);
     }
     let pruned = ctx.store.prune_expired(ctx.now).map_err(store_fail)?;
     let mut stale: Vec<(String, u64)> = Vec::new();
@@ -722,14 +725,15 @@ pub fn prune(args: PruneArgs) -> Result<ExitCode, ExitCode> {
 }
 
 /// `prune --policy` without `--yes`: how many stale decisions each server
-/// has under `engine`'s policy (what would go), nothing deleted, exit 2.
-/// The policy may not be the one that made them: a store shared by two
-/// policies holds decisions that are stale to each other
+/// has under `engine`'s policy (what would go), nothing deleted, exit 2;
+/// `None` when there are none, so the prune goes on (there is nothing to
+/// confirm). The policy may not be the one that made them: a store shared
+/// by two policies holds decisions that are stale to each other
 /// (`docs/spec/store.md`, "Digests and staleness").
-fn stale_without_yes(ctx: &Ctx, engine: &Engine) -> ExitCode {
+fn stale_without_yes(ctx: &Ctx, engine: &Engine) -> Option<ExitCode> {
     let entries = match ctx.store.decisions(&DecisionFilter::default()) {
         Ok(entries) => entries,
-        Err(error) => return store_fail(error),
+        Err(error) => return Some(store_fail(error)),
     };
     let mut stale: BTreeMap<&str, u64> = BTreeMap::new();
     for entry in &entries {
@@ -738,11 +742,14 @@ fn stale_without_yes(ctx: &Ctx, engine: &Engine) -> ExitCode {
         }
     }
     let total: u64 = stale.values().sum();
+    if total == 0 {
+        return None;
+    }
     let servers: Vec<String> = stale
         .iter()
         .map(|(server, n)| format!("{server} ({n})"))
         .collect();
-    fail(format!(
+    Some(fail(format!(
         "prune --policy deletes every decision this policy does not make, those of another \
          policy sharing the store included: {total} stale {} in {} {}{}; pass --yes to delete \
          them (nothing was deleted)",
@@ -754,5 +761,5 @@ fn stale_without_yes(ctx: &Ctx, engine: &Engine) -> ExitCode {
         } else {
             format!(": {}", servers.join(", "))
         }
-    ))
+    )))
 }
