@@ -117,6 +117,37 @@ fn every_client_format_wraps_lists_and_undoes() {
 
         let listed = run(mcpc(home.path()).arg("wrap").arg("--list").arg(&config));
         insta::assert_snapshot!("listed", redact(&text(&listed.stdout)));
+        // The JSON listing says what the text says, server by server.
+        let as_json = run(mcpc(home.path())
+            .args(["wrap", "--list", "--format", "json"])
+            .arg(&config));
+        let doc: serde_json::Value = serde_json::from_slice(&as_json.stdout).expect("JSON");
+        let human = text(&listed.stdout);
+        let servers = doc["servers"].as_array().expect("servers");
+        assert_eq!(
+            servers.len(),
+            human
+                .lines()
+                .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+                .count()
+        );
+        for server in servers {
+            let name = server["name"].as_str().expect("name");
+            let state = server["state"].as_str().expect("state");
+            let line = human
+                .lines()
+                .find(|l| l.starts_with(&format!("  {name}: ")))
+                .unwrap_or_else(|| panic!("{name} not in the text listing"));
+            assert_eq!(
+                line.ends_with(": stdio, wrapped"),
+                state == "wrapped",
+                "{line} / {state}"
+            );
+            if state == "wrapped" {
+                assert_eq!(server["serverId"], name, "the id is the name in the config");
+                assert!(server["block"]["digest"].is_string(), "{server}");
+            }
+        }
 
         // Undo restores the bytes.
         run(mcpc(home.path()).arg("wrap").arg("--undo").arg(&config));

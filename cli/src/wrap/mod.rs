@@ -1,5 +1,5 @@
 //! `mcpc wrap CONFIG --policy FILE [--store SPEC] [--audit FILE] [--dry-run]`,
-//! `mcpc wrap --undo CONFIG [--dry-run]`, `mcpc wrap --list CONFIG [--policy FILE]`
+//! `mcpc wrap --undo CONFIG [--dry-run]`, `mcpc wrap --list CONFIG [--policy FILE] [--format human|json]`
 //!
 //! Puts every stdio server of an MCP client's configuration behind `mcpc
 //! proxy` in one command, and takes it out again
@@ -17,9 +17,10 @@ use mcpolicy_runtime::Policy;
 use mcpolicy_store_postgres::StoreSpec;
 
 use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
-use super::show::BlockReport;
+use super::show::{BlockReport, Format};
 use super::{ColorChoice, emit, fail, fmt, store_open, user_config};
 use edit::{Kind, Outcome, Wrapping};
+use serde_json::{Value, json};
 
 const WRAP_HELP: &str = "\
 Formats: Claude Desktop's claude_desktop_config.json, Claude Code's .mcp.json, Cursor's
@@ -58,6 +59,10 @@ pub struct Args {
     /// List each server: whether it is wrapped and which policy block governs it.
     #[arg(long)]
     list: bool,
+    /// Output format of --list: text, or one JSON document
+    /// (`{"config", "servers": [{"map", "name", "state", …}]}`).
+    #[arg(long, value_enum, default_value_t = Format::Human, requires = "list")]
+    format: Format,
     /// Change nothing; print a unified diff of the change.
     #[arg(long, conflicts_with = "list")]
     dry_run: bool,
@@ -250,6 +255,27 @@ fn option<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
 
 type Loaded = Result<(Policy, Option<PolicySource>), String>;
 
+/// One server of `--list`.
+#[derive(Default)]
+struct Listed {
+    /// The server map's key (`mcpServers`, `servers`) and the clients that use it.
+    map: &'static str,
+    clients: &'static str,
+    name: String,
+    /// `stdio`, `wrapped`, `by-hand`, `http` or `unknown`.
+    state: &'static str,
+    /// What was not understood (`unknown`).
+    why: Option<String>,
+    policy: Option<String>,
+    server_id: Option<String>,
+    /// The governing block (`mcpc show --format json`'s `block`), and its
+    /// one-line description.
+    block: Option<(Value, String)>,
+    warning: Option<String>,
+    /// Why no block could be named (no id, a policy that does not load).
+    error: Option<String>,
+}
+
 /// `--list`: each server, whether it is wrapped, and the block that governs it.
 fn list(args: &Args, shown: &str, text: &str) -> ExitCode {
     let servers = match edit::servers(text) {
@@ -257,72 +283,130 @@ fn list(args: &Args, shown: &str, text: &str) -> ExitCode {
         Err(error) => return fail(format!("{shown}: {error}")),
     };
     let mut policies: HashMap<String, Loaded> = HashMap::new();
-    let mut out = String::new();
-    let mut map = "";
-    for server in &servers {
-        if server.map != map {
-            map = server.map;
-            let clients = edit::SERVER_MAPS
-                .iter()
-                .find(|(key, _)| *key == map)
-                .map_or("", |(_, clients)| clients);
-            out.push_str(&format!("{shown}: `{map}` ({clients})\n"));
+    let listed: Vec<Listed> = servers
+        .iter()
+        .map(|server| listed(args, &mut policies, server))
+        .collect();
+    match args.format {
+        Format::Human => emit(&list_human(shown, &listed)),
+        Format::Json => emit(&format!("{:#}\n", list_json(shown, &listed))),
+    }
+    ExitCode::SUCCESS
+}
+
+fn listed(args: &Args, policies: &mut HashMap<String, Loaded>, server: &edit::Server) -> Listed {
+    let mut row = Listed {
+        map: server.map,
+        clients: edit::SERVER_MAPS
+            .iter()
+            .find(|(key, _)| *key == server.map)
+            .map_or("", |(_, clients)| clients),
+        name: server.name.clone(),
+        ..Listed::default()
+    };
+    row.state = match &server.kind {
+        Kind::Stdio => "stdio",
+        Kind::Wrapped => "wrapped",
+        Kind::ByHand => "by-hand",
+        Kind::Http => "http",
+        Kind::Unknown(why) => {
+            row.why = Some(why.clone());
+            "unknown"
         }
-        let proxied = matches!(server.kind, Kind::Wrapped | Kind::ByHand);
-        let state = match &server.kind {
-            Kind::Stdio => "stdio, not wrapped".to_owned(),
-            Kind::Wrapped => "stdio, wrapped".to_owned(),
-            Kind::ByHand => "stdio, behind mcpc proxy (written by hand)".to_owned(),
-            Kind::Http => "HTTP, left as it is (mcpc proxy runs stdio servers)".to_owned(),
-            Kind::Unknown(why) => format!("not understood: {why}"),
-        };
-        out.push_str(&format!("  {}: {state}\n", server.name));
-        let policy = match (&args.policy, proxied) {
-            (Some(policy), _) => Some(policy.to_string_lossy().into_owned()),
-            (None, true) => option(&server.command, "--policy").map(str::to_owned),
-            (None, false) => None,
-        };
-        let Some(policy) = policy else {
-            if matches!(server.kind, Kind::Stdio) {
-                out.push_str("    governing block: give --policy to see it\n");
-            }
-            continue;
-        };
-        let id = if proxied {
-            match option(&server.command, "--server-id") {
-                Some(id) => id.to_owned(),
-                None => {
-                    let command = server.command.iter().skip_while(|a| *a != "--").skip(1);
-                    let command: Vec<std::ffi::OsString> = command.map(Into::into).collect();
-                    match mcpolicy_proxy::server_id::derive(&command) {
-                        Ok(id) => id,
-                        Err(error) => {
-                            out.push_str(&format!("    no server id: {error}\n"));
-                            continue;
-                        }
+    };
+    let proxied = matches!(server.kind, Kind::Wrapped | Kind::ByHand);
+    row.policy = match (&args.policy, proxied) {
+        (Some(policy), _) => Some(policy.to_string_lossy().into_owned()),
+        (None, true) => option(&server.command, "--policy").map(str::to_owned),
+        (None, false) => None,
+    };
+    let Some(policy) = row.policy.clone() else {
+        return row;
+    };
+    let id = if proxied {
+        match option(&server.command, "--server-id") {
+            Some(id) => id.to_owned(),
+            None => {
+                let command = server.command.iter().skip_while(|a| *a != "--").skip(1);
+                let command: Vec<std::ffi::OsString> = command.map(Into::into).collect();
+                match mcpolicy_proxy::server_id::derive(&command) {
+                    Ok(id) => id,
+                    Err(error) => {
+                        row.error = Some(format!("no server id: {error}"));
+                        return row;
                     }
                 }
             }
-        } else {
-            server.name.clone()
+        }
+    } else {
+        server.name.clone()
+    };
+    row.server_id = Some(id.clone());
+    let loaded = policies.entry(policy.clone()).or_insert_with(|| {
+        load_policy_with_source(&policy, args.color).map_err(|failure| match failure {
+            LoadFailure::Usage(message) => message,
+            LoadFailure::Findings => format!("{policy} has errors"),
+        })
+    });
+    match loaded {
+        Ok((policy, source)) => {
+            let report = BlockReport::governing(policy.table(), source.as_ref(), &id);
+            row.block = Some((report.json()["block"].clone(), report.governed_by()));
+            row.warning = report.warning();
+        }
+        Err(error) => row.error = Some(format!("policy {policy}: {error}")),
+    }
+    row
+}
+
+fn list_human(shown: &str, listed: &[Listed]) -> String {
+    let mut out = String::new();
+    let mut map = "";
+    for row in listed {
+        if row.map != map {
+            map = row.map;
+            out.push_str(&format!("{shown}: `{map}` ({})\n", row.clients));
+        }
+        let state = match row.state {
+            "stdio" => "stdio, not wrapped".to_owned(),
+            "wrapped" => "stdio, wrapped".to_owned(),
+            "by-hand" => "stdio, behind mcpc proxy (written by hand)".to_owned(),
+            "http" => "HTTP, left as it is (mcpc proxy runs stdio servers)".to_owned(),
+            _ => format!("not understood: {}", row.why.as_deref().unwrap_or("")),
         };
-        let loaded = policies.entry(policy.clone()).or_insert_with(|| {
-            load_policy_with_source(&policy, args.color).map_err(|failure| match failure {
-                LoadFailure::Usage(message) => message,
-                LoadFailure::Findings => format!("{policy} has errors"),
-            })
-        });
-        match loaded {
-            Ok((policy, source)) => {
-                let report = BlockReport::governing(policy.table(), source.as_ref(), &id);
-                out.push_str(&format!("    governing block: {}\n", report.governed_by()));
-                if let Some(warning) = report.warning() {
-                    out.push_str(&format!("    warning: {warning}\n"));
-                }
-            }
-            Err(error) => out.push_str(&format!("    policy {policy}: {error}\n")),
+        out.push_str(&format!("  {}: {state}\n", row.name));
+        if row.policy.is_none() && row.state == "stdio" {
+            out.push_str("    governing block: give --policy to see it\n");
+        }
+        if let Some((_, governed_by)) = &row.block {
+            out.push_str(&format!("    governing block: {governed_by}\n"));
+        }
+        if let Some(warning) = &row.warning {
+            out.push_str(&format!("    warning: {warning}\n"));
+        }
+        if let Some(error) = &row.error {
+            out.push_str(&format!("    {error}\n"));
         }
     }
-    emit(&out);
-    ExitCode::SUCCESS
+    out
+}
+
+fn list_json(shown: &str, listed: &[Listed]) -> Value {
+    let servers: Vec<Value> = listed
+        .iter()
+        .map(|row| {
+            json!({
+                "map": row.map,
+                "name": row.name,
+                "state": row.state,
+                "why": row.why,
+                "policy": row.policy,
+                "serverId": row.server_id,
+                "block": row.block.as_ref().map(|(block, _)| block),
+                "warning": row.warning,
+                "error": row.error,
+            })
+        })
+        .collect();
+    json!({ "config": shown, "servers": servers })
 }
