@@ -23,7 +23,9 @@ fi
 rm -f npm-ci.log
 npm run typecheck
 rm -f mcpolicy-*.vsix
-npx vsce package --no-dependencies
+# No `repository`: the project has no public home yet, and a placeholder
+# URL would be published as if it were one (the readme links no relative path).
+npx vsce package --no-dependencies --allow-missing-repository
 vsix=$(ls mcpolicy-*.vsix)
 
 work=$(mktemp -d)
