@@ -11,7 +11,8 @@
 //!  forwarded (Passthrough | Sampling: Grant or Consent)
 //!     ├─ client answers ────────────────────────► answered (consent resolved, settled)
 //!     ├─ server cancels ──► cancelled ─ client answers / linger ─► gone (answer dropped,
-//!     │                                                              consent still resolved)
+//!     │                                   consent still resolved; a consent the linger
+//!     │                                   ends unanswered is closed `unanswered`)
 //!     ├─ deadline passes ─► expired ── late answer / linger ─────► gone (answer dropped)
 //!     └─ client answers with a task handle ─► task running
 //!                         ├─ status completed ─► task approved ─ tasks/result ─► answered
@@ -21,6 +22,11 @@
 //!                         ├─ status cancelled ─► gone (consent abandoned, budget refunded)
 //!                         └─ deadline passes ──► task missed ─── tasks/result ─► answered (policy frame)
 //! ```
+//!
+//! At the session's end every consent still held is closed `unanswered`
+//! ([`InFlight::unanswered`]), as is one whose linger, or whose 2026-07-28
+//! round's, ends first: nothing is stored or refunded, the prompt stays
+//! counted.
 //!
 //! `received` and `decided` last one call of `Session::from_server`;
 //! `answered` is the removal of the entry. An id is free again once its
@@ -241,7 +247,15 @@ pub struct Swept {
     /// Consent of tasks that lapsed undecided (the client never said):
     /// abandon them (nothing stored, budget refunded).
     pub abandoned: Vec<(Value, PendingConsent)>,
+    /// Consents the proxy stopped waiting for (a cancelled request's
+    /// linger, a 2026-07-28 round's, ended first): close them `unanswered`.
+    pub unanswered: Vec<Unanswered>,
 }
+
+/// A consent closed without the user's answer and without a refund: the
+/// audit's `via` (`request`, `task`, `inputRequests`), the request's id
+/// (or entry key) and the consent.
+pub type Unanswered = (&'static str, Value, PendingConsent);
 
 /// A 2026-07-28 `inputRequests` sampling entry forwarded to the client.
 #[derive(Debug)]
@@ -340,6 +354,8 @@ pub struct InFlight {
     /// Consent of tasks that lapsed undecided, until the next sweep hands
     /// them out (with the id of the request that created the task).
     abandoned: Vec<(Value, PendingConsent)>,
+    /// Consents whose entry lapsed unanswered, until the next sweep.
+    lapsed_unanswered: Vec<Unanswered>,
 }
 
 impl Default for InFlight {
@@ -359,6 +375,7 @@ impl InFlight {
             retained: 0,
             max_bytes,
             abandoned: Vec::new(),
+            lapsed_unanswered: Vec::new(),
         }
     }
 
@@ -652,6 +669,7 @@ impl InFlight {
         }
         swept.lapsed = self.sweep_lapsed(now);
         swept.abandoned = self.take_abandoned();
+        swept.unanswered = std::mem::take(&mut self.lapsed_unanswered);
         swept
     }
 
@@ -668,7 +686,15 @@ impl InFlight {
             .map(|(k, _)| k.clone())
             .collect();
         for key in &lapsed {
-            self.remove_request(key);
+            if let Some(Flight::Cancelled {
+                sampling: Some(sampling),
+                ..
+            }) = self.remove_request(key)
+                && let Awaiting::Consent(pending) = sampling.awaiting
+            {
+                self.lapsed_unanswered
+                    .push(("request", sampling.id, pending));
+            }
         }
         let tasks: Vec<String> = self
             .tasks
@@ -710,7 +736,13 @@ impl InFlight {
         for token in rounds {
             if let Some(held) = self.rounds.remove(&token) {
                 self.retained -= held.bytes;
-                if matches!(held.round, Round::Asked { .. }) {
+                if let Round::Asked { entries, .. } = held.round {
+                    for (_, entry) in entries {
+                        if let Awaiting::Consent(pending) = entry.awaiting {
+                            self.lapsed_unanswered
+                                .push(("inputRequests", entry.id, pending));
+                        }
+                    }
                     lapsed.push(format!("the input requests of round {token}"));
                 }
             }
@@ -722,8 +754,8 @@ impl InFlight {
     /// user's answer, as `(via, origin, consent)` in the audit's terms
     /// (`request`, `task`, `inputRequests`), in a stable order. Everything
     /// else tracked is dropped with the table.
-    pub fn unanswered(&mut self) -> Vec<(&'static str, Value, PendingConsent)> {
-        let mut out = Vec::new();
+    pub fn unanswered(&mut self) -> Vec<Unanswered> {
+        let mut out = std::mem::take(&mut self.lapsed_unanswered);
         let mut requests: Vec<(String, Held<Flight>)> = self.requests.drain().collect();
         requests.sort_by(|a, b| a.0.cmp(&b.0));
         for (_, held) in requests {

@@ -52,7 +52,7 @@ use super::wire::{self, IdKey};
 
 use super::inflight::{
     Awaiting, ExtTask, Flight, InFlight, InputEntry, MAX_TRACKED, Refusal, Sampling,
-    TASK_TTL_DEFAULT, Task, TaskInput, TaskMethod, TaskState,
+    TASK_TTL_DEFAULT, Task, TaskInput, TaskMethod, TaskState, Unanswered,
 };
 use super::log::{Audit, Entry, Log, alert_message};
 
@@ -598,20 +598,28 @@ impl Session {
         for (origin, pending) in abandoned {
             self.abandon(pending, &origin, None, "task");
         }
-        for (via, origin, pending) in &unanswered {
-            self.audit(&Entry {
-                event: "consent",
-                via,
-                id: Some(origin),
-                identity: Some(pending.identity()),
-                outcome: "unanswered",
-                ..Entry::default()
-            });
-            self.log.line(format_args!(
-                "the session ended before the user answered the consent request {origin}: nothing recorded, its budget and prompt stay counted"
-            ));
+        let count = unanswered.len();
+        for unanswered in unanswered {
+            self.close_consent_unanswered(unanswered, "the session ended");
         }
-        unanswered.len()
+        count
+    }
+
+    /// Closes a consent the proxy stops waiting for (`why`) with its
+    /// `unanswered` audit line; the consent is dropped with nothing stored
+    /// and nothing refunded.
+    fn close_consent_unanswered(&self, (via, origin, pending): Unanswered, why: &str) {
+        self.audit(&Entry {
+            event: "consent",
+            via,
+            id: Some(&origin),
+            identity: Some(pending.identity()),
+            outcome: "unanswered",
+            ..Entry::default()
+        });
+        self.log.line(format_args!(
+            "{why} before the user answered the consent request {origin}: nothing recorded, its budget and prompt stay counted"
+        ));
     }
 
     /// Audits a consent the client gave: what was asked, what goes on.

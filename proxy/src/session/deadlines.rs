@@ -32,6 +32,10 @@ impl Session {
             // A task whose ttl ended with no answer from the user.
             self.abandon(pending, &origin, None, "task");
         }
+        for unanswered in swept.unanswered {
+            // A cancelled request's linger, or a round's, ended first.
+            self.close_consent_unanswered(unanswered, "the proxy stopped waiting");
+        }
         for sampling in swept.expired {
             let Sampling {
                 id,

@@ -928,6 +928,32 @@ fn a_consent_unanswered_at_the_end_is_closed_in_the_audit() {
     assert_eq!(rig.session.close_unanswered(), 0, "closed once");
 }
 
+/// A consent request the server cancelled stays tracked for the user's
+/// answer for `CANCELLED_LINGER`; when that ends unanswered its prompt is
+/// closed `unanswered` in the audit (found by the model test's "every
+/// prompt is closed once" invariant: it was dropped without a line).
+#[test]
+fn a_cancelled_consent_whose_linger_ends_is_closed_unanswered() {
+    let (rig, clock) = stepped_rig("asks");
+    rig.session.from_server(sample(4, "a").as_bytes());
+    rig.session.from_server(
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}"#,
+    );
+    clock.step(crate::inflight::CANCELLED_LINGER - Duration::from_millis(1));
+    rig.session.expire(clock.now());
+    let before: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+    assert!(before.iter().all(|l| l["event"] != "consent"), "{before:?}");
+    clock.step(Duration::from_millis(1));
+    rig.session.expire(clock.now());
+    let closing: Vec<Value> = rig.audit.take().iter().map(|l| parse(l)).collect();
+    assert_eq!(closing.len(), 1, "{closing:?}");
+    assert_eq!(closing[0]["event"], "consent");
+    assert_eq!(closing[0]["outcome"], "unanswered");
+    assert_eq!(closing[0]["id"], 4);
+    assert_eq!(closing[0]["identity"], before[0]["identity"]);
+    assert_eq!(rig.session.close_unanswered(), 0, "closed once");
+}
+
 /// A second request with an id still in flight is
 /// answered with an error frame, never forwarded, and the first
 /// request's answer stays its own.
