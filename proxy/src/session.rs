@@ -609,10 +609,15 @@ impl Session {
     /// `unanswered` audit line; the consent is dropped with nothing stored
     /// and nothing refunded.
     fn close_consent_unanswered(&self, (via, origin, pending): Unanswered, why: &str) {
+        self.close_unshown(via, &origin, &pending, why);
+    }
+
+    /// The `unanswered` closing line (and log line) of `pending`.
+    fn close_unshown(&self, via: &str, origin: &Value, pending: &PendingConsent, why: &str) {
         self.audit(&Entry {
             event: "consent",
             via,
-            id: Some(&origin),
+            id: Some(origin),
             identity: Some(pending.identity()),
             outcome: "unanswered",
             ..Entry::default()

@@ -1213,6 +1213,10 @@ struct Mrtr {
     /// the engine's consent cooldown count, which also returns abandoned
     /// prompts and forgets those older than its window).
     unapproved: u64,
+    /// Consent prompts the audit opened and closed (`consent` lines), over
+    /// the whole run.
+    opened: usize,
+    closed: usize,
     trace: Vec<String>,
 }
 
@@ -1273,6 +1277,8 @@ impl Mrtr {
             completions: 0,
             prompts: HashMap::new(),
             unapproved: 0,
+            opened: 0,
+            closed: 0,
             trace: Vec::new(),
         }
     }
@@ -1315,11 +1321,17 @@ impl Mrtr {
                 .cloned()
                 .unwrap_or_default();
             match (entry["event"].as_str(), entry["outcome"].as_str()) {
-                (Some("consent"), Some(outcome)) => settled.push((prompt, outcome != "deny")),
+                // A refused or unanswered prompt stays counted
+                // (`docs/spec/evaluation.md`, "Consent cooldown").
+                (Some("consent"), Some(outcome)) => {
+                    self.closed += 1;
+                    settled.push((prompt, !matches!(outcome, "deny" | "unanswered")));
+                }
                 (Some("decision"), Some("consent")) => asked += 1,
                 _ => {}
             }
         }
+        self.opened += asked;
         settled.sort();
         self.unapproved += asked as u64;
         let approved = settled.iter().filter(|(_, yes)| *yes).count() as u64;
@@ -1626,6 +1638,15 @@ fn run_mrtr(ops: &[MrtrOp]) -> Result<(), TestCaseError> {
     for op in ops {
         world.step(op)?;
     }
+    // The session ends: every prompt the audit opened is closed once
+    // (`proxy/PROXY.md`, "The audit log").
+    world.session.close_unanswered();
+    world.audited();
+    prop_assert_eq!(
+        world.opened,
+        world.closed,
+        "prompts opened and closed in the audit"
+    );
     Ok(())
 }
 

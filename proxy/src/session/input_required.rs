@@ -223,6 +223,22 @@ impl Session {
                 }
             }
         }
+        if refusal.is_some() {
+            // The round is refused whole: no entry reaches the client. A
+            // consent already decided is closed `unanswered` (never shown;
+            // its reservation and prompt stay counted, the safe side).
+            for (_, entry) in remembered.drain(..) {
+                if let Awaiting::Consent(pending) = &entry.awaiting {
+                    self.close_unshown(
+                        via,
+                        &entry.id,
+                        pending,
+                        "another entry of its round was refused",
+                    );
+                }
+            }
+            rewrites.clear();
+        }
         Decided {
             refusal,
             rewrites,
