@@ -144,11 +144,23 @@ impl Diagnostic {
         vocabulary: Vocabulary,
         shown: impl Fn(&str) -> String,
     ) -> Result<Self, Self> {
-        let near = nearest(word, candidates);
+        let candidates: Vec<&'a str> = candidates.into_iter().collect();
+        let near = nearest(word, candidates.iter().copied());
         let Some(first) = near.first().copied() else {
             return Err(self);
         };
-        if vocabulary.certain(word, &near) {
+        // A unit one edit further from another unit is a choice of scale
+        // too: `10mes` is one slip from `ms` and two (a plural) from `m`.
+        // (A unit in another case, `Ms` for `ms`, stays certain.)
+        let runner_up_close = vocabulary == Vocabulary::Unit && {
+            let best = edit_distance(word, first);
+            best > 0
+                && candidates
+                    .iter()
+                    .filter(|c| **c != first && **c != word)
+                    .any(|c| edit_distance(word, c) <= best + 1)
+        };
+        if !runner_up_close && vocabulary.certain(word, &near) {
             let help = format!("did you mean `{}`?", shown(first));
             return Ok(self
                 .help(help)
@@ -227,7 +239,7 @@ pub enum Vocabulary {
     /// (`Off`): any other correction chooses between opposites.
     Value,
     /// A unit (`ms`, `KiB`, `k`): certain when one unit is nearer than
-    /// every other, the word is not itself a unit of another quantity (`M`
+    /// every other by two edits or more, the word is not itself a unit of another quantity (`M`
     /// is a million, not a minute) and it is longer than one letter (`K` is
     /// one slip from `k` and from `M`): otherwise a choice of scale.
     Unit,
@@ -285,13 +297,7 @@ pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     let mut scored: Vec<(usize, &'a str)> = candidates
         .into_iter()
         .filter(|c| *c != word)
-        .map(|c| {
-            let distance = strsim::damerau_levenshtein(word, c).min(strsim::damerau_levenshtein(
-                &lowered,
-                &c.to_ascii_lowercase(),
-            ));
-            (distance, c)
-        })
+        .map(|c| (edit_distance(word, c), c))
         .filter(|(distance, c)| *distance <= threshold(word.chars().count().max(c.chars().count())))
         .collect();
     let Some(best) = scored.iter().map(|(d, _)| *d).min() else {
@@ -307,6 +313,15 @@ pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     });
     scored.dedup_by(|a, b| a.1 == b.1);
     scored.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The edit distance of `word` from `candidate`, case differences counting
+/// as none.
+fn edit_distance(word: &str, candidate: &str) -> usize {
+    strsim::damerau_levenshtein(word, candidate).min(strsim::damerau_levenshtein(
+        &word.to_ascii_lowercase(),
+        &candidate.to_ascii_lowercase(),
+    ))
 }
 
 fn threshold(len: usize) -> usize {

@@ -444,6 +444,8 @@ fn a_window_keeps_its_kind_and_a_unit_its_scale() {
         ("deadline 5M", vec!["m"]),
         ("deadline 5S", vec!["s"]),
         ("max_tokens 5K", vec!["k"]),
+        // One edit from `ms`, two (a plural) from `m`.
+        ("deadline 10mes", vec!["ms"]),
     ] {
         let text = format!("mcpolicy 1\ndefaults {{\n  {statement}\n}}\n");
         let (fixes, choices, _) = offers(&text);
