@@ -1266,7 +1266,10 @@ fn admit_in(
         }
     }
     for (counter, read, state) in &states {
-        if state.total != read.total {
+        // An admission writes spend rows for every counter it checked, and
+        // a counter with spend rows has its total row, also when its spend
+        // is 0 (`maxTokens` settled to 0; `check_integrity` holds this).
+        if state.total != read.total || refusal.is_none() {
             row(counter, TOTAL_AT, 0, state.total);
         }
         if state.floor != read.floor {
