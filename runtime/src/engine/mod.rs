@@ -571,8 +571,7 @@ impl ReasonRt {
         ReasonRt {
             retryable: spec.retryable,
             ttl: spec.ttl,
-            // A verified table's codes fit (`TableError::CodeOutOfRange`).
-            code: i32::try_from(spec.code).unwrap_or(jsonrpc::INTERNAL_ERROR),
+            code: spec.code,
             template: Arc::from(spec.message.as_str()),
             needs_limit: has("{limit}"),
             needs_window: has("{window}"),
