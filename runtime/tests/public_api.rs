@@ -13,7 +13,7 @@
 //! per public item: its signature, its public fields and variants, the
 //! methods of its inherent impls, the traits it implements, and the
 //! attributes that are part of a contract (`derive`, `non_exhaustive`,
-//! `doc(hidden)`).
+//! `doc(hidden)`, a `cfg(feature = …)` that gates the item).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -115,6 +115,8 @@ fn contract_attrs(attrs: &[Attribute]) -> String {
                 || a.path().is_ident("non_exhaustive")
                 || a.path().is_ident("repr")
                 || (a.path().is_ident("doc") && rendered.contains("hidden"))
+                // Items a feature gates, `bench` above all: not an API.
+                || (a.path().is_ident("cfg") && rendered.contains("feature"))
         })
         .map(|a| format!("{} ", text(a)))
         .collect()
