@@ -920,14 +920,14 @@ const fn syntax(statement: Statement) -> Syntax {
             rule: Rule::consent_stmt,
             shape: Shape::Word,
             syntax: "consent always|first|never",
-            meaning: "When the user is asked: every request, once per request identity (the default), or never.",
+            meaning: "When the user is asked: every request, once per approval key (the default), or never.",
             outcome: "`user.denied` (code -1)",
             example: "consent first",
             values: &[
                 ("always", "ask for every request, even one already approved"),
                 (
                     "first",
-                    "ask once per request identity; the answer is stored",
+                    "ask once per approval key (the params as they run); the answer is stored",
                 ),
                 ("never", "never ask"),
             ],

@@ -304,7 +304,8 @@ impl ContextScope {
 pub enum Consent {
     /// Ask for every request, even one already approved.
     Always,
-    /// Ask once per request identity; the answer is stored.
+    /// Ask once per approval key (`docs/spec/identity.md`, "Two keys"); the
+    /// answer is stored.
     First,
     /// Never ask.
     Never,
