@@ -580,22 +580,26 @@ mod tests {
     fn statement() -> impl Strategy<Value = &'static str> {
         // Every statement's example from the statement table, and more values.
         let examples = Statement::ALL.iter().map(|s| s.decl().example);
-        prop::sample::select(examples.chain([
-            "sampling off",
-            "tools off",
-            "max_context none",
-            "max_input 32 KiB",
-            "max_tokens 100",
-            "max_tokens 200",
-            "rate 5 per 1m",
-            "budget 5 requests per day",
-            "budget 7 requests per day",
-            "budget 9 tokens per day",
-            "budget 11 tokens per 1h",
-            "deadline 20s",
-            "consent never",
-            "models \"claude-*\"",
-        ]).collect::<Vec<_>>())
+        prop::sample::select(
+            examples
+                .chain([
+                    "sampling off",
+                    "tools off",
+                    "max_context none",
+                    "max_input 32 KiB",
+                    "max_tokens 100",
+                    "max_tokens 200",
+                    "rate 5 per 1m",
+                    "budget 5 requests per day",
+                    "budget 7 requests per day",
+                    "budget 9 tokens per day",
+                    "budget 11 tokens per 1h",
+                    "deadline 20s",
+                    "consent never",
+                    "models \"claude-*\"",
+                ])
+                .collect::<Vec<_>>(),
+        )
     }
 
     /// A block's text: statements without a repeated key.

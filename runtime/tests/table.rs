@@ -516,7 +516,11 @@ fn a_code_outside_32_bits_is_refused() {
     let json: serde_json::Value = serde_json::from_str(&table.to_json()).expect("a table is JSON");
     for (pointer, code, what) in [
         ("/error_code", i64::from(i32::MAX) + 1, "error_code"),
-        ("/reasons/acme.wide/code", i64::from(i32::MIN) - 1, "reason `acme.wide`"),
+        (
+            "/reasons/acme.wide/code",
+            i64::from(i32::MIN) - 1,
+            "reason `acme.wide`",
+        ),
     ] {
         let mut wide = json.clone();
         *wide.pointer_mut(pointer).expect("the code is there") = code.into();

@@ -46,11 +46,12 @@ pub(super) fn check(
         } else {
             suggestion
         };
-        let alternative = if revision == ProtocolRevision::V2026_07_28 && code == i64::from(suggestion) {
-            -31011
-        } else {
-            alternative
-        };
+        let alternative =
+            if revision == ProtocolRevision::V2026_07_28 && code == i64::from(suggestion) {
+                -31011
+            } else {
+                alternative
+            };
         d.help(format!(
             "use `{alternative}` or another code {}",
             free_band(revision)
