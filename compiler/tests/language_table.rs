@@ -108,7 +108,6 @@ fn the_runtime_and_the_compiler_agree_about_every_statement() {
 /// statement missing from one fails here, naming the place.
 #[test]
 fn every_hand_written_list_of_statements_names_each_statement() {
-    use mcpolicy_runtime::table::{Budget, BudgetMetric, Window};
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
     let mut missing = Vec::new();
@@ -128,14 +127,11 @@ fn every_hand_written_list_of_statements_names_each_statement() {
             }
         }
     }
-    let mut block = EffectiveBlock::built_in();
-    block.budgets.push(Budget {
-        metric: BudgetMetric::Requests,
-        limit: 1,
-        window: Window::RollingMs(1),
-        reason: String::new(),
-    });
-    let deciding = mcpolicy_runtime::engine::Statement::of_block(&block);
+    let deciding: Vec<_> = Statement::ALL
+        .iter()
+        .filter_map(|s| runtime_statement(*s))
+        .map(|(_, statement)| statement)
+        .collect();
     for (place, quoted) in [
         ("runtime/schema/mcpolicy-audit-1.schema.json", "\""),
         ("docs/spec/evaluation.md", "`"),
