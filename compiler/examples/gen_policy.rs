@@ -231,7 +231,8 @@ impl Gen {
                 format!("max_input {size}{}", self.as_clause(Use::Input))
             }
             3 => format!(
-                "max_messages {}{}",
+                "{} {}{}",
+                count_limit(),
                 5 * (1 + r.below(40)),
                 self.as_clause(Use::Input)
             ),
@@ -394,21 +395,35 @@ pub fn generate(options: Options) -> String {
             let _ = writeln!(head, "reason {name} {{ {body} }}");
         }
     }
-    head.push_str(
-        "\ndefaults {\n\
+    let _ = write!(
+        head,
+        "\ndefaults {{\n\
          \x20 max_context thisServer               # wider requests are trimmed\n\
          \x20 max_input 64 KiB\n\
-         \x20 max_messages 50\n\
+         \x20 {} 50\n\
          \x20 max_tokens 4096\n\
          \x20 rate 30 per 1m\n\
          \x20 budget 2M tokens per month\n\
          \x20 deadline 60s\n\
          \x20 consent first\n\
          \x20 models \"claude-*\", \"gpt-4o\"\n\
-         }\n\n",
+         }}\n\n",
+        count_limit()
     );
     head.push_str(&g.out);
     head
+}
+
+/// The keyword of the count limit that denies (the message count), read
+/// from the statement table so that the generator names no statement the
+/// table does not hold.
+fn count_limit() -> &'static str {
+    use mcpolicy_compiler::statements::{Shape, Statement, Unit};
+    Statement::ALL
+        .iter()
+        .map(|s| s.decl())
+        .find(|d| d.shape == Shape::Quantity(Unit::Count) && d.denies())
+        .map_or("max_input", |d| d.keyword())
 }
 
 fn usage() -> ExitCode {

@@ -578,23 +578,28 @@ mod tests {
     }
 
     fn statement() -> impl Strategy<Value = &'static str> {
-        prop::sample::select(vec![
-            "sampling off",
-            "tools off",
-            "max_context none",
-            "max_input 32 KiB",
-            "max_messages 10",
-            "max_tokens 100",
-            "max_tokens 200",
-            "rate 5 per 1m",
-            "budget 5 requests per day",
-            "budget 7 requests per day",
-            "budget 9 tokens per day",
-            "budget 11 tokens per 1h",
-            "deadline 20s",
-            "consent never",
-            "models \"claude-*\"",
-        ])
+        // Every statement's example from the statement table, and more values.
+        let examples = Statement::ALL.iter().map(|s| s.decl().example);
+        prop::sample::select(
+            examples
+                .chain([
+                    "sampling off",
+                    "tools off",
+                    "max_context none",
+                    "max_input 32 KiB",
+                    "max_tokens 100",
+                    "max_tokens 200",
+                    "rate 5 per 1m",
+                    "budget 5 requests per day",
+                    "budget 7 requests per day",
+                    "budget 9 tokens per day",
+                    "budget 11 tokens per 1h",
+                    "deadline 20s",
+                    "consent never",
+                    "models \"claude-*\"",
+                ])
+                .collect::<Vec<_>>(),
+        )
     }
 
     /// A block's text: statements without a repeated key.

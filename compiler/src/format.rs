@@ -611,7 +611,7 @@ reason policy.rate_limit        { retryable true;  ttl 60s }
 reason policy.budget_exhausted  { retryable false; ttl until_reset }
 defaults {
   max_context thisServer               # wider requests are trimmed, not denied
-  max_input 64KiB ; max_messages 50
+  max_input 64KiB ; max_tokens 4096
 
 
   rate 30 per 1m
@@ -631,7 +631,7 @@ server "github-*" {}
                 defaults {
                   max_context thisServer  # wider requests are trimmed, not denied
                   max_input 64 KiB
-                  max_messages 50
+                  max_tokens 4096
 
                   rate 30 per 1m
                 }

@@ -13,7 +13,7 @@ pub struct PolicyModel {
     /// The MCP revision.
     pub protocol: ProtocolRevision,
     /// The default denial code.
-    pub error_code: i64,
+    pub error_code: i32,
     /// Identity fields in policy order.
     pub identity: Vec<String>,
     /// Every reason with effective values (built-ins merged with declarations).

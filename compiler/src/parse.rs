@@ -826,7 +826,7 @@ reason policy.budget_exhausted  { retryable false; ttl until_reset }
 defaults {
   max_context thisServer               # wider requests are trimmed, not denied
   max_input 64 KiB
-  max_messages 50
+  max_tokens 4096
   rate 30 per 1m
   consent first
 }

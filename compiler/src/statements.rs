@@ -1,13 +1,13 @@
 //! Every statement of the language, declared once (as `codes.rs` declares
 //! every diagnostic code, and ruff every rule).
 //!
-//! A policy statement is one entry of [`statements!`] below: its keyword,
-//! the grammar rule that reads it, the [`Shape`] of its values (which decides
-//! how they are read, checked, laid out, completed and re-read when they are
-//! wrong), the built-in reason its denial carries, its field of the runtime's
-//! `EffectiveBlock` with the built-in default (and, where the runtime fills in
-//! an unset field itself, what it applies, for display), and its
-//! documentation. Everything else is derived from that entry: the keyword
+//! A policy statement is declared by the runtime (`runtime/src/statements.rs`:
+//! its keyword, its `EffectiveBlock` field with the built-in default, its
+//! built-in reason, its step) and given its syntax here, by an exhaustive
+//! match ([`syntax`]): the grammar rule that reads it, the [`Shape`] of its
+//! values (which decides how they are read, checked, laid out, completed and
+//! re-read when they are wrong), and its documentation. [`statements!`]
+//! reads both. Everything else is derived from them: the keyword
 //! lists, hover and explain text, completion, [`PartialBlock`] and the merge
 //! of `defaults` into each server block ([`merge`]), the effective block
 //! written back as statements ([`effective_lines`]), what an unset statement
@@ -15,9 +15,14 @@
 //! statement.
 //!
 //! Adding a statement whose values have an existing shape and whose runtime
-//! field has an existing type is one entry here, plus the grammar rule
-//! (`grammar/mcpolicy.pest`) and the runtime field. The language is
-//! specified in `docs/spec/language.md` (section "Statements").
+//! field has an existing type touches exactly the places `ARCHITECTURE.md`
+//! lists ("A statement is declared once"): five in code (the runtime's
+//! entry, the grammar rule with the TextMate keyword, the engine's check
+//! with the loader's range check, the [`syntax`] entry here, the tests), and
+//! four documents that list statements by hand, which
+//! `compiler/tests/language_table.rs` holds to the declaration. The
+//! language is specified in `docs/spec/language.md` (section "Statements"),
+//! whose statement table is generated from here.
 //!
 //! The `reason` properties and the top-level items are declared here too
 //! ([`REASON_PROPERTIES`], [`ITEMS`]), as documentation tables: their meaning
@@ -920,14 +925,14 @@ const fn syntax(statement: Statement) -> Syntax {
             rule: Rule::consent_stmt,
             shape: Shape::Word,
             syntax: "consent always|first|never",
-            meaning: "When the user is asked: every request, once per request identity (the default), or never.",
+            meaning: "When the user is asked: every request, once per approval key (the default), or never.",
             outcome: "`user.denied` (code -1)",
             example: "consent first",
             values: &[
                 ("always", "ask for every request, even one already approved"),
                 (
                     "first",
-                    "ask once per request identity; the answer is stored",
+                    "ask once per approval key (the params as they run); the answer is stored",
                 ),
                 ("never", "never ask"),
             ],

@@ -99,3 +99,50 @@ fn the_runtime_and_the_compiler_agree_about_every_statement() {
         assert!(Statement::from_keyword(keyword).is_some_and(|s| s.decl().denies()));
     }
 }
+
+/// The places that list the statements by hand, which adding a statement
+/// must edit besides the code (`ARCHITECTURE.md`, "A statement is declared
+/// once"): the table's JSON Schema and `docs/table-format.md` name every
+/// field of `EffectiveBlock`; the audit log's JSON Schema and
+/// `docs/spec/evaluation.md` name every statement that decides. A
+/// statement missing from one fails here, naming the place.
+#[test]
+fn every_hand_written_list_of_statements_names_each_statement() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let mut missing = Vec::new();
+    let serde_json::Value::Object(fields) =
+        serde_json::to_value(EffectiveBlock::applied()).unwrap()
+    else {
+        panic!("a block is an object")
+    };
+    for (place, quoted) in [
+        ("runtime/schema/mcpolicy-table-1.schema.json", "\""),
+        ("docs/table-format.md", "`"),
+    ] {
+        let text = read(place);
+        for field in fields.keys() {
+            if !text.contains(&format!("{quoted}{field}{quoted}")) {
+                missing.push(format!("{place}: the field `{field}`"));
+            }
+        }
+    }
+    let deciding: Vec<_> = Statement::ALL
+        .iter()
+        .filter_map(|s| runtime_statement(*s))
+        .map(|(_, statement)| statement)
+        .collect();
+    for (place, quoted) in [
+        ("runtime/schema/mcpolicy-audit-1.schema.json", "\""),
+        ("docs/spec/evaluation.md", "`"),
+    ] {
+        let text = read(place);
+        for statement in &deciding {
+            let name = statement.name();
+            if !text.contains(&format!("{quoted}{name}{quoted}")) {
+                missing.push(format!("{place}: the statement `{name}`"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not listed:\n{}", missing.join("\n"));
+}

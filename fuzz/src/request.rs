@@ -197,21 +197,8 @@ fn policy() -> &'static Policy {
 }
 
 fn build_policy() -> Policy {
-    let text = r#"mcpolicy 1
-protocol 2025-11-25
-identity systemPrompt, messages, includeContext, modelPreferences
-defaults {
-  max_context thisServer
-  max_tokens 1000
-  max_messages 20
-  max_input 64 KiB
-  consent never
-  tools off
-  models "claude-*", "gpt-4o"
-  budget 3 requests per day
-}
-server "off" { sampling off }
-"#;
+    // A policy file of its own: policy text is not Rust.
+    let text = include_str!("request.mcpolicy");
     let parsed = mcpolicy_compiler::parse::parse(text);
     let model = mcpolicy_compiler::check::check(&parsed.file).model;
     match Policy::verify(mcpolicy_compiler::lower::lower(&model)) {

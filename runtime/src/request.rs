@@ -186,14 +186,21 @@ pub struct SamplingRequest {
     /// The params object, valid under the revision it was validated for:
     /// `messages` is an array and `maxTokens` a positive integer.
     pub params: Map<String, Value>,
-    /// `params` is not what the bytes said: an integral `maxTokens` spelt
-    /// `9e2`, `-0` or `100.0` is held as the integer. A forwarder passes
-    /// the request on re-serialised, not as its bytes, because a client
-    /// whose `maxTokens` is integer-typed refuses the spelling.
-    pub rewritten: bool,
+    /// Set by the parser alone ([`SamplingRequest::rewritten`]).
+    rewritten: bool,
 }
 
 impl SamplingRequest {
+    /// Whether `params` is not what the bytes said: an integral
+    /// `maxTokens` spelt `9e2`, `-0` or `100.0` is held as the integer. A
+    /// forwarder (the proxy) then passes the request on re-serialised, not
+    /// as its bytes, because a client whose `maxTokens` is integer-typed
+    /// refuses the spelling. Read-only: only the parser that read the
+    /// bytes knows it.
+    pub fn rewritten(&self) -> bool {
+        self.rewritten
+    }
+
     /// `params.maxTokens`, validated as a positive integer.
     pub fn max_tokens(&self) -> u64 {
         self.params

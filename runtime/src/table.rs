@@ -106,12 +106,14 @@ pub enum TableError {
         reason: String,
     },
     /// A code (`error_code` or a reason's `code`) does not fit a JSON-RPC
-    /// error code, a 32-bit signed integer.
+    /// error code, a 32-bit signed integer (`i32`, the type of every code
+    /// in this crate). Found by [`Table::from_json`] before the table is
+    /// read into its types.
     #[error("{what} has code {code}, outside the 32-bit range of JSON-RPC error codes")]
     CodeOutOfRange {
         /// `error_code`, or the reason whose code it is.
         what: String,
-        /// The code.
+        /// The integer found, which is not a JSON-RPC code.
         code: i64,
     },
     /// A block references a reason the table does not define.
@@ -149,7 +151,7 @@ pub enum TableError {
         /// `error_code`, or the reason whose code it is.
         what: String,
         /// The code.
-        code: i64,
+        code: i32,
         /// Why it is refused.
         rule: &'static str,
     },
@@ -258,7 +260,7 @@ pub struct ReasonSpec {
     /// How long a decision with this reason is stored.
     pub ttl: Ttl,
     /// The JSON-RPC error code of the denial frame.
-    pub code: i64,
+    pub code: i32,
     /// The prose message template; placeholders in braces, e.g. `{server}`.
     pub message: String,
 }
@@ -302,7 +304,8 @@ impl ContextScope {
 pub enum Consent {
     /// Ask for every request, even one already approved.
     Always,
-    /// Ask once per request identity; the answer is stored.
+    /// Ask once per approval key (`docs/spec/identity.md`, "Two keys"); the
+    /// answer is stored.
     First,
     /// Never ask.
     Never,
@@ -603,7 +606,7 @@ pub struct Table {
     /// The MCP revision the client speaks.
     pub protocol: ProtocolRevision,
     /// The default JSON-RPC error code of denial frames.
-    pub error_code: i64,
+    pub error_code: i32,
     /// The request fields that make up a request's identity, in policy order.
     pub identity: Vec<String>,
     /// Every reason, built-in and declared, with effective values.
@@ -612,6 +615,28 @@ pub struct Table {
     pub servers: Vec<ServerEntry>,
     /// What applies to a server no block matches (the `defaults` block alone).
     pub fallback: ServerEntry,
+}
+
+/// Refuses an `error_code` or a reason's `code` that is an integer outside
+/// `i32` with [`TableError::CodeOutOfRange`], which names it, before serde
+/// would refuse it as [`TableError::Malformed`] with a message that does
+/// not. Anything else that is not an `i32` is serde's to refuse.
+fn codes_fit(table: &serde_json::Value) -> Result<(), TableError> {
+    let reasons = table
+        .get("reasons")
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(name, spec)| (format!("reason `{name}`"), spec.get("code")));
+    let codes = std::iter::once(("error_code".to_owned(), table.get("error_code"))).chain(reasons);
+    for (what, code) in codes {
+        if let Some(code) = code.and_then(serde_json::Value::as_i64)
+            && i32::try_from(code).is_err()
+        {
+            return Err(TableError::CodeOutOfRange { what, code });
+        }
+    }
+    Ok(())
 }
 
 impl Table {
@@ -629,6 +654,7 @@ impl Table {
             ..crate::request::Limits::default()
         };
         let value = crate::request::parse_strict_with(bytes, &limits).map_err(TableError::Json)?;
+        codes_fit(&value)?;
         let mut table: Table = serde_json::from_value(value)?;
         if table.format != TABLE_FORMAT {
             return Err(TableError::UnknownFormat {
@@ -669,10 +695,7 @@ impl Table {
             }),
         );
         for (what, code, user_denied) in codes {
-            if i32::try_from(code).is_err() {
-                return Err(TableError::CodeOutOfRange { what, code });
-            }
-            if let Some(rule) = builtin::code_refusal(code, self.protocol, user_denied) {
+            if let Some(rule) = builtin::code_refusal(i64::from(code), self.protocol, user_denied) {
                 return Err(TableError::ForbiddenCode { what, code, rule });
             }
         }
@@ -1036,8 +1059,9 @@ pub mod builtin {
     /// fixed this round, so block digests stay as they were.
     pub const CONSENT_COOLDOWN: &str = "policy.consent_cooldown";
 
-    /// The JSON-RPC code MCP asks a client to use when the user refuses sampling.
-    pub const USER_REFUSAL_CODE: i64 = -1;
+    /// The JSON-RPC code MCP asks a client to use when the user refuses
+    /// sampling ([`crate::jsonrpc::USER_REJECTED`]).
+    pub const USER_REFUSAL_CODE: i32 = crate::jsonrpc::USER_REJECTED;
 
     /// What a built-in reason does.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1062,7 +1086,7 @@ pub mod builtin {
         /// Default ttl.
         pub ttl: Ttl,
         /// `Some(code)` for a fixed code; `None` uses the table's `error_code`.
-        pub code: Option<i64>,
+        pub code: Option<i32>,
         /// Default message template.
         pub message: &'static str,
         /// One line for hover texts and `mcpc explain`.
@@ -1216,6 +1240,10 @@ pub mod builtin {
     /// `E0502`, `E0503`, `E0505`, `E0506`), or `None` when it may be
     /// written. `user_denied`: the code of `user.denied`, which alone may
     /// be -1. The checker's findings and the table loader both use it.
+    ///
+    /// `code` is any integer a policy wrote, not yet a JSON-RPC code (an
+    /// `i32`): one outside `i32` is refused here, so the checker reports it
+    /// as it reports every other code it refuses.
     pub fn code_refusal(
         code: i64,
         protocol: super::ProtocolRevision,
@@ -1246,7 +1274,7 @@ pub mod builtin {
     }
 
     /// The built-in reason's defaults as a spec, given the table's `error_code`.
-    pub fn spec(builtin: &Builtin, error_code: i64) -> ReasonSpec {
+    pub fn spec(builtin: &Builtin, error_code: i32) -> ReasonSpec {
         ReasonSpec {
             retryable: builtin.retryable,
             ttl: builtin.ttl,

@@ -692,7 +692,7 @@ fn consent_always_asks_every_time() {
     }
     let p = pending(h.decide("s", &request));
     let d = denial(resolve(p, false));
-    assert_eq!(i64::from(d.code()), builtin::USER_REFUSAL_CODE);
+    assert_eq!(d.code(), builtin::USER_REFUSAL_CODE);
     // A refusal is remembered even under `always`.
     assert!(denial(h.decide("s", &request)).replayed());
 }

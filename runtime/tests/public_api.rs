@@ -13,7 +13,16 @@
 //! per public item: its signature, its public fields and variants, the
 //! methods of its inherent impls, the traits it implements, and the
 //! attributes that are part of a contract (`derive`, `non_exhaustive`,
-//! `doc(hidden)`).
+//! `doc(hidden)`, a `cfg(feature = …)` that gates the item).
+//!
+//! Items a `macro_rules!` writes are tokens to `syn`. Two more walks list
+//! them: `macro_items` reads the body of each of the crate's macros for the
+//! `pub` items, fields and methods it writes (lines `macro …`), and
+//! `declared_statements` runs the statement declaration
+//! (`for_each_statement!`) through a callback of this test's own, one line
+//! per field of `table::EffectiveBlock` and per variant of
+//! `engine::Statement` with its type, defaults, keyword, step and order
+//! (lines `declared …`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -71,7 +80,11 @@ fn is_pub(vis: &Visibility) -> bool {
 /// Tokens as text, with the spaces `to_string` puts around punctuation removed
 /// where Rust writes none (cosmetic only: the snapshot stays deterministic).
 fn text(tokens: impl ToTokens) -> String {
-    let mut s = tokens.to_token_stream().to_string();
+    tidy(tokens.to_token_stream().to_string())
+}
+
+/// [`text`] of tokens already rendered by `to_string`.
+fn tidy(mut s: String) -> String {
     for (from, to) in [
         (" ,", ","),
         (" ;", ";"),
@@ -93,6 +106,7 @@ fn text(tokens: impl ToTokens) -> String {
         ("# ", "#"),
         ("! ", "!"),
         (" .", "."),
+        ("$ ", "$"),
     ] {
         s = s.replace(from, to);
     }
@@ -115,6 +129,8 @@ fn contract_attrs(attrs: &[Attribute]) -> String {
                 || a.path().is_ident("non_exhaustive")
                 || a.path().is_ident("repr")
                 || (a.path().is_ident("doc") && rendered.contains("hidden"))
+                // Items a feature gates, `bench` above all: not an API.
+                || (a.path().is_ident("cfg") && rendered.contains("feature"))
         })
         .map(|a| format!("{} ", text(a)))
         .collect()
@@ -398,7 +414,8 @@ fn public_api() -> String {
                 Item::Type(t) => &t.vis,
                 Item::Use(u) => &u.vis,
                 // Items generated from the statement declaration: named
-                // here, and listed one by one by `generated_items`.
+                // here, and listed one by one by `macro_items` and
+                // `declared_statements`.
                 Item::Macro(m)
                     if m.mac.path.is_ident("for_each_statement")
                         || m.mac
@@ -443,50 +460,168 @@ fn public_api() -> String {
             );
         }
     }
-    out.extend(generated_items(&methods));
+    out.extend(macro_items(&krate, &methods, &traits));
+    out.extend(declared_statements());
     out.join("\n") + "\n"
 }
 
-/// What `for_each_statement!` generates, which `syn` cannot see: the
-/// fields of `table::EffectiveBlock` and the statements of
-/// `engine::Statement`, read from the runtime itself.
-fn generated_items(methods: &BTreeMap<String, Vec<String>>) -> Vec<String> {
-    use mcpolicy_runtime::engine::Statement;
-    use mcpolicy_runtime::table::{Budget, BudgetMetric, EffectiveBlock, Window};
-    let mut out = vec!["generated crate::table::EffectiveBlock: struct".to_owned()];
-    // The methods of their impls, which `syn` does see.
-    for (name, path) in [
-        ("EffectiveBlock", "crate::table::EffectiveBlock"),
-        ("Statement", "crate::engine::Statement"),
-    ] {
-        for m in methods.get(name).into_iter().flatten() {
-            out.push(format!("generated {path}::{m}"));
+/// The public items a `macro_rules!` of the crate writes, which `syn`
+/// sees only as tokens: every `pub` item, field and method in the macro's
+/// body, with the `impl` it sits in and its contract attributes, as
+/// written there (metavariables included). Listed under the module that
+/// defines the macro (`block_of_statements` in `crate::table`,
+/// `deciding_statements` in `crate::engine`), each line starting `macro`.
+/// The fields and variants a `$(…)*` repeats are the declaration's entries,
+/// which `declared_statements` lists.
+fn macro_items(
+    krate: &Crate,
+    methods: &BTreeMap<String, Vec<String>>,
+    traits: &BTreeMap<String, Vec<String>>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (module, items) in &krate.modules {
+        for item in items {
+            let Item::Macro(m) = item else { continue };
+            if !m.mac.path.is_ident("macro_rules") {
+                continue;
+            }
+            let Some(name) = &m.ident else { continue };
+            let buffer = syn::buffer::TokenBuffer::new2(m.mac.tokens.clone());
+            let mut found = Vec::new();
+            scan(buffer.begin(), "", &mut found);
+            for line in found {
+                out.push(format!("macro {module}::{name}: {line}"));
+                // A type the macro declares: the methods and traits that
+                // plain impls outside it give the type.
+                let declared = line
+                    .split_once("pub struct ")
+                    .or_else(|| line.split_once("pub enum "))
+                    .filter(|(_, rest)| !rest.contains(' '));
+                if let Some((_, ty)) = declared {
+                    let path = format!("{module}::{ty}");
+                    for m in methods.get(ty).into_iter().flatten() {
+                        out.push(format!("{path}::{m}"));
+                    }
+                    for t in traits.get(ty).into_iter().flatten() {
+                        out.push(format!("{path}: {t}"));
+                    }
+                }
+            }
         }
-    }
-    let block = EffectiveBlock::applied();
-    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&block) {
-        for (field, value) in fields {
-            out.push(format!(
-                "generated crate::table::EffectiveBlock::{field} (applied default: {value})"
-            ));
-        }
-    }
-    out.push("generated crate::engine::Statement: enum".to_owned());
-    let mut block = EffectiveBlock::built_in();
-    block.budgets.push(Budget {
-        metric: BudgetMetric::Requests,
-        limit: 1,
-        window: Window::RollingMs(1),
-        reason: String::new(),
-    });
-    for statement in Statement::of_block(&block) {
-        out.push(format!(
-            "generated crate::engine::Statement::{statement:?}: {} (step {})",
-            statement.name(),
-            statement.step().number()
-        ));
     }
     out
+}
+
+/// Walks tokens for `pub` heads (up to a `{…}` group, `;` or `,`), and the
+/// `impl` heads they sit in, into `out`.
+fn scan(mut cursor: syn::buffer::Cursor, within: &str, out: &mut Vec<String>) {
+    let mut attrs: Vec<String> = Vec::new();
+    while let Some((_, next)) = cursor.token_tree() {
+        let word = cursor.ident().map(|(i, _)| i.to_string());
+        if cursor.punct().is_some_and(|(p, _)| p.as_char() == '#')
+            && let Some((attr, after)) = next.token_tree()
+        {
+            let attr = tidy(format!("#{attr}"));
+            if ["#[derive", "#[non_exhaustive", "#[repr", "#[serde", "#[cfg"]
+                .iter()
+                .any(|p| attr.starts_with(p))
+            {
+                attrs.push(attr);
+            }
+            cursor = after;
+            continue;
+        }
+        match word.as_deref() {
+            Some(head @ ("pub" | "impl")) => {
+                // The head: tokens to the body, a `;` or a `,`.
+                let mut words = Vec::new();
+                let mut at = cursor;
+                let mut body = None;
+                while let Some((t, after)) = at.token_tree() {
+                    let rendered = t.to_string();
+                    if rendered.starts_with('{') {
+                        body = at.any_group().map(|(inside, _, _, _)| inside);
+                        at = after;
+                        break;
+                    }
+                    if rendered == ";" || rendered == "," {
+                        at = after;
+                        break;
+                    }
+                    words.push(rendered);
+                    at = after;
+                }
+                let line = tidy(words.join(" "));
+                if head == "pub" {
+                    let attrs = attrs.iter().map(|a| format!("{a} ")).collect::<String>();
+                    out.push(format!("{within}{attrs}{line}"));
+                }
+                if let Some(inside) = body {
+                    scan(inside, &format!("{line}: "), out);
+                }
+                attrs.clear();
+                cursor = at;
+            }
+            _ => {
+                if let Some((inside, _, _, after)) = cursor.any_group() {
+                    scan(inside, within, out);
+                    cursor = after;
+                } else {
+                    cursor = next;
+                }
+                attrs.clear();
+            }
+        }
+    }
+}
+
+/// The statement declaration itself, read through a callback of this
+/// test's own (`for_each_statement!` calls it as it calls the runtime's):
+/// each entry's `EffectiveBlock` field with its type, attributes, built-in
+/// and applied defaults, and for a statement that decides, its
+/// `engine::Statement` variant, keyword, step and order. The test fails to
+/// compile when an entry takes a shape the callbacks do not read.
+fn declared_statements() -> Vec<String> {
+    macro_rules! declared {
+        (decides { $($decides:tt)* } alerts { $($alerts:tt)* }) => {{
+            let mut out = Vec::new();
+            declared!(@entries out, $($decides)* $($alerts)*);
+            out
+        }};
+        (@entries $out:ident, $(
+            $(#[doc = $doc:literal])*
+            $variant:ident $(($index:ty))? {
+                keyword: $keyword:literal,
+                $(#[$attr:meta])*
+                field: $field:ident: $ty:ty = $default:expr,
+                $(applied: $applied:expr,)?
+                reason: $reason:expr,
+                $(step: $step:ident,)?
+                $(order: $order:literal,)?
+            }
+        )*) => {$(
+            $out.push(tidy(format!(
+                "declared crate::table::EffectiveBlock::{}: {}{} = {}{}",
+                stringify!($field),
+                concat!($("#[", stringify!($attr), "] ",)*),
+                stringify!($ty),
+                stringify!($default),
+                concat!($("; applied: ", stringify!($applied))?),
+            ).split_whitespace().collect::<Vec<_>>().join(" ")));
+            let index: &str = concat!("" $(, "(", stringify!($index), ")")?);
+            $($out.push(tidy(format!(
+                "declared crate::engine::Statement::{}{}: `{}`, step {}, order {}, reason {}",
+                stringify!($variant),
+                index,
+                $keyword,
+                stringify!($step),
+                $order,
+                stringify!($reason),
+            )));)?
+            let _ = index;
+        )*};
+    }
+    mcpolicy_runtime::for_each_statement!(declared)
 }
 
 #[test]

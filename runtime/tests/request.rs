@@ -593,12 +593,12 @@ fn integral_max_tokens_are_handed_on_as_integers() {
             integer.to_string(),
             "{written}"
         );
-        assert!(request.rewritten, "{written}: the bytes no longer say it");
+        assert!(request.rewritten(), "{written}: the bytes no longer say it");
     }
     let plain = request_with(r#"{"messages":[],"maxTokens":9000}"#);
     let request = validate_sampling(parse_strict(plain.as_bytes()).expect("parses"))
         .expect("a plain integer is valid");
-    assert!(!request.rewritten, "a plain integer goes on as its bytes");
+    assert!(!request.rewritten(), "a plain integer goes on as its bytes");
 }
 
 // ---------------------------------------------------------------- keys after NFC

@@ -8,7 +8,7 @@ use crate::diagnostic::Diagnostic;
 use crate::syntax::Span;
 
 /// The `error_code` a policy gets when it does not say.
-pub const DEFAULT_ERROR_CODE: i64 = -32010;
+pub const DEFAULT_ERROR_CODE: i32 = -32010;
 
 /// Where a code is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub(super) enum Use {
 }
 
 /// A code to suggest instead, for the revision.
-pub fn suggested_code(revision: ProtocolRevision) -> i64 {
+pub fn suggested_code(revision: ProtocolRevision) -> i32 {
     match revision {
         ProtocolRevision::V2026_07_28 => -31010,
         _ => DEFAULT_ERROR_CODE,
@@ -41,16 +41,17 @@ pub(super) fn check(
     let rev = revision.as_str();
     let suggestion = suggested_code(revision);
     let with_fix = |d: Diagnostic| {
-        let alternative = if code == suggestion {
+        let alternative = if code == i64::from(suggestion) {
             -32011
         } else {
             suggestion
         };
-        let alternative = if revision == ProtocolRevision::V2026_07_28 && code == suggestion {
-            -31011
-        } else {
-            alternative
-        };
+        let alternative =
+            if revision == ProtocolRevision::V2026_07_28 && code == i64::from(suggestion) {
+                -31011
+            } else {
+                alternative
+            };
         d.help(format!(
             "use `{alternative}` or another code {}",
             free_band(revision)

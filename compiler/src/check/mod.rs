@@ -360,7 +360,10 @@ impl Checker {
         match error_code {
             Some(code) => {
                 if let Some(value) = values::int_value(self, code) {
-                    self.model.error_code = value;
+                    // One outside `i32` is an error below (`code_refusal`).
+                    if let Ok(code) = i32::try_from(value) {
+                        self.model.error_code = code;
+                    }
                     if let Some(d) = codes_rule::check(
                         value,
                         code.span,
@@ -375,7 +378,7 @@ impl Checker {
                 if let (Some(span), Some(d)) = (
                     protocol_item,
                     codes_rule::check(
-                        DEFAULT_ERROR_CODE,
+                        i64::from(DEFAULT_ERROR_CODE),
                         Span::default(),
                         self.protocol,
                         codes_rule::Use::DefaultErrorCode,
@@ -796,7 +799,10 @@ impl Checker {
                         if let Some(d) = codes_rule::check(value, code.span, self.protocol, use_) {
                             self.push(d);
                         }
-                        props.spec.code = value;
+                        // One outside `i32` is an error above.
+                        if let Ok(code) = i32::try_from(value) {
+                            props.spec.code = code;
+                        }
                         props.code = true;
                     }
                 }

@@ -330,11 +330,8 @@ impl Session {
         request: SamplingRequest,
         decision: Decision,
     ) {
-        let SamplingRequest {
-            id,
-            params,
-            rewritten,
-        } = request;
+        let rewritten = request.rewritten();
+        let SamplingRequest { id, params, .. } = request;
         let id = id.unwrap_or(Value::Null);
         // Written after the decision's own line, which it is about.
         let alert = decision.alert().cloned();

@@ -571,8 +571,7 @@ impl ReasonRt {
         ReasonRt {
             retryable: spec.retryable,
             ttl: spec.ttl,
-            // A verified table's codes fit (`TableError::CodeOutOfRange`).
-            code: i32::try_from(spec.code).unwrap_or(jsonrpc::INTERNAL_ERROR),
+            code: spec.code,
             template: Arc::from(spec.message.as_str()),
             needs_limit: has("{limit}"),
             needs_window: has("{window}"),
@@ -867,7 +866,7 @@ impl Engine {
         // NFC once, here: the id matches, keys the store and is reported in this form.
         let nfc_id = glob::nfc(server_id);
         let identity = identity::refusal_key(&nfc_id, &request.params, &self.table().identity);
-        self.decide_with_identity(&nfc_id, identity.into_string(), &request.params, ctx)
+        self.decide_known_identity(&nfc_id, identity.into_string(), &request.params, ctx)
             .map_err(|error| match error {
                 // The fail-closed reply names the server as the caller did.
                 Error::Store { source, .. } => Error::store(server_id, source),
@@ -877,11 +876,25 @@ impl Engine {
 
     /// Steps 3–10 for a request whose identity is already known: what the
     /// benchmarks time, the identity excluded. The identity must be
-    /// [`identity::refusal_key`] of these params. Hidden because an
+    /// [`identity::refusal_key`] of these params. Not part of the API: an
     /// embedder passing a wrong identity would replay another request's
-    /// decisions.
-    #[doc(hidden)]
+    /// decisions. It exists only with the `bench` feature, which this
+    /// crate's benches turn on (a dev-dependency on itself) and nothing
+    /// else should.
+    #[cfg(feature = "bench")]
     pub fn decide_with_identity(
+        &self,
+        server_id: &str,
+        identity: String,
+        params: &Map<String, Value>,
+        ctx: &ClientContext,
+    ) -> Result<Decision, Error> {
+        self.decide_known_identity(server_id, identity, params, ctx)
+    }
+
+    /// Steps 3–10 for a request whose identity, [`identity::refusal_key`]
+    /// of these params, is already known.
+    fn decide_known_identity(
         &self,
         server_id: &str,
         identity: String,

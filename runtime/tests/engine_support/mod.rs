@@ -17,7 +17,7 @@ use mcpolicy_runtime::table::{
 use serde_json::{Value, json};
 
 /// The table's default error code in these tests.
-pub const CODE: i64 = -32010;
+pub const CODE: i32 = -32010;
 
 /// [`CODE`] as a denial reports it.
 pub const CODE_I32: i32 = -32010;
