@@ -41,7 +41,7 @@ pub struct Analysis {
 
 /// Checks a parsed file.
 pub fn check(file: &SourceFile) -> Analysis {
-    check_with(file, &check_block)
+    check_with(file, &check_block, &|| {})
 }
 
 /// What the check of one `defaults` or `server` block reads from the rest
@@ -141,12 +141,17 @@ pub fn is_suppression(comment: &crate::syntax::Comment) -> bool {
 /// [`check`], with each block's check from `blocks` (given the block, with
 /// spans in the file, whether it is a server block, and the context): the
 /// same result as long as `blocks` gives what [`check_block`] would.
+///
+/// `interrupt` is called between the steps of the file-level rules that
+/// can take long (one per server pattern compared); the editor's database
+/// unwinds there when a newer edit cancels the check.
 pub fn check_with(
     file: &SourceFile,
     blocks: &dyn Fn(&Block<Stmt>, bool, &BlockContext) -> BlockCheck,
+    interrupt: &dyn Fn(),
 ) -> Analysis {
     let mut checker = Checker::default();
-    checker.run(file, blocks);
+    checker.run(file, blocks, interrupt);
     let mut diagnostics = checker.diagnostics;
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end, d.code));
     suppress::apply(file, &mut diagnostics);
@@ -246,6 +251,7 @@ impl Checker {
         &mut self,
         file: &SourceFile,
         blocks: &dyn Fn(&Block<Stmt>, bool, &BlockContext) -> BlockCheck,
+        interrupt: &dyn Fn(),
     ) {
         self.find_nesting(&file.items);
         // Pass 1: the declarations everything else depends on.
@@ -419,7 +425,7 @@ impl Checker {
             self.current_block = 0;
             self.model.defaults = self.merge_block(block, blocks(block, false, &context));
         }
-        servers::check_patterns(self, &servers);
+        servers::check_patterns(self, &servers, interrupt);
         for (i, server) in servers.iter().enumerate() {
             self.current_block = 1 + i;
             let block = self.merge_block(&server.body, blocks(&server.body, true, &context));
