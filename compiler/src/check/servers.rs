@@ -281,25 +281,42 @@ fn compare_glob<'a>(
             return Some(Compared::Unreachable(vec![(outer.pattern, outer.span)]));
         }
     }
+    // `covers` is sound, not complete (`?*` covers `*a`): the exact test,
+    // on the globs whose start and end are no longer than its own.
+    let own_sample = sample(pattern);
+    for &i in &before {
+        let q = earlier.globs[i];
+        if end.ends_with(q.end) && only_in_sampled(pattern, &own_sample, q.pattern, work)? == Some(false) {
+            return Some(Compared::Unreachable(vec![(q.pattern, q.span)]));
+        }
+    }
     let mut candidates = before;
     candidates.extend(earlier.extending(start, work)?);
     candidates.sort_unstable();
-    // Likewise for their literal ends; then a shortest shared id, if any.
+    // Likewise for their literal ends.
+    candidates.retain(|&i| {
+        let q = earlier.globs[i].end;
+        end.ends_with(q) || q.ends_with(end)
+    });
     let mut near: Vec<(Glob<'a>, String)> = Vec::new();
-    for i in candidates {
+    let mut rest = candidates.into_iter();
+    // The earlier globs that share an id with it, up to one more than
+    // several blocks are ever taken together.
+    for i in rest.by_ref() {
         let q = earlier.globs[i];
-        if !(end.ends_with(q.end) || q.end.ends_with(end)) {
-            continue;
-        }
         if let Some(witness) = overlap_witness(q.pattern, pattern, work) {
             near.push((q, witness));
+            if near.len() > MAX_UNION {
+                break;
+            }
         }
         if work.exhausted() {
             return None;
         }
     }
-    // `covers` is sound, not complete (`?*` covers `*a`): the exact test.
-    if let Some(shadow) = shadowed_by(pattern, start, end, &near, earlier, work) {
+    if near.len() <= MAX_UNION
+        && let Some(shadow) = shadowed_together(pattern, start, &near, earlier, work)
+    {
         return Some(Compared::Unreachable(shadow));
     }
     if work.exhausted() {
@@ -308,54 +325,72 @@ fn compare_glob<'a>(
     // W0305 with the first earlier glob that shares ids with it, neither
     // covering the other. `covers` is sound, not complete: warn only when
     // each glob surely matches an id the other does not.
-    for (q, witness) in near {
+    let mut found = near.into_iter();
+    loop {
+        let (q, witness) = match found.next() {
+            Some(near) => near,
+            None => {
+                let Some(i) = rest.next() else {
+                    break;
+                };
+                let q = earlier.globs[i];
+                match overlap_witness(q.pattern, pattern, work) {
+                    Some(witness) => (q, witness),
+                    None if work.exhausted() => return None,
+                    None => continue,
+                }
+            }
+        };
         work.spend(1 + (q.pattern.len() + pattern.len()) / 16)?;
         if glob::covers(pattern, q.pattern) || glob::covers(q.pattern, pattern) {
             continue;
         }
-        let both_ways = only_in(q.pattern, pattern, work) == Some(true)
-            && only_in(pattern, q.pattern, work) == Some(true);
-        if work.exhausted() {
-            return None;
-        }
-        if both_ways {
+        if only_in_sampled(q.pattern, &sample(q.pattern), pattern, work)? == Some(true)
+            && only_in_sampled(pattern, &own_sample, q.pattern, work)? == Some(true)
+        {
             return Some(Compared::Reachable(Some((q, witness))));
         }
     }
     Some(Compared::Reachable(None))
 }
 
-/// The most earlier blocks [`shadowed_by`] takes together; past it, a block
-/// covered only by many blocks at once goes unreported.
+/// One id the glob matches: its stars empty, each `?` a character no
+/// pattern is likely to name.
+fn sample(glob: &str) -> String {
+    glob.chars()
+        .filter(|c| *c != '*')
+        .map(|c| if c == '?' { '\u{e000}' } else { c })
+        .collect()
+}
+
+/// [`only_in`]`(p, q)`, cheaply when `p`'s [`sample`] is itself an id
+/// that `q` does not match. `None` when the work ran out.
+fn only_in_sampled(p: &str, sample: &str, q: &str, work: &mut Work) -> Option<Option<bool>> {
+    work.spend(1 + (sample.len() + q.len()) / 16)?;
+    if !glob::matches(q, sample) {
+        return Some(Some(true));
+    }
+    let answer = only_in(p, q, work);
+    (!work.exhausted()).then_some(answer)
+}
+
+/// The most earlier blocks [`shadowed_together`] takes together; past it,
+/// a block covered only by many blocks at once goes unreported.
 const MAX_UNION: usize = 16;
 
-/// The earlier blocks that match every id the glob `pattern` matches, when
-/// the quick `covers` test missed them: one earlier glob that includes it,
-/// or else the earlier globs and ids it overlaps, taken together. `near`
-/// holds every earlier glob that shares an id with it (in order).
-fn shadowed_by<'a>(
+/// The earlier globs and ids that together match every id the glob
+/// `pattern` matches. `near` holds every earlier glob that shares an id
+/// with it (in order, at most [`MAX_UNION`]).
+fn shadowed_together<'a>(
     pattern: &str,
     start: &str,
-    end: &str,
     near: &[(Glob<'a>, String)],
     earlier: &Earlier<'a>,
     work: &mut Work,
 ) -> Option<Vec<(&'a str, Span)>> {
-    // A glob that includes `pattern` has a start and an end no longer than its own.
-    for (q, _) in near {
-        if start.starts_with(q.start)
-            && end.ends_with(q.end)
-            && only_in(pattern, q.pattern, work) == Some(false)
-        {
-            return Some(vec![(q.pattern, q.span)]);
-        }
-    }
     // A glob matches infinitely many ids (`?` and `*` take any character),
     // so finitely many earlier ids never cover it alone.
     if near.len() < 2 && (near.is_empty() || earlier.exact.is_empty()) {
-        return None;
-    }
-    if near.len() > MAX_UNION {
         return None;
     }
     let mut union: Vec<(&str, Span)> = near.iter().map(|(q, _)| (q.pattern, q.span)).collect();
@@ -443,12 +478,12 @@ fn not_compared(span: Span, count: usize) -> Diagnostic {
         Code::W0306,
         span,
         format!(
-            "{patterns} not compared with the globs above them for E0302 and W0305: the globs above share too many ids to compare them all"
+            "{patterns} not compared with the globs above them for E0302 and W0305: the comparison's allowance of work ran out"
         ),
         "not compared from here on",
     )
     .help(
-        "give globs literal starts of their own (`team-a-*` rather than `*-team-a*`): only globs whose starts agree are compared",
+        "give globs literal starts of their own (`team-a-*` rather than `*-team-a*`): a glob is compared only with those whose starts agree",
     )
 }
 
