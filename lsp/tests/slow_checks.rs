@@ -45,8 +45,7 @@ fn published_until(client: &mut Client, uri: &str, version: i64) -> Vec<i64> {
         let message = client
             .recv_value_within(left)
             .unwrap_or_else(|| panic!("no diagnostics for version {version} within {BOUND:?}"));
-        if message["method"] == "textDocument/publishDiagnostics"
-            && message["params"]["uri"] == uri
+        if message["method"] == "textDocument/publishDiagnostics" && message["params"]["uri"] == uri
         {
             let got = message["params"]["version"].as_i64().unwrap();
             versions.push(got);

@@ -29,9 +29,13 @@ fn bench(c: &mut Criterion) {
         });
         let hint: String = "é".repeat(mib * MIB / 2);
         let pattern = format!("*{}x*", "é".repeat(399));
-        group.bench_with_input(BenchmarkId::new("run_400_non_ascii", mib), &hint, |b, hint| {
-            b.iter(|| assert!(!matches(black_box(&pattern), black_box(hint))));
-        });
+        group.bench_with_input(
+            BenchmarkId::new("run_400_non_ascii", mib),
+            &hint,
+            |b, hint| {
+                b.iter(|| assert!(!matches(black_box(&pattern), black_box(hint))));
+            },
+        );
     }
     group.finish();
 }

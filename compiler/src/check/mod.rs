@@ -1225,11 +1225,9 @@ impl Checker {
                 // The declared names nearest in sorted order, a bounded
                 // number: a suggestion costs no more in a file of 100,000
                 // reasons than in one of a hundred.
-                let around = self
-                    .context_declared
-                    .partition_point(|d| d.as_str() < name);
-                let near = &self.context_declared
-                    [around.saturating_sub(SUGGEST_AROUND)..(around + SUGGEST_AROUND).min(self.context_declared.len())];
+                let around = self.context_declared.partition_point(|d| d.as_str() < name);
+                let near = &self.context_declared[around.saturating_sub(SUGGEST_AROUND)
+                    ..(around + SUGGEST_AROUND).min(self.context_declared.len())];
                 let candidates: Vec<String> = near
                     .iter()
                     .cloned()

@@ -150,11 +150,7 @@ enum Compared<'a> {
 ///
 /// Patterns are compared in NFC, as the runtime matches them; a pattern
 /// written in another form gets W0304 with its NFC spelling.
-pub(super) fn check_patterns(
-    checker: &mut Checker,
-    servers: &[&ServerDecl],
-    interrupt: &dyn Fn(),
-) {
+pub(super) fn check_patterns(checker: &mut Checker, servers: &[&ServerDecl], interrupt: &dyn Fn()) {
     let normalized: Vec<Cow<'_, str>> = servers
         .iter()
         .map(|server| glob::nfc(&server.pattern.value))
@@ -287,7 +283,9 @@ fn compare_glob<'a>(
     let own_sample = sample(pattern);
     for &i in &before {
         let q = earlier.globs[i];
-        if end.ends_with(q.end) && only_in_sampled(pattern, &own_sample, q.pattern, work)? == Some(false) {
+        if end.ends_with(q.end)
+            && only_in_sampled(pattern, &own_sample, q.pattern, work)? == Some(false)
+        {
             return Some(Compared::Unreachable(vec![(q.pattern, q.span)]));
         }
     }
@@ -751,7 +749,10 @@ mod tests {
 
     #[test]
     fn the_issue_example() {
-        assert_eq!(overlap_witness("a*", "*b", &mut free()).as_deref(), Some("ab"));
+        assert_eq!(
+            overlap_witness("a*", "*b", &mut free()).as_deref(),
+            Some("ab")
+        );
         assert_eq!(overlap_witness("a*", "b*", &mut free()), None);
         assert_eq!(
             overlap_witness("github-*", "*-prod", &mut free()).as_deref(),
@@ -855,7 +856,13 @@ mod tests {
         // Every pattern after the marked one is counted in its message.
         let line = text[..summaries[0].span.start].matches('\n').count();
         let left = 4000 - line;
-        assert!(summaries[0].message.contains(&format!("the {} after it", left)), "{}", summaries[0].message);
+        assert!(
+            summaries[0]
+                .message
+                .contains(&format!("the {} after it", left)),
+            "{}",
+            summaries[0].message
+        );
     }
 
     proptest! {
