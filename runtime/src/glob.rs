@@ -222,7 +222,7 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(!matches(&pattern, &text));
         assert!(matches(&pattern, &format!("{text}{run}")));
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
     }
 
     #[test]
