@@ -226,6 +226,17 @@ narrower glob before a wider one is the usual order and not reported.
     server \"a*\" { max_tokens 512 }
     server \"*b\" { sampling off }     # warning: `ab` goes to `a*`",
 
+    W0306 Warning "server patterns not compared" =>
+"Each server pattern is compared with the globs above it (for E0302 and W0305),
+but only with those whose literal start agrees with its own, and one file's
+comparisons share a bound of work, so that no policy makes the checker, the
+compiler, the proxy's start or the editor wait. Globs that all begin with a
+wildcard (`*x1*`, `*x2*`, ...) share ids pairwise, and a few thousand of them
+reach the bound. The patterns from the one this warning marks onwards were not
+compared: an unreachable block or an overlap among them goes unreported. Give
+globs literal starts of their own (`team-a-*` rather than `*-team-a*`), or
+suppress the warning if the policy is generated and its order is meant.",
+
     // ---- reasons: E04xx / W04xx
     E0401 Error "undeclared reason" =>
 "`as NAME` names a reason that is neither built in nor declared. Declare it with

@@ -228,7 +228,11 @@ pub fn analyze_pieces(
                 check::check_block(block, is_server, context)
             })
     };
-    let analysis = check::check_with(&parsed.file, &blocks);
+    // An edit that cancels this check need not wait for the file-level
+    // rules to end: they stop between server patterns.
+    let analysis = check::check_with(&parsed.file, &blocks, &|| {
+        db.unwind_if_revision_cancelled();
+    });
     (!missed.get()).then(|| analyze_checked(&parsed, analysis))
 }
 

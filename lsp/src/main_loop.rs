@@ -13,8 +13,11 @@
 //! item's parse is one, and `diagnostics::all` checks between conversions)
 //! and publishes nothing. The file-level rules (`check::check_with`, over
 //! the pieces, `db::analyze_pieces`) read no query but each block's
-//! memoised check, so an edit that arrives during them waits for them to
-//! end (about a millisecond for 10,000 lines).
+//! memoised check; they are given a probe that unwinds the same way
+//! between server patterns, whose comparison is the one rule that can take
+//! long (its work is bounded, `docs/spec/language.md`, "Server patterns"),
+//! so an edit never waits for a stale check to end
+//! (`lsp/tests/slow_checks.rs`).
 //!
 //! The worker publishes a check's diagnostics itself, so that typing
 //! latency does not include the requests this thread answers meanwhile (an

@@ -41,7 +41,7 @@ pub struct Analysis {
 
 /// Checks a parsed file.
 pub fn check(file: &SourceFile) -> Analysis {
-    check_with(file, &check_block)
+    check_with(file, &check_block, &|| {})
 }
 
 /// What the check of one `defaults` or `server` block reads from the rest
@@ -53,8 +53,9 @@ pub fn check(file: &SourceFile) -> Analysis {
 pub struct BlockContext {
     /// The file's protocol revision.
     pub protocol: ProtocolRevision,
-    /// The reasons the file declares, sorted.
-    pub declared: Vec<String>,
+    /// The reasons the file declares, sorted; shared by every block's
+    /// check, so that checking a block costs nothing per declared reason.
+    pub declared: Arc<[String]>,
 }
 
 /// What checking one block found: the findings, what it states, and the
@@ -103,11 +104,7 @@ impl Shift for BlockCheck {
 pub fn check_block(block: &Block<Stmt>, is_server: bool, context: &BlockContext) -> BlockCheck {
     let mut checker = Checker {
         protocol: context.protocol,
-        declared: context
-            .declared
-            .iter()
-            .map(|name| (name.clone(), Span::default()))
-            .collect(),
+        context_declared: Arc::clone(&context.declared),
         ..Checker::default()
     };
     let last = block.stmts.last().map(|s| s.span);
@@ -141,12 +138,17 @@ pub fn is_suppression(comment: &crate::syntax::Comment) -> bool {
 /// [`check`], with each block's check from `blocks` (given the block, with
 /// spans in the file, whether it is a server block, and the context): the
 /// same result as long as `blocks` gives what [`check_block`] would.
+///
+/// `interrupt` is called between the steps of the file-level rules that
+/// can take long (one per server pattern compared); the editor's database
+/// unwinds there when a newer edit cancels the check.
 pub fn check_with(
     file: &SourceFile,
     blocks: &dyn Fn(&Block<Stmt>, bool, &BlockContext) -> BlockCheck,
+    interrupt: &dyn Fn(),
 ) -> Analysis {
     let mut checker = Checker::default();
-    checker.run(file, blocks);
+    checker.run(file, blocks, interrupt);
     let mut diagnostics = checker.diagnostics;
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end, d.code));
     suppress::apply(file, &mut diagnostics);
@@ -155,6 +157,10 @@ pub fn check_with(
         model: checker.model,
     }
 }
+
+/// How many declared reasons on each side of an undeclared name, in
+/// sorted order, an E0401 suggestion is chosen from.
+const SUGGEST_AROUND: usize = 128;
 
 /// Where a reason is produced: by which statement kinds.
 #[derive(Default)]
@@ -173,6 +179,9 @@ struct Checker {
     protocol: ProtocolRevision,
     /// Declared reasons: name → declaration span.
     declared: HashMap<String, Span>,
+    /// In a block's check, the file's declared reasons, sorted
+    /// (`BlockContext::declared`).
+    context_declared: Arc<[String]>,
     producers: HashMap<String, Producers>,
     /// Blocks left open because another block was written inside them, by
     /// the span of their `{`: the inner block's keyword and name.
@@ -246,6 +255,7 @@ impl Checker {
         &mut self,
         file: &SourceFile,
         blocks: &dyn Fn(&Block<Stmt>, bool, &BlockContext) -> BlockCheck,
+        interrupt: &dyn Fn(),
     ) {
         self.find_nesting(&file.items);
         // Pass 1: the declarations everything else depends on.
@@ -416,13 +426,13 @@ impl Checker {
         declared.sort_unstable();
         let context = BlockContext {
             protocol: self.protocol,
-            declared,
+            declared: declared.into(),
         };
         if let Some(block) = defaults {
             self.current_block = 0;
             self.model.defaults = self.merge_block(block, blocks(block, false, &context));
         }
-        servers::check_patterns(self, &servers);
+        servers::check_patterns(self, &servers, interrupt);
         for (i, server) in servers.iter().enumerate() {
             self.current_block = 1 + i;
             let block = self.merge_block(&server.body, blocks(&server.body, true, &context));
@@ -1212,10 +1222,20 @@ impl Checker {
                 return default.to_owned();
             }
             Some(_) => {}
-            None if !self.declared.contains_key(name) => {
-                let candidates: Vec<String> = self
-                    .declared
-                    .keys()
+            None if !self.declared.contains_key(name)
+                && self
+                    .context_declared
+                    .binary_search_by(|d| d.as_str().cmp(name))
+                    .is_err() =>
+            {
+                // The declared names nearest in sorted order, a bounded
+                // number: a suggestion costs no more in a file of 100,000
+                // reasons than in one of a hundred.
+                let around = self.context_declared.partition_point(|d| d.as_str() < name);
+                let near = &self.context_declared[around.saturating_sub(SUGGEST_AROUND)
+                    ..(around + SUGGEST_AROUND).min(self.context_declared.len())];
+                let candidates: Vec<String> = near
+                    .iter()
                     .cloned()
                     .chain(
                         builtin::ALL

@@ -253,13 +253,24 @@ impl Engine {
                 .and_then(Value::as_array)
         {
             let name = |hint: &Value| hint.get("name").and_then(Value::as_str).map(str::to_owned);
-            let allowed = |hint: &Value| {
-                hint.get("name")
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| models.iter().any(|m| glob::matches(m, &glob::nfc(n))))
-            };
-            if !hints.iter().all(allowed) {
-                let kept: Vec<Value> = hints.iter().filter(|h| allowed(h)).cloned().collect();
+            // Each hint is normalised once and matched once, whatever the
+            // number of patterns: a server chooses how large its hints are.
+            let allowed: Vec<bool> = hints
+                .iter()
+                .map(|hint| {
+                    hint.get("name").and_then(Value::as_str).is_some_and(|n| {
+                        let n = glob::nfc(n);
+                        models.iter().any(|m| glob::matches(m, &n))
+                    })
+                })
+                .collect();
+            if !allowed.iter().all(|a| *a) {
+                let kept: Vec<Value> = hints
+                    .iter()
+                    .zip(&allowed)
+                    .filter(|(_, a)| **a)
+                    .map(|(h, _)| h.clone())
+                    .collect();
                 annotations.model = Some(ModelTrim {
                     requested: hints.iter().map(name).collect(),
                     applied: kept.iter().filter_map(name).collect(),
