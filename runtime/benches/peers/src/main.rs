@@ -156,7 +156,7 @@ fn request_bytes(k: usize) -> Vec<u8> {
         })
         .collect();
     let mut params = serde_json::json!({"messages": messages, "maxTokens": 200 + 50 * k});
-    if k % 2 == 0 {
+    if k.is_multiple_of(2) {
         params["systemPrompt"] = "You are a careful release-notes writer.".into();
     }
     if let Some(scope) = ["none", "thisServer", "allServers"].get(k % 4) {
