@@ -22,30 +22,33 @@ fn repository_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Every file of the repository, paths relative to its root, without build
-/// output, version control and installed packages.
+/// Every file of the repository, paths relative to its root: what git
+/// tracks and what it would (untracked, not ignored), so build output,
+/// installed packages and CI's own virtualenv stay out.
 fn files() -> Vec<PathBuf> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.expect("a directory entry").path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if path.is_dir() {
-                if !matches!(name, "target" | ".git" | "node_modules") {
-                    walk(root, &path, out);
-                }
-            } else if let Ok(relative) = path.strip_prefix(root) {
-                out.push(relative.to_path_buf());
-            }
-        }
-    }
     let root = repository_root();
-    let mut out = Vec::new();
-    walk(&root, &root, &mut out);
-    out
+    let out = std::process::Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git ls-files failed");
+    let mut files: Vec<PathBuf> = out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+        .filter(|p| root.join(p).is_file())
+        .collect();
+    files.sort();
+    files.dedup();
+    files
 }
 
 fn has_component(path: &Path, name: &str) -> bool {
