@@ -26,6 +26,29 @@ impl Session {
             }
         };
         if !created && polled.is_none() {
+            // Sampling entries in an answer the proxy cannot tie to a task
+            // it follows (a `tasks/get` keyed otherwise, say): a client may
+            // still read them as its task's, so they do not pass undecided.
+            if contains(line, b"inputRequests") && contains(line, b"sampling/createMessage") {
+                let undecided = serde_json::from_slice::<Value>(line).ok().is_some_and(|v| {
+                    let terminal = matches!(
+                        v.pointer("/result/status").and_then(Value::as_str),
+                        Some("completed" | "failed" | "cancelled")
+                    );
+                    !terminal && v.pointer("/result/inputRequests").is_some()
+                });
+                if undecided {
+                    self.log.line(format_args!(
+                        "server answered call {key} with input requests of no task the proxy follows; answered -32603, not forwarded"
+                    ));
+                    self.send_client(&frame::request_error_response(
+                        Some(call_id),
+                        jsonrpc::INTERNAL_ERROR,
+                        "Invalid result from the server: input requests of no task this call polled",
+                    ));
+                    return;
+                }
+            }
             self.send_client(raw);
             return;
         }
