@@ -38,14 +38,11 @@ impl Session {
                     !terminal && v.pointer("/result/inputRequests").is_some()
                 });
                 if undecided {
-                    self.log.line(format_args!(
-                        "server answered call {key} with input requests of no task the proxy follows; answered -32603, not forwarded"
-                    ));
-                    self.send_client(&frame::request_error_response(
-                        Some(call_id),
-                        jsonrpc::INTERNAL_ERROR,
-                        "Invalid result from the server: input requests of no task this call polled",
-                    ));
+                    self.refuse_answer(
+                        call_id,
+                        format_args!("server answered call {key} with input requests of no task the proxy follows"),
+                        "input requests of no task this call polled",
+                    );
                     return;
                 }
             }
@@ -65,14 +62,11 @@ impl Session {
             // A task id is the server's: it names one task, created on one call.
             (None, Some(reported)) => {
                 if let Err(message) = self.ext_task_created(&reported, &key) {
-                    self.log.line(format_args!(
-                        "server answered call {key} with task {reported}: {message}; answered -32603, not forwarded"
-                    ));
-                    self.send_client(&frame::request_error_response(
-                        Some(call_id),
-                        jsonrpc::INTERNAL_ERROR,
-                        &format!("Invalid result from the server: {message}"),
-                    ));
+                    self.refuse_answer(
+                        call_id,
+                        format_args!("server answered call {key} with task {reported}: {message}"),
+                        &message,
+                    );
                     return;
                 }
                 reported
@@ -81,14 +75,13 @@ impl Session {
             (Some(polled), None) => polled,
             (Some(polled), Some(reported)) if polled == reported => polled,
             (Some(polled), Some(reported)) => {
-                self.log.line(format_args!(
-                    "server answered tasks/get {key} for task {polled} with task {reported}; answered -32603, not forwarded"
-                ));
-                self.send_client(&frame::request_error_response(
-                    Some(call_id),
-                    jsonrpc::INTERNAL_ERROR,
-                    "Invalid result from the server: tasks/get answered about another task",
-                ));
+                self.refuse_answer(
+                    call_id,
+                    format_args!(
+                        "server answered tasks/get {key} for task {polled} with task {reported}"
+                    ),
+                    "tasks/get answered about another task",
+                );
                 return;
             }
         };
@@ -101,6 +94,19 @@ impl Session {
             Ok(true) => self.send_client(value.to_string().as_bytes()),
             Err(frame) => self.send_client(&frame),
         }
+    }
+
+    /// A server answer to the client's call `call_id` that does not pass:
+    /// `what` logged, the client answered -32603 "Invalid result from the
+    /// server: `message`".
+    fn refuse_answer(&self, call_id: &Value, what: std::fmt::Arguments<'_>, message: &str) {
+        self.log
+            .line(format_args!("{what}; answered -32603, not forwarded"));
+        self.send_client(&frame::request_error_response(
+            Some(call_id),
+            jsonrpc::INTERNAL_ERROR,
+            &format!("Invalid result from the server: {message}"),
+        ));
     }
 
     /// The proxy saw task `task_id` created on the client's call `call`:
