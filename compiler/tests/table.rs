@@ -174,3 +174,19 @@ fn every_compiled_example_matches_the_json_schema() {
         );
     }
 }
+
+/// The adapters' contract (`tests/cases/adapters/scenarios.json`) runs on a
+/// committed table, since the Python and Node packages have no compiler: it
+/// must be exactly what `mcpc compile` makes of the policy beside it.
+#[test]
+fn the_adapter_contract_table_is_its_policy_compiled() {
+    let dir = repo().join("tests/cases/adapters");
+    let source = std::fs::read_to_string(dir.join("policy.mcpolicy")).expect("the policy");
+    let committed = std::fs::read_to_string(dir.join("policy.table.json")).expect("the table");
+    let compiled = compile(&source).to_json();
+    assert!(
+        committed.trim_end() == compiled.trim_end(),
+        "tests/cases/adapters/policy.table.json is stale: run\n  \
+         mcpc compile tests/cases/adapters/policy.mcpolicy -o tests/cases/adapters/policy.table.json"
+    );
+}
