@@ -16,8 +16,10 @@
 //! - `decide_sqlite/*` and the `sqlite cpu:` line: the same paths with the
 //!   durable [`SqliteStore`] (default options, a file in a temporary
 //!   directory): what "decisions per second with the SQLite store" means for
-//!   the engine. A fresh decision is a replay miss (one read transaction) and
-//!   one admission (one write transaction); a replay is one write transaction.
+//!   the engine. A fresh decision is a replay miss (one read) and one write
+//!   transaction (the replay probe again and the admission); a replay of a
+//!   stored denial is one read, its count written in batches
+//!   (`docs/spec/store.md`, "Durability").
 //!
 //! Run: `CARGO_TARGET_DIR=target-engine cargo bench -p mcpolicy-runtime --bench decide`
 //! (figures in `runtime/ENGINE.md`).

@@ -389,6 +389,70 @@ mod sqlite_only {
         assert!(!admitted(&s.admit("srv", &budget(1), 400).expect("admit")));
     }
 
+    /// A re-presented denial changes only its count, so it takes no write
+    /// transaction (`docs/spec/store.md`, "Durability"): answered while
+    /// another connection holds the write lock (before, each replay waited
+    /// out the busy timeout and failed), counted exactly by this open, and
+    /// written by the next write, by close, or after 256 hits.
+    #[test]
+    fn sqlite_replay_hit_takes_no_write_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.db");
+        let options = mcpolicy_runtime::store::SqliteOptions {
+            busy_timeout: std::time::Duration::from_millis(50),
+            ..Default::default()
+        };
+        {
+            let s = SqliteStore::open_with(&path, &options).expect("open");
+            s.record(&key("srv", 1), &deny("d", None, DATA))
+                .expect("record");
+            let other = rusqlite::Connection::open(&path).expect("second connection");
+            other.execute_batch("BEGIN IMMEDIATE").expect("write lock");
+            for n in 1..=3 {
+                let hit = s
+                    .replay(&key("srv", 1), "d", 10)
+                    .expect("replay under a held lock");
+                assert_eq!(hit.map(|d| d.represented), Some(n));
+            }
+            assert_eq!(
+                s.get(&key("srv", 1)).expect("get").map(|d| d.represented),
+                Some(3)
+            );
+            // Writes still wait for the lock, and fail closed past the timeout.
+            assert!(s.record(&key("srv", 2), &deny("d", None, DATA)).is_err());
+            other.execute_batch("COMMIT").expect("release");
+            // The next write adds the counts; the failed one kept them.
+            s.record(&key("srv", 2), &deny("d", None, DATA))
+                .expect("record");
+            let written: i64 = other
+                .query_row(
+                    "SELECT represented FROM decisions WHERE identity = ?1",
+                    [key("srv", 1).identity],
+                    |row| row.get(0),
+                )
+                .expect("read");
+            assert_eq!(written, 3);
+            // 300 more hits: written after the 256th without any other write.
+            for _ in 0..300 {
+                s.replay(&key("srv", 1), "d", 10).expect("replay");
+            }
+            let written: i64 = other
+                .query_row(
+                    "SELECT represented FROM decisions WHERE identity = ?1",
+                    [key("srv", 1).identity],
+                    |row| row.get(0),
+                )
+                .expect("read");
+            assert_eq!(written, 3 + 256);
+        }
+        // Closing writes the rest.
+        let s = SqliteStore::open(&path).expect("reopen");
+        assert_eq!(
+            s.get(&key("srv", 1)).expect("get").map(|d| d.represented),
+            Some(303)
+        );
+    }
+
     /// Environment variable selecting the child role of this binary.
     const CHILD_ENV: &str = "MCPOLICY_STORE_CHILD";
 

@@ -233,6 +233,8 @@ pub struct SqliteStore {
     max_per_server: u64,
     session: Mutex<Session>,
     checkpointer: Option<Checkpointer>,
+    /// [`SqliteStore::open_read_only`]: a replay hit writes at once (and fails).
+    read_only: bool,
 }
 
 /// The connection and this open's reservation ids, behind one mutex.
@@ -240,6 +242,82 @@ pub struct SqliteStore {
 struct Session {
     conn: Connection,
     ids: Ids,
+    unflushed: Unflushed,
+}
+
+/// Writes the unflushed re-presentation counts after at most this many
+/// replay hits answered from a read…
+const FLUSH_EVERY: u64 = 256;
+/// …or once the oldest of them is this old (checked at each hit and at
+/// each write; `docs/spec/store.md`, "Durability").
+const FLUSH_AFTER: Duration = Duration::from_millis(500);
+
+/// Re-presentations this open answered from a read and has not written yet:
+/// a replay of a stored denial changes nothing but `represented`, so it
+/// takes no write lock and writes no WAL page; the counts are added to
+/// their rows by the next write transaction of this open (each write
+/// flushes first), after [`FLUSH_EVERY`] hits or [`FLUSH_AFTER`], before a
+/// read that reports them, and when the store is dropped.
+#[derive(Debug, Default)]
+struct Unflushed {
+    /// (server id, identity) → (the row's `decided_at`, hits not written).
+    counts: std::collections::HashMap<(String, String), (Millis, u64)>,
+    hits: u64,
+    since: Option<std::time::Instant>,
+}
+
+impl Unflushed {
+    fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// One more hit of `key`, whose row was read as `found`; `found`'s
+    /// count becomes the row's plus this open's unwritten hits.
+    fn count(&mut self, key: &DecisionKey, found: &mut StoredDecision) {
+        let entry = self
+            .counts
+            .entry((key.server_id.clone(), key.identity.clone()))
+            .or_insert((found.decided_at, 0));
+        if entry.0 != found.decided_at {
+            // Another process replaced the row: its count started again at 0.
+            *entry = (found.decided_at, 0);
+        }
+        entry.1 += 1;
+        found.represented = found.represented.saturating_add(entry.1);
+        self.hits += 1;
+        self.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// The unwritten hits of `key`'s row decided at `decided_at`.
+    fn of(&self, key: &DecisionKey, decided_at: Millis) -> u64 {
+        self.counts
+            .get(&(key.server_id.clone(), key.identity.clone()))
+            .filter(|(at, _)| *at == decided_at)
+            .map_or(0, |(_, hits)| *hits)
+    }
+
+    fn due(&self) -> bool {
+        self.hits >= FLUSH_EVERY
+            || self
+                .since
+                .is_some_and(|since| since.elapsed() >= FLUSH_AFTER)
+    }
+
+    /// Adds the counts to their rows, inside the caller's write transaction;
+    /// a row replaced or deleted since it was read is left alone.
+    fn write(&self, conn: &Connection) -> Result<(), rusqlite::Error> {
+        if self.counts.is_empty() {
+            return Ok(());
+        }
+        let mut update = conn.prepare_cached(
+            "UPDATE decisions SET represented = represented + ?3
+             WHERE server_id = ?1 AND identity = ?2 AND decided_at = ?4",
+        )?;
+        for ((server_id, identity), (decided_at, hits)) in &self.counts {
+            update.execute(params![server_id, identity, int(*hits), decided_at])?;
+        }
+        Ok(())
+    }
 }
 
 /// Reservation ids of one open: `epoch << 32 | count`, count from 1.
@@ -304,8 +382,10 @@ impl SqliteStore {
             session: Mutex::new(Session {
                 conn,
                 ids: Ids { epoch, issued: 0 },
+                unflushed: Unflushed::default(),
             }),
             checkpointer,
+            read_only: false,
         })
     }
 
@@ -343,8 +423,10 @@ impl SqliteStore {
                     epoch: 0,
                     issued: 0,
                 },
+                unflushed: Unflushed::default(),
             }),
             checkpointer: None,
+            read_only: true,
         })
     }
 
@@ -377,22 +459,64 @@ impl SqliteStore {
         quick_check(&self.path, &session.conn)
     }
 
+    /// A failure inside or outside a transaction, as the caller sees it.
+    fn fail(&self, fail: Fail) -> StoreError {
+        match fail {
+            Fail::Sql(error) => map_sql(&self.path, error),
+            Fail::Store(error) => error,
+        }
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, Session>, StoreError> {
         self.session.lock().map_err(|_| StoreError::Poisoned)
     }
 
     /// [`in_immediate`] on the session's connection, counting the commit
     /// for the checkpoint thread.
+    /// Every write transaction first adds the re-presentations this open
+    /// counted without writing ([`Unflushed`]); kept for the next one if it
+    /// rolls back.
     fn write<T>(
         &self,
-        session: &Session,
+        session: &mut Session,
         body: impl FnOnce(&Connection) -> Result<T, Fail>,
     ) -> Result<T, StoreError> {
-        let result = in_immediate(&self.path, &session.conn, body);
-        if let (Ok(_), Some(checkpointer)) = (&result, &self.checkpointer) {
-            checkpointer.committed();
+        let unflushed = std::mem::take(&mut session.unflushed);
+        let result = in_immediate(&self.path, &session.conn, |conn| {
+            unflushed.write(conn)?;
+            body(conn)
+        });
+        match (&result, &self.checkpointer) {
+            (Ok(_), Some(checkpointer)) => checkpointer.committed(),
+            (Ok(_), None) => {}
+            (Err(_), _) => session.unflushed = unflushed,
         }
         result
+    }
+
+    /// Counts a replay hit answered from a read (`found`, as read, gets the
+    /// count this open knows of) and writes the unflushed counts once
+    /// [`FLUSH_EVERY`] of them or [`FLUSH_AFTER`] have accumulated.
+    fn count_replay(
+        &self,
+        session: &mut Session,
+        key: &DecisionKey,
+        found: &mut StoredDecision,
+    ) -> Result<(), StoreError> {
+        session.unflushed.count(key, found);
+        if self.read_only || session.unflushed.due() {
+            self.write(session, |_| Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the unflushed re-presentation counts, if any, before a read
+    /// that reports `represented`.
+    fn flush(&self, session: &mut Session) -> Result<(), StoreError> {
+        if !session.unflushed.is_empty() {
+            self.write(session, |_| Ok(()))?;
+        }
+        Ok(())
     }
 
     /// The next reservation id, with a new epoch when this one's 2^32 ids
@@ -405,6 +529,16 @@ impl SqliteStore {
         }
         session.ids.issued += 1;
         Ok(session.ids.id())
+    }
+}
+
+impl Drop for SqliteStore {
+    /// Writes the re-presentation counts not written yet; a failure here
+    /// loses only those counts, as a crash would.
+    fn drop(&mut self) {
+        if let Ok(mut session) = self.session.lock() {
+            let _ = self.flush(&mut session);
+        }
     }
 }
 
@@ -1096,6 +1230,29 @@ fn replay_in(
     now: Millis,
     verdict: Option<Verdict>,
 ) -> Result<Option<StoredDecision>, Fail> {
+    let Some(mut found) = probe(path, conn, key, digest, now, verdict)? else {
+        return Ok(None); // a miss
+    };
+    // Same transaction, write lock held since BEGIN: nobody can count in between.
+    conn.prepare_cached(
+        "UPDATE decisions SET represented = represented + 1
+         WHERE server_id = ?1 AND identity = ?2",
+    )?
+    .execute(params![key.server_id, key.identity])?;
+    found.represented = found.represented.saturating_add(1);
+    Ok(Some(found))
+}
+
+/// The decision a replay of `key` would hit, as stored, counting nothing
+/// (`verdict` as in [`replay_in`]).
+fn probe(
+    path: &Path,
+    conn: &Connection,
+    key: &DecisionKey,
+    digest: &str,
+    now: Millis,
+    verdict: Option<Verdict>,
+) -> Result<Option<StoredDecision>, Fail> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {DECISION_COLUMNS} FROM decisions
          WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
@@ -1109,19 +1266,10 @@ fn replay_in(
         now,
         verdict.as_ref().map(Verdict::as_str)
     ])?;
-    let Some(row) = rows.next()? else {
-        return Ok(None); // a miss
-    };
-    let mut found = decision_from_row(path, row)?;
-    drop(rows);
-    // Same transaction, write lock held since BEGIN: nobody can count in between.
-    conn.prepare_cached(
-        "UPDATE decisions SET represented = represented + 1
-         WHERE server_id = ?1 AND identity = ?2",
-    )?
-    .execute(params![key.server_id, key.identity])?;
-    found.represented = found.represented.saturating_add(1);
-    Ok(Some(found))
+    match rows.next()? {
+        Some(row) => Ok(Some(decision_from_row(path, row)?)),
+        None => Ok(None),
+    }
 }
 
 /// Where a window's count stops: a fixed window counts only what was
@@ -1305,26 +1453,17 @@ impl DecisionStore for SqliteStore {
         digest: &str,
         now: Millis,
     ) -> Result<Option<StoredDecision>, StoreError> {
-        let session = self.lock()?;
-        let conn = &session.conn;
-        // A miss (the common case: a fresh request) is answered by one read
-        // transaction, without the write lock. A miss seen here is a miss at
-        // some moment of the call, so this is still linearisable; only a hit
-        // has something to count, and is looked up again under the lock.
-        let hit = conn
-            .prepare_cached(
-                "SELECT 1 FROM decisions
-                 WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
-                   AND (expires_at IS NULL OR expires_at > ?4)",
-            )
-            .and_then(|mut stmt| stmt.exists(params![key.server_id, key.identity, digest, now]))
-            .map_err(|e| map_sql(&self.path, e))?;
-        if !hit {
+        let mut session = self.lock()?;
+        // One read (a snapshot), without the write lock: a miss or a hit
+        // seen here is one at some moment of the call, so this is
+        // linearisable. A hit's count is written later ([`Unflushed`]).
+        let found = probe(&self.path, &session.conn, key, digest, now, None)
+            .map_err(|fail| self.fail(fail))?;
+        let Some(mut found) = found else {
             return Ok(None);
-        }
-        self.write(&session, |conn| {
-            replay_in(&self.path, conn, key, digest, now, None)
-        })
+        };
+        self.count_replay(&mut session, key, &mut found)?;
+        Ok(Some(found))
     }
 
     fn admit(
@@ -1340,7 +1479,9 @@ impl DecisionStore for SqliteStore {
         }
         let mut session = self.lock()?;
         let id = self.next_id(&mut session)?;
-        self.write(&session, |conn| admit_in(conn, server_id, checks, now, id))
+        self.write(&mut session, |conn| {
+            admit_in(conn, server_id, checks, now, id)
+        })
     }
 
     fn settle(
@@ -1353,13 +1494,13 @@ impl DecisionStore for SqliteStore {
         if reservation.is_none() {
             return Ok(());
         }
-        let session = self.lock()?;
+        let mut session = self.lock()?;
         let ours = session.ids;
         let epoch = int(reservation.id >> EPOCH_SHIFT);
         let count = reservation.id & u64::from(u32::MAX);
         let id = int(reservation.id);
         let at = reservation.at;
-        self.write(&session, |conn| {
+        self.write(&mut session, |conn| {
             let newest: Option<i64> = conn
                 .prepare_cached("SELECT value FROM meta WHERE key = 'epoch'")?
                 .query_row([], |row| row.get(0))
@@ -1415,8 +1556,8 @@ impl DecisionStore for SqliteStore {
     }
 
     fn record(&self, key: &DecisionKey, decision: &StoredDecision) -> Result<(), StoreError> {
-        let session = self.lock()?;
-        self.write(&session, |conn| {
+        let mut session = self.lock()?;
+        self.write(&mut session, |conn| {
             let existing = conn
                 .prepare_cached(&format!(
                     "SELECT {DECISION_COLUMNS} FROM decisions WHERE server_id = ?1 AND identity = ?2"
@@ -1497,10 +1638,16 @@ impl DecisionStore for SqliteStore {
                 None => Ok(None),
             }
         })();
-        result.map_err(|fail| match fail {
-            Fail::Sql(error) => map_sql(&self.path, error),
-            Fail::Store(error) => error,
-        })
+        // With the re-presentations this open counted and has not written.
+        result
+            .map(|found| {
+                found.map(|mut found| {
+                    let unwritten = session.unflushed.of(key, found.decided_at);
+                    found.represented = found.represented.saturating_add(unwritten);
+                    found
+                })
+            })
+            .map_err(|fail| self.fail(fail))
     }
 
     /// One write transaction for the replay, the evaluation and the admission.
@@ -1514,10 +1661,37 @@ impl DecisionStore for SqliteStore {
         evaluate: &mut dyn FnMut(Option<&StoredDecision>, &mut Vec<LimitCheck>) -> Evaluation,
     ) -> Result<ReplayOrAdmit, StoreError> {
         let mut session = self.lock()?;
+        // A stored denial that answers the request again changes nothing
+        // but its count: read without the write lock, counted in
+        // [`Unflushed`]. Anything else runs in one write transaction.
+        let denial = probe(
+            &self.path,
+            &session.conn,
+            key,
+            digest,
+            now,
+            Some(Verdict::Deny),
+        )
+        .map_err(|fail| self.fail(fail))?;
+        if let Some(mut found) = denial {
+            let mut counted = found.clone();
+            counted.represented = counted
+                .represented
+                .saturating_add(session.unflushed.of(key, found.decided_at) + 1);
+            checks.clear();
+            if evaluate(Some(&counted), checks) == Evaluation::Answered {
+                self.count_replay(&mut session, key, &mut found)?;
+                return Ok(ReplayOrAdmit {
+                    replayed: Some(found),
+                    admission: None,
+                });
+            }
+            // Not answered by the denial: decided again below, counted there.
+        }
         // Taken before the transaction (a new epoch is a transaction of its
         // own); unused when nothing is admitted, which leaves a gap, never a repeat.
         let id = self.next_id(&mut session)?;
-        self.write(&session, |conn| {
+        self.write(&mut session, |conn| {
             // The refusal key answers with a denial only, then the approval
             // key with an approval only (`store::answers_probe`).
             let mut replayed = replay_in(&self.path, conn, key, digest, now, Some(Verdict::Deny))?;
@@ -1554,8 +1728,8 @@ impl DecisionStore for SqliteStore {
     }
 
     fn purge_stale(&self, server_id: &str, digest: &str, now: Millis) -> Result<u64, StoreError> {
-        let session = self.lock()?;
-        self.write(&session, |conn| {
+        let mut session = self.lock()?;
+        self.write(&mut session, |conn| {
             let removed = conn
                 .prepare_cached(
                     "DELETE FROM decisions WHERE server_id = ?1
@@ -1630,7 +1804,9 @@ impl SqliteStore {
     /// Runs `body` in one read transaction (a consistent snapshot of the
     /// WAL; no write lock, so proxies are never held up by a reader).
     fn read<T>(&self, body: impl FnOnce(&Connection) -> Result<T, Fail>) -> Result<T, StoreError> {
-        let session = self.lock()?;
+        let mut session = self.lock()?;
+        // What it reads includes this open's re-presentation counts.
+        self.flush(&mut session)?;
         let conn = &session.conn;
         let finish = |fail: Fail| match fail {
             Fail::Sql(error) => map_sql(&self.path, error),
@@ -1658,8 +1834,8 @@ impl StoreAdmin for SqliteStore {
     }
 
     fn forget(&self, filter: &DecisionFilter) -> Result<Vec<StoredEntry>, StoreError> {
-        let session = self.lock()?;
-        self.write(&session, |conn| {
+        let mut session = self.lock()?;
+        self.write(&mut session, |conn| {
             let removed = select_decisions(&self.path, conn, filter)?;
             delete_entries(conn, &removed)?;
             Ok(removed)
@@ -1690,8 +1866,8 @@ impl StoreAdmin for SqliteStore {
     }
 
     fn prune_expired(&self, now: Millis) -> Result<Pruned, StoreError> {
-        let session = self.lock()?;
-        self.write(&session, |conn| {
+        let mut session = self.lock()?;
+        self.write(&mut session, |conn| {
             // Expiry is exclusive: gone at `expires_at`.
             let expired: Vec<(String, i64)> = conn
                 .prepare_cached(
