@@ -252,7 +252,9 @@ fn on_stop_signals(
                 )),
             }
             // The server is gone; a grandchild may still hold its stdout
-            // open, so the reading threads are not waited for.
+            // open, so the reading threads are not waited for. What the
+            // store holds in memory is written first.
+            session.flush_store();
             std::process::exit(i32::from(code));
         })?;
     Ok(())
@@ -388,6 +390,7 @@ pub fn run(
             "{owed} user refusal(s) could not be recorded before exit: the store is still failing"
         ));
     }
+    session.flush_store();
     // Reaped under the lock, polling: the signal thread may need the lock
     // to signal the child meanwhile.
     let status = loop {

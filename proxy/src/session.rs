@@ -460,6 +460,18 @@ impl Session {
         self.send_server(&frame::request_error_response(None, code, message));
     }
 
+    /// The session is ending: writes what the store still holds in memory
+    /// (`docs/spec/store.md`, "Durability": the re-presentation counts of
+    /// replays), so that the next session, `mcpc store` and the alerts see
+    /// every one. A failure loses only those counts, and is logged.
+    pub fn flush_store(&self) {
+        if let Err(error) = self.engine.store().flush() {
+            self.log.line(format_args!(
+                "writing the store's re-presentation counts failed: {error}"
+            ));
+        }
+    }
+
     /// Records the user's refusals the store failed to take, oldest first,
     /// until one fails again (the store is still down). Runs before every
     /// store call a server or client line causes, and at exit. Returns how

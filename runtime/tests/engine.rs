@@ -981,6 +981,9 @@ impl DecisionStore for BrokenStore {
     ) -> Result<mcpolicy_runtime::store::ServerStats, mcpolicy_runtime::store::StoreError> {
         Err(mcpolicy_runtime::store::StoreError::Poisoned)
     }
+    fn flush(&self) -> Result<(), mcpolicy_runtime::store::StoreError> {
+        Err(mcpolicy_runtime::store::StoreError::Poisoned)
+    }
     fn replay_or_admit(
         &self,
         _: &DecisionKey,

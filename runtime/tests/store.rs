@@ -444,12 +444,24 @@ mod sqlite_only {
                 )
                 .expect("read");
             assert_eq!(written, 3 + 256);
+            // `flush` writes the other 47 now, with the store still open
+            // (what the proxy does at the end of its session).
+            s.flush().expect("flush");
+            let written: i64 = other
+                .query_row(
+                    "SELECT represented FROM decisions WHERE identity = ?1",
+                    [key("srv", 1).identity],
+                    |row| row.get(0),
+                )
+                .expect("read");
+            assert_eq!(written, 303);
+            s.replay(&key("srv", 1), "d", 10).expect("replay");
         }
         // Closing writes the rest.
         let s = SqliteStore::open(&path).expect("reopen");
         assert_eq!(
             s.get(&key("srv", 1)).expect("get").map(|d| d.represented),
-            Some(303)
+            Some(304)
         );
     }
 

@@ -248,6 +248,9 @@ mod tests {
         fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
             self.inner.server_stats(server_id)
         }
+        fn flush(&self) -> Result<(), StoreError> {
+            self.inner.flush()
+        }
         fn replay_or_admit(
             &self,
             key: &DecisionKey,

@@ -837,6 +837,11 @@ impl DecisionStore for MemoryStore {
             .unwrap_or_default())
     }
 
+    /// Every count is written as it happens: nothing to flush.
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The replay, then (unless `evaluate` answers) the admission: each
     /// takes its own shard lock, as two calls would. In one process the
     /// two are as cheap as one, and a request's own identity cannot be

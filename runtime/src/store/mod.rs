@@ -477,6 +477,16 @@ pub trait DecisionStore: Send + Sync + std::fmt::Debug {
     /// let a wrapping store that forgets to forward it report nothing
     /// evicted while it evicts.
     fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError>;
+    /// Writes what the store holds only in this process's memory: the
+    /// SQLite store's re-presentation counts of replays, written in batches
+    /// (`docs/spec/store.md`, "Durability"). A caller about to end (the
+    /// proxy at the end of its session, before a stop signal's exit) calls
+    /// it; dropping the store does it too. A store that writes everything
+    /// as it happens answers `Ok(())`.
+    ///
+    /// Required, like every method here: a wrapping store that forgot to
+    /// forward it would lose the counts of every session it ends.
+    fn flush(&self) -> Result<(), StoreError>;
 
     /// Steps 3–8 of an evaluation as one atomic operation: what the engine
     /// calls for every request, and the only way it replays or admits.
@@ -897,6 +907,9 @@ impl<S: DecisionStore + ?Sized> DecisionStore for std::sync::Arc<S> {
     }
     fn server_stats(&self, server_id: &str) -> Result<ServerStats, StoreError> {
         (**self).server_stats(server_id)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        (**self).flush()
     }
     fn replay_or_admit(
         &self,

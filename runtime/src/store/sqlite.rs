@@ -257,7 +257,8 @@ const FLUSH_AFTER: Duration = Duration::from_millis(500);
 /// takes no write lock and writes no WAL page; the counts are added to
 /// their rows by the next write transaction of this open (each write
 /// flushes first), after [`FLUSH_EVERY`] hits or [`FLUSH_AFTER`], before a
-/// read that reports them, and when the store is dropped.
+/// read that reports them, on [`DecisionStore::flush`] and when the store
+/// is dropped.
 #[derive(Debug, Default)]
 struct Unflushed {
     /// (server id, identity) → (the row's `decided_at`, hits not written).
@@ -512,7 +513,7 @@ impl SqliteStore {
 
     /// Writes the unflushed re-presentation counts, if any, before a read
     /// that reports `represented`.
-    fn flush(&self, session: &mut Session) -> Result<(), StoreError> {
+    fn flush_unwritten(&self, session: &mut Session) -> Result<(), StoreError> {
         if !session.unflushed.is_empty() {
             self.write(session, |_| Ok(()))?;
         }
@@ -537,7 +538,7 @@ impl Drop for SqliteStore {
     /// loses only those counts, as a crash would.
     fn drop(&mut self) {
         if let Ok(mut session) = self.session.lock() {
-            let _ = self.flush(&mut session);
+            let _ = self.flush_unwritten(&mut session);
         }
     }
 }
@@ -1749,6 +1750,11 @@ impl DecisionStore for SqliteStore {
         let session = self.lock()?;
         server_stats_in(&session.conn, server_id).map_err(|e| map_sql(&self.path, e))
     }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        let mut session = self.lock()?;
+        self.flush_unwritten(&mut session)
+    }
 }
 
 /// `WHERE` clause of a [`DecisionFilter`] over `decisions`, parameters ?1–?4.
@@ -1806,7 +1812,7 @@ impl SqliteStore {
     fn read<T>(&self, body: impl FnOnce(&Connection) -> Result<T, Fail>) -> Result<T, StoreError> {
         let mut session = self.lock()?;
         // What it reads includes this open's re-presentation counts.
-        self.flush(&mut session)?;
+        self.flush_unwritten(&mut session)?;
         let conn = &session.conn;
         let finish = |fail: Fail| match fail {
             Fail::Sql(error) => map_sql(&self.path, error),
