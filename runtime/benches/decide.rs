@@ -20,7 +20,7 @@
 //!   one admission (one write transaction); a replay is one write transaction.
 //!
 //! Run: `CARGO_TARGET_DIR=target-engine cargo bench -p mcpolicy-runtime --bench decide`
-//! (figures in `runtime/ENGINE.md`).
+//! (figures in `docs/performance.md`, "Decisions"; method in `runtime/ENGINE.md`).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
