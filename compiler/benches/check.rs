@@ -20,7 +20,7 @@
 //!   costs per keystroke on one thread.
 //!
 //! Run: `CARGO_TARGET_DIR=target-perf cargo bench -p mcpolicy-compiler --bench check`
-//! (figures in `compiler/PERF.md`). Criterion measures wall time, which on a
+//! (figures in `docs/performance.md`, "Compiler"; method in `compiler/PERF.md`). Criterion measures wall time, which on a
 //! shared machine counts other processes' turns too; with `MCPC_BENCH_CPU=1`
 //! the same benchmarks run as group `front_end_cpu`, timed by this thread's
 //! on-CPU nanoseconds (`/proc/thread-self/schedstat`).

@@ -1,7 +1,7 @@
 //! Latency from a one-character `didChange` to its `publishDiagnostics`,
 //! over stdio against the built `mcpolicy-lsp`, with a 10,000-line policy
 //! open; and the server's resident memory. Not a timed test: it prints
-//! figures for `lsp/README.md`.
+//! figures for `docs/performance.md`, "Language server: one edit".
 //!
 //! ```sh
 //! CARGO_TARGET_DIR=target-lsp cargo bench -p mcpolicy-lsp --bench latency

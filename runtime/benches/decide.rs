@@ -22,7 +22,7 @@
 //!   (`docs/spec/store.md`, "Durability").
 //!
 //! Run: `CARGO_TARGET_DIR=target-engine cargo bench -p mcpolicy-runtime --bench decide`
-//! (figures in `runtime/ENGINE.md`).
+//! (figures in `docs/performance.md`, "Decisions"; method in `runtime/ENGINE.md`).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -7,7 +7,7 @@
 //! against `abab…`. Linear time shows as a constant time per MiB.
 //!
 //! Run: `cargo bench -p mcpolicy-runtime --bench glob`; figures in
-//! `runtime/BENCHMARKS.md`, "Model-hint globs (`benches/glob.rs`)".
+//! `docs/performance.md`, "Model-hint globs".
 
 use std::hint::black_box;
 

@@ -13,7 +13,8 @@
 //! - `memory/*`: replay hit and a fresh cycle with [`MemoryStore`].
 //!
 //! Run: `cargo bench -p mcpolicy-runtime --bench store`
-//! (figures and the machine they came from: `runtime/STORE.md`).
+//! (figures and the machine they came from: `docs/performance.md`, "SQLite
+//! store"; what is measured: `runtime/STORE.md`, "Measuring the store").
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -134,7 +135,7 @@ fn sqlite(c: &mut Criterion) {
     // The same cycle timed in on-CPU time of this thread (user + kernel, from
     // /proc/thread-self/schedstat): on a shared machine, wall time also counts
     // the run-queue wait behind other processes. It leaves out blocking I/O
-    // waits, i.e. the checkpoint fsyncs; STORE.md reports both.
+    // waits, i.e. the checkpoint fsyncs; docs/performance.md reports both.
     if on_cpu().is_some() {
         let mut group = c.benchmark_group("sqlite_cycle_oncpu");
         group.throughput(Throughput::Elements(1));

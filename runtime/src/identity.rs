@@ -509,7 +509,8 @@ const BUFFER: usize = 1024;
 /// Long strings are handed on once this much is buffered, in whole blocks
 /// of [`BLOCK`] bytes. Small, so that SHA-256's rounds over these bytes
 /// (one chain of dependent instructions, each waiting for the last) overlap
-/// with canonicalising the next ones (see BENCHMARKS.md, "Fifth pass").
+/// with canonicalising the next ones (`runtime/BENCHMARKS.md`, "Why it is
+/// fast"; measured in `docs/performance.md`, "Request identity").
 const FLUSH_AT: usize = 256;
 
 /// SHA-256's block size: a sink given whole blocks hashes them in place.

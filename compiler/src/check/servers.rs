@@ -832,7 +832,8 @@ mod tests {
         assert!(overlaps > 0, "{found:?}");
     }
 
-    /// A hang guard, not a speed target (`compiler/PERF.md` has the figures):
+    /// A hang guard, not a speed target (`docs/performance.md`, "Compiler", has
+    /// the figures):
     /// 4,000 globs that all share ids took over a minute in a release build.
     /// The work runs out, and one W0306 marks the first pattern left
     /// uncompared.

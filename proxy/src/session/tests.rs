@@ -641,7 +641,7 @@ fn calls_sharing_a_request_state_do_not_cross() {
 fn a_flood_of_large_requests_stops_at_the_byte_bound() {
     let rig = rig("held");
     // The bound lowered to 8 MiB to keep the test fast; the real one
-    // (64 MiB) is measured on the release proxy in `proxy/PROXY.md`.
+    // (64 MiB) is measured on the release proxy: `docs/performance.md`, "Proxy".
     lock(&rig.session.state).flights = InFlight::with_bytes_bound(8 << 20);
     let text = "x".repeat(1 << 20);
     let (mut forwarded, mut refused) = (0, 0);

@@ -14,7 +14,8 @@
 //! Every operation is atomic at the level the engine needs — never a
 //! read-modify-write split across calls — so a networked store for a fleet of
 //! gateway replicas (Redis, PostgreSQL) can implement each in one round trip.
-//! See `runtime/STORE.md` for the design and measured figures.
+//! See `runtime/STORE.md` for the design and `docs/performance.md`, "SQLite
+//! store", for the measured figures.
 
 #[cfg(feature = "sqlite")]
 mod checkpointer;

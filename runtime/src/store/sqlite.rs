@@ -13,7 +13,7 @@
 //!   a foreign database or a newer schema is refused rather than touched.
 //! - Threads share one connection behind a mutex: every operation is a write
 //!   transaction, which SQLite serialises anyway, so a pool would only add
-//!   lock hand-offs (measured in `runtime/STORE.md`).
+//!   lock hand-offs (measured in `docs/performance.md`, "SQLite store").
 
 use std::io;
 use std::path::{Path, PathBuf};
