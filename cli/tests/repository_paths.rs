@@ -269,6 +269,11 @@ impl Repository {
             return None;
         }
         let first = token.split('/').next().unwrap_or("");
+        // Cargo's build output (`target/mcpolicy-bench/`, where a bench
+        // keeps its inputs) exists only once something was built.
+        if first == "target" {
+            return None;
+        }
         let last = token.trim_end_matches('/').rsplit('/').next().unwrap_or("");
         let known_extension = last
             .rsplit_once('.')
