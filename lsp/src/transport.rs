@@ -44,9 +44,9 @@ pub const HEADER_TAIL: usize = 1024;
 
 /// JSON-RPC 2.0 "Parse error", as lsp-server defines it (one definition of
 /// the protocol's codes for the whole server).
-const PARSE_ERROR: i64 = ErrorCode::ParseError as i64;
+const PARSE_ERROR: i32 = ErrorCode::ParseError as i32;
 /// JSON-RPC 2.0 "Invalid Request".
-const INVALID_REQUEST: i64 = ErrorCode::InvalidRequest as i64;
+const INVALID_REQUEST: i32 = ErrorCode::InvalidRequest as i32;
 
 /// The writer thread; join it after the session to flush the last replies.
 #[derive(Debug)]
@@ -184,7 +184,7 @@ pub enum Incoming {
 }
 
 /// The JSON-RPC error response for a frame that could not be read.
-pub fn error_frame(id: Value, code: i64, message: String) -> Value {
+pub fn error_frame(id: Value, code: i32, message: String) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
 }
 
@@ -459,7 +459,7 @@ mod tests {
         bytes.extend(frame(PING));
         let read = read_all(&bytes);
         assert_eq!(read.len(), 2);
-        assert_eq!(code(&read[0]), INVALID_REQUEST);
+        assert_eq!(code(&read[0]), i64::from(INVALID_REQUEST));
         assert!(is_ping(&read[1]));
     }
 
@@ -469,7 +469,7 @@ mod tests {
         bytes.extend(frame(PING));
         let read = read_all(&bytes);
         assert_eq!(read.len(), 2);
-        assert_eq!(code(&read[0]), PARSE_ERROR);
+        assert_eq!(code(&read[0]), i64::from(PARSE_ERROR));
         assert!(is_ping(&read[1]));
         // After a line far longer than what is kept of it.
         let mut bytes = vec![b'x'; 100_000];
