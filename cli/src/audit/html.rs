@@ -25,15 +25,57 @@ fn escape(text: &str) -> String {
     out
 }
 
-/// JSON safe inside `<script>`: no `</script>` or `<!--` can close it.
-fn script_json(report: &Report) -> String {
-    serde_json::to_string(report)
-        .unwrap_or_else(|_| "{}".to_owned())
-        .replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029")
+/// Writes the report's JSON into `out` as it is serialised, safe inside
+/// `<script>`: no `</script>` or `<!--` can close it, and no U+2028/U+2029
+/// can end a line in an older parser. Written straight into the page, so a
+/// large report is held once, not copied once per replacement.
+fn script_json(report: &Report, out: String) -> String {
+    let mut safe = ScriptSafe {
+        start: out.len(),
+        out: out.into_bytes(),
+    };
+    let mark = safe.out.len();
+    if serde_json::to_writer(&mut safe, report).is_err() {
+        safe.out.truncate(mark);
+        safe.out.extend_from_slice(b"{}");
+    }
+    // Only ASCII escapes replaced whole UTF-8 sequences: still UTF-8.
+    String::from_utf8(safe.out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The escaping writer of [`script_json`].
+struct ScriptSafe {
+    out: Vec<u8>,
+    /// Where the JSON starts: a U+2028 is looked for only after it.
+    start: usize,
+}
+
+impl std::io::Write for ScriptSafe {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &byte in buf {
+            match byte {
+                b'<' => self.out.extend_from_slice(b"\\u003c"),
+                b'>' => self.out.extend_from_slice(b"\\u003e"),
+                b'&' => self.out.extend_from_slice(b"\\u0026"),
+                // U+2028 and U+2029 are E2 80 A8 and E2 80 A9, however
+                // the serialiser split its writes.
+                0xA8 | 0xA9
+                    if self.out.len() >= self.start + 2 && self.out.ends_with(&[0xE2, 0x80]) =>
+                {
+                    self.out.truncate(self.out.len() - 2);
+                    self.out
+                        .extend_from_slice(if byte == 0xA8 { b"\\u2028" } else { b"\\u2029" });
+                }
+                _ => self.out.push(byte),
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 const STYLE: &str = r#"
@@ -244,10 +286,11 @@ pub fn render(report: &Report) -> String {
         );
         out.push_str("</ul>\n</section>\n");
     }
+    out.push_str("<script type=\"application/json\" id=\"audit-data\">");
+    let mut out = script_json(report, out);
     let _ = write!(
         out,
-        "<script type=\"application/json\" id=\"audit-data\">{}</script>\n<script>{SCRIPT}</script>\n</body>\n</html>\n",
-        script_json(report)
+        "</script>\n<script>{SCRIPT}</script>\n</body>\n</html>\n"
     );
     out
 }

@@ -12,8 +12,9 @@
 //! file that cannot be read.
 //!
 //! Bounds: each file must be a regular file (a FIFO is refused, not waited
-//! on), and all files together at most [`MAX_AUDIT_BYTES`]; the report holds
-//! every line read, so its memory is proportional to that bound. Column
+//! on), and all files together at most [`MAX_AUDIT_BYTES`]. Files are read
+//! line by line and each line is summed up as it is read: memory is what
+//! the report itself holds, never the lines (`report::Builder`). Column
 //! widths in the human report are bounded (`render::columns`).
 
 mod html;
@@ -82,18 +83,23 @@ pub fn run(args: Args) -> ExitCode {
     let mut builder = report::Builder::new(since, until);
     let mut left = MAX_AUDIT_BYTES;
     for file in &args.files {
-        let text = match mcpolicy_compiler::input::read_regular(std::path::Path::new(file), left) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+        let opened = match mcpolicy_compiler::input::open_regular(std::path::Path::new(file)) {
+            Ok(opened) => opened,
+            Err(error) => return fail(format!("cannot read {file}: {error}")),
+        };
+        let input = std::io::BufReader::with_capacity(64 * 1024, opened);
+        match builder.read_from(file, input, &mut left) {
+            Ok(()) => {}
+            Err(report::ReadError::TooLarge) => {
                 return fail(format!(
                     "cannot read {file}: the audit files together exceed {} MiB, the most one report reads; split them or report on fewer",
                     MAX_AUDIT_BYTES >> 20
                 ));
             }
-            Err(error) => return fail(format!("cannot read {file}: {error}")),
-        };
-        left -= text.len() as u64;
-        builder.read(file, &text);
+            Err(report::ReadError::Io(error)) => {
+                return fail(format!("cannot read {file}: {error}"));
+            }
+        }
     }
     let report = builder.finish();
     match args.format {

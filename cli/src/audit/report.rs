@@ -1,11 +1,13 @@
 //! Reading audit lines and summing them up per server.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
 
 use mcpolicy_runtime::clock::{format_rfc3339, parse_rfc3339};
 use mcpolicy_runtime::store::Millis;
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Time buckets of the charts.
 pub const BUCKETS: usize = 24;
@@ -43,8 +45,10 @@ pub struct Trim {
     pub time: String,
     /// The request id.
     pub id: Value,
-    /// The `_meta` notes (`context`, `maxTokens`, `model`).
-    pub notes: Value,
+    /// The `_meta` notes (`context`, `maxTokens`, `model`), as the line
+    /// wrote them: kept as text, a tree per trim would cost the report
+    /// more memory than the line did.
+    pub notes: Box<RawValue>,
 }
 
 /// An identity in a retry loop.
@@ -171,21 +175,67 @@ pub struct Report {
     pub malformed: Vec<Malformed>,
 }
 
-/// One readable line.
-struct Line {
+/// Where a line falls in the order the report is made in: its time, then
+/// the order it was read in (lines of equal time keep their files' order).
+type Order = (Millis, u64);
+
+/// A decision line's mark on its server's chart: the buckets are known only
+/// once the first and last times are, so this much of each is kept.
+struct Mark {
     time: Millis,
-    server: String,
-    value: Value,
+    server: u32,
+    kind: MarkKind,
 }
 
-/// Reads files, then sums up.
+#[derive(Clone, Copy)]
+enum MarkKind {
+    Allow,
+    Trim,
+    Deny,
+    Consent,
+}
+
+/// A requested-against-applied pair as it is being counted.
+struct GapCount {
+    gap: Gap,
+    first: Order,
+}
+
+/// A retry loop as it is being counted.
+struct LoopCount {
+    retry: RetryLoop,
+    first_alert: Option<Order>,
+}
+
+/// One server's counts while lines are read.
+#[derive(Default)]
+struct Tally {
+    report: ServerReport,
+    index: u32,
+    reasons: HashMap<String, u64>,
+    loops: HashMap<String, LoopCount>,
+    /// Per kind, per (requested, applied) as compact JSON.
+    gaps: BTreeMap<String, HashMap<String, GapCount>>,
+    widest: Option<(u64, Order)>,
+    trims: Vec<(Order, Trim)>,
+    trim_alerts: Vec<(Order, TrimAlert)>,
+}
+
+/// Reads files line by line, summing each line up as it is read: memory is
+/// what the report holds (its per-server counts, every trim's notes as
+/// text, a 16-byte chart mark per decision), never the lines themselves
+/// (`docs/performance.md`, "Audit report").
 pub struct Builder {
     since: Option<Millis>,
     until: Option<Millis>,
     files: Vec<String>,
     lines: usize,
+    counted: usize,
     outside: usize,
-    read: Vec<Line>,
+    seq: u64,
+    span: Option<(Millis, Millis)>,
+    servers: HashMap<String, Tally>,
+    marks: Vec<Mark>,
     malformed: Vec<Malformed>,
 }
 
@@ -226,18 +276,57 @@ fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
     *map.entry(key.to_owned()).or_default() += 1;
 }
 
-fn add_gap(gaps: &mut Vec<Gap>, requested: &Value, applied: &Value) {
-    match gaps
-        .iter_mut()
-        .find(|g| &g.requested == requested && &g.applied == applied)
-    {
-        Some(gap) => gap.times += 1,
-        None => gaps.push(Gap {
-            requested: requested.clone(),
-            applied: applied.clone(),
-            times: 1,
-        }),
+fn bump_reason(map: &mut HashMap<String, u64>, key: &str) {
+    match map.get_mut(key) {
+        Some(count) => *count += 1,
+        None => {
+            map.insert(key.to_owned(), 1);
+        }
     }
+}
+
+/// Counts one more `requested` → `applied` of a kind, first seen at `order`.
+fn add_gap(gaps: &mut HashMap<String, GapCount>, requested: &Value, applied: &Value, order: Order) {
+    let key = serde_json::to_string(&(requested, applied)).unwrap_or_default();
+    match gaps.get_mut(&key) {
+        Some(count) => {
+            count.gap.times += 1;
+            count.first = count.first.min(order);
+        }
+        None => {
+            gaps.insert(
+                key,
+                GapCount {
+                    gap: Gap {
+                        requested: requested.clone(),
+                        applied: applied.clone(),
+                        times: 1,
+                    },
+                    first: order,
+                },
+            );
+        }
+    }
+}
+
+/// The retry loop of `identity`, created on first sight.
+fn retry_loop(loops: &mut HashMap<String, LoopCount>, identity: String) -> &mut LoopCount {
+    loops.entry(identity.clone()).or_insert_with(|| LoopCount {
+        retry: RetryLoop {
+            identity,
+            ..RetryLoop::default()
+        },
+        first_alert: None,
+    })
+}
+
+/// Why reading a file stopped.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The files together hold more than the bytes one report reads.
+    TooLarge,
+    /// The file could not be read.
+    Io(std::io::Error),
 }
 
 impl Builder {
@@ -248,203 +337,279 @@ impl Builder {
             until,
             files: Vec::new(),
             lines: 0,
+            counted: 0,
             outside: 0,
-            read: Vec::new(),
+            seq: 0,
+            span: None,
+            servers: HashMap::new(),
+            marks: Vec::new(),
             malformed: Vec::new(),
         }
     }
 
-    /// Reads one file's bytes.
-    pub fn read(&mut self, file: &str, bytes: &[u8]) {
+    /// Reads one file, line by line, taking at most `*left` bytes of it
+    /// (and counting down what it took).
+    pub fn read_from(
+        &mut self,
+        file: &str,
+        input: impl BufRead,
+        left: &mut u64,
+    ) -> Result<(), ReadError> {
         self.files.push(file.to_owned());
-        for (n, raw) in bytes.split(|&b| b == b'\n').enumerate() {
-            if raw.iter().all(u8::is_ascii_whitespace) {
-                continue;
+        let mut input = input.take(left.saturating_add(1));
+        let mut raw = Vec::new();
+        let mut n = 0;
+        loop {
+            raw.clear();
+            let read = input.read_until(b'\n', &mut raw).map_err(ReadError::Io)?;
+            if read == 0 {
+                return Ok(());
             }
-            self.lines += 1;
-            let parsed = serde_json::from_slice::<Value>(raw)
-                .map_err(|e| format!("not JSON: {e}"))
-                .and_then(|value| check_line(&value).map(|(time, server)| (time, server, value)));
-            match parsed {
-                Ok((time, server, value)) => {
-                    if self.since.is_some_and(|s| time < s) || self.until.is_some_and(|u| time >= u)
-                    {
-                        self.outside += 1;
-                        continue;
-                    }
-                    self.read.push(Line {
-                        time,
-                        server,
-                        value,
-                    });
+            if read as u64 > *left {
+                return Err(ReadError::TooLarge);
+            }
+            *left -= read as u64;
+            n += 1;
+            if raw.last() == Some(&b'\n') {
+                raw.pop();
+            }
+            self.line(file, n, &raw);
+        }
+    }
+
+    /// Line `n` of `file`.
+    fn line(&mut self, file: &str, n: usize, raw: &[u8]) {
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        self.lines += 1;
+        let parsed = serde_json::from_slice::<Value>(raw)
+            .map_err(|e| format!("not JSON: {e}"))
+            .and_then(|value| check_line(&value).map(|(time, server)| (time, server, value)));
+        match parsed {
+            Ok((time, server, value)) => {
+                if self.since.is_some_and(|s| time < s) || self.until.is_some_and(|u| time >= u) {
+                    self.outside += 1;
+                    return;
                 }
-                Err(error) => self.malformed.push(Malformed {
-                    file: file.to_owned(),
-                    line: n + 1,
-                    error,
-                }),
+                self.counted += 1;
+                self.seq += 1;
+                self.span = Some(match self.span {
+                    Some((first, last)) => (first.min(time), last.max(time)),
+                    None => (time, time),
+                });
+                self.count(time, server, &value);
+            }
+            Err(error) => self.malformed.push(Malformed {
+                file: file.to_owned(),
+                line: n,
+                error,
+            }),
+        }
+    }
+
+    /// Adds one counted line to its server's tally.
+    fn count(&mut self, time: Millis, server_id: String, v: &Value) {
+        let order = (time, self.seq);
+        let next = u32::try_from(self.servers.len()).unwrap_or(u32::MAX);
+        let tally = self
+            .servers
+            .entry(server_id)
+            .or_insert_with_key(|id| Tally {
+                report: ServerReport {
+                    server: id.clone(),
+                    timeline: vec![Bucket::default(); BUCKETS],
+                    ..ServerReport::default()
+                },
+                index: next,
+                ..Tally::default()
+            });
+        let server = &mut tally.report;
+        let event = v["event"].as_str().unwrap_or_default();
+        let outcome = v["outcome"].as_str().unwrap_or_default();
+        let time_text = || format_rfc3339(time);
+        match event {
+            "decision" => {
+                server.decisions += 1;
+                bump(&mut server.outcomes, outcome);
+                let kind = match outcome {
+                    "allow" => MarkKind::Allow,
+                    "trim" => MarkKind::Trim,
+                    "deny" => MarkKind::Deny,
+                    _ => MarkKind::Consent,
+                };
+                self.marks.push(Mark {
+                    time,
+                    server: tally.index,
+                    kind,
+                });
+                if v["replayed"] == Value::Bool(true) {
+                    server.replayed += 1;
+                }
+                if outcome == "consent" {
+                    server.consent.prompts += 1;
+                }
+            }
+            "consent" => match outcome {
+                "deny" => server.consent.refused += 1,
+                "failed" => server.consent.failed += 1,
+                "unanswered" => server.consent.unanswered += 1,
+                _ => server.consent.approved += 1,
+            },
+            "deadline" => server.deadline_misses += 1,
+            "invalid" | "error" => server.errors += 1,
+            _ => {}
+        }
+        if let Some(reason) = v.get("reason").and_then(Value::as_str) {
+            bump_reason(&mut tally.reasons, reason);
+        }
+        if let (Some(identity), Some(represented)) = (
+            string(v, "identity"),
+            v.get("represented").and_then(Value::as_u64),
+        ) && represented > 0
+        {
+            let entry = retry_loop(&mut tally.loops, identity);
+            entry.retry.represented = entry.retry.represented.max(represented);
+        }
+        if event == "decision"
+            && let Some(notes) = v.get("trims").and_then(Value::as_object)
+        {
+            server.trimmed += 1;
+            for reason in v["reasons"].as_array().into_iter().flatten() {
+                if let Some(reason) = reason.as_str() {
+                    bump_reason(&mut tally.reasons, reason);
+                }
+            }
+            for (kind, note) in notes {
+                let requested = &note["requested"];
+                let applied = &note["applied"];
+                add_gap(
+                    tally.gaps.entry(kind.clone()).or_default(),
+                    requested,
+                    applied,
+                    order,
+                );
+                if kind == "maxTokens" {
+                    // The widest, and of equally wide ones the first.
+                    let asked = requested.as_u64().unwrap_or(0);
+                    let wider = tally
+                        .widest
+                        .is_none_or(|(most, at)| asked > most || (asked == most && order < at));
+                    if wider {
+                        tally.widest = Some((asked, order));
+                        server.widest_max_tokens = Some(Gap {
+                            requested: requested.clone(),
+                            applied: applied.clone(),
+                            times: 1,
+                        });
+                    }
+                }
+            }
+            let notes = serde_json::value::to_raw_value(notes);
+            if let Ok(notes) = notes {
+                tally.trims.push((
+                    order,
+                    Trim {
+                        time: time_text(),
+                        id: v["id"].clone(),
+                        notes,
+                    },
+                ));
+            }
+        }
+        if event == "alert" {
+            let alert = &v["alert"];
+            match alert["kind"].as_str() {
+                Some("retries") => {
+                    let identity = string(v, "identity").unwrap_or_default();
+                    let entry = retry_loop(&mut tally.loops, identity);
+                    entry.retry.alerts += 1;
+                    entry.retry.max_count = entry
+                        .retry
+                        .max_count
+                        .max(alert["count"].as_u64().unwrap_or(0));
+                    entry.retry.represented = entry
+                        .retry
+                        .represented
+                        .max(alert["represented"].as_u64().unwrap_or(0));
+                    if entry.first_alert.is_none_or(|first| order < first) {
+                        entry.first_alert = Some(order);
+                        entry.retry.first_alert = Some(time_text());
+                    }
+                }
+                Some("trims") => tally.trim_alerts.push((
+                    order,
+                    TrimAlert {
+                        time: time_text(),
+                        trimmed: alert["count"].as_u64().unwrap_or(0),
+                        calls: alert["calls"].as_u64().unwrap_or(0),
+                        gap: alert["gap"].clone(),
+                    },
+                )),
+                _ => {}
             }
         }
     }
 
     /// The report.
-    pub fn finish(mut self) -> Report {
-        self.read.sort_by_key(|l| l.time);
-        let first = self.read.first().map(|l| l.time);
-        let last = self.read.last().map(|l| l.time);
-        let (start, width) = match (first, last) {
-            (Some(first), Some(last)) => {
+    pub fn finish(self) -> Report {
+        let first = self.span.map(|(first, _)| first);
+        let last = self.span.map(|(_, last)| last);
+        let (start, width) = match self.span {
+            Some((first, last)) => {
                 let span = (last - first).max(1);
                 (first, (span / BUCKETS as i64) + 1)
             }
-            _ => (0, 1),
+            None => (0, 1),
         };
         let bucket_of = |time: Millis| (((time - start) / width) as usize).min(BUCKETS - 1);
-        let mut servers: BTreeMap<String, ServerReport> = BTreeMap::new();
-        let mut reasons: HashMap<String, BTreeMap<String, u64>> = HashMap::new();
-        let mut loops: HashMap<String, BTreeMap<String, RetryLoop>> = HashMap::new();
-        for line in &self.read {
-            let server = servers
-                .entry(line.server.clone())
-                .or_insert_with(|| ServerReport {
-                    server: line.server.clone(),
-                    timeline: vec![Bucket::default(); BUCKETS],
-                    ..ServerReport::default()
-                });
-            let v = &line.value;
-            let event = v["event"].as_str().unwrap_or_default();
-            let outcome = v["outcome"].as_str().unwrap_or_default();
-            let reasons = reasons.entry(line.server.clone()).or_default();
-            let loops = loops.entry(line.server.clone()).or_default();
-            let time = format_rfc3339(line.time);
-            match event {
-                "decision" => {
-                    server.decisions += 1;
-                    bump(&mut server.outcomes, outcome);
-                    let bucket = &mut server.timeline[bucket_of(line.time)];
-                    match outcome {
-                        "allow" => bucket.allow += 1,
-                        "trim" => bucket.trim += 1,
-                        "deny" => bucket.deny += 1,
-                        _ => bucket.consent += 1,
-                    }
-                    if v["replayed"] == Value::Bool(true) {
-                        server.replayed += 1;
-                    }
-                    if outcome == "consent" {
-                        server.consent.prompts += 1;
-                    }
-                }
-                "consent" => match outcome {
-                    "deny" => server.consent.refused += 1,
-                    "failed" => server.consent.failed += 1,
-                    "unanswered" => server.consent.unanswered += 1,
-                    _ => server.consent.approved += 1,
-                },
-                "deadline" => server.deadline_misses += 1,
-                "invalid" | "error" => server.errors += 1,
-                _ => {}
-            }
-            if let Some(reason) = v.get("reason").and_then(Value::as_str) {
-                bump(reasons, reason);
-            }
-            if let (Some(identity), Some(represented)) = (
-                string(v, "identity"),
-                v.get("represented").and_then(Value::as_u64),
-            ) && represented > 0
-            {
-                let entry = loops.entry(identity.clone()).or_insert_with(|| RetryLoop {
-                    identity,
-                    ..RetryLoop::default()
-                });
-                entry.represented = entry.represented.max(represented);
-            }
-            if event == "decision"
-                && let Some(notes) = v.get("trims").and_then(Value::as_object)
-            {
-                server.trimmed += 1;
-                for reason in v["reasons"].as_array().into_iter().flatten() {
-                    if let Some(reason) = reason.as_str() {
-                        bump(reasons, reason);
-                    }
-                }
-                for (kind, note) in notes {
-                    let requested = &note["requested"];
-                    let applied = &note["applied"];
-                    add_gap(
-                        server.gaps.entry(kind.clone()).or_default(),
-                        requested,
-                        applied,
-                    );
-                    if kind == "maxTokens" {
-                        let wider = server.widest_max_tokens.as_ref().is_none_or(|w| {
-                            requested.as_u64().unwrap_or(0) > w.requested.as_u64().unwrap_or(0)
-                        });
-                        if wider {
-                            server.widest_max_tokens = Some(Gap {
-                                requested: requested.clone(),
-                                applied: applied.clone(),
-                                times: 1,
-                            });
-                        }
-                    }
-                }
-                server.trims.push(Trim {
-                    time: time.clone(),
-                    id: v["id"].clone(),
-                    notes: Value::Object(notes.clone()),
-                });
-            }
-            if event == "alert" {
-                let alert = &v["alert"];
-                match alert["kind"].as_str() {
-                    Some("retries") => {
-                        let identity = string(v, "identity").unwrap_or_default();
-                        let entry = loops.entry(identity.clone()).or_insert_with(|| RetryLoop {
-                            identity,
-                            ..RetryLoop::default()
-                        });
-                        entry.alerts += 1;
-                        entry.max_count = entry.max_count.max(alert["count"].as_u64().unwrap_or(0));
-                        entry.represented = entry
-                            .represented
-                            .max(alert["represented"].as_u64().unwrap_or(0));
-                        entry.first_alert.get_or_insert(time.clone());
-                    }
-                    Some("trims") => server.trim_alerts.push(TrimAlert {
-                        time: time.clone(),
-                        trimmed: alert["count"].as_u64().unwrap_or(0),
-                        calls: alert["calls"].as_u64().unwrap_or(0),
-                        gap: alert["gap"].clone(),
-                    }),
-                    _ => {}
-                }
+        let mut tallies: Vec<Tally> = self.servers.into_values().collect();
+        tallies.sort_by_key(|tally| tally.index);
+        for mark in &self.marks {
+            let Some(tally) = tallies.get_mut(mark.server as usize) else {
+                continue;
+            };
+            let bucket = &mut tally.report.timeline[bucket_of(mark.time)];
+            match mark.kind {
+                MarkKind::Allow => bucket.allow += 1,
+                MarkKind::Trim => bucket.trim += 1,
+                MarkKind::Deny => bucket.deny += 1,
+                MarkKind::Consent => bucket.consent += 1,
             }
         }
-        let mut servers: Vec<ServerReport> = servers
-            .into_values()
-            .map(|mut server| {
+        let mut servers: Vec<ServerReport> = tallies
+            .into_iter()
+            .map(|tally| {
+                let mut server = tally.report;
                 server.trimmed_percent = if server.decisions == 0 {
                     0.0
                 } else {
                     (server.trimmed as f64 * 1000.0 / server.decisions as f64).round() / 10.0
                 };
-                let mut top: Vec<(String, u64)> = reasons
-                    .remove(&server.server)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect();
+                let mut top: Vec<(String, u64)> = tally.reasons.into_iter().collect();
                 top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                 top.truncate(TOP);
                 server.reasons = top;
-                for gaps in server.gaps.values_mut() {
-                    gaps.sort_by_key(|g| std::cmp::Reverse(g.times));
-                }
-                let mut ids: Vec<RetryLoop> = loops
-                    .remove(&server.server)
-                    .unwrap_or_default()
-                    .into_values()
+                server.gaps = tally
+                    .gaps
+                    .into_iter()
+                    .map(|(kind, gaps)| {
+                        let mut gaps: Vec<GapCount> = gaps.into_values().collect();
+                        // Most frequent first; of equally frequent ones, the first seen.
+                        gaps.sort_by(|a, b| {
+                            b.gap.times.cmp(&a.gap.times).then(a.first.cmp(&b.first))
+                        });
+                        (kind, gaps.into_iter().map(|count| count.gap).collect())
+                    })
                     .collect();
+                let mut trims = tally.trims;
+                trims.sort_by_key(|(order, _)| *order);
+                server.trims = trims.into_iter().map(|(_, trim)| trim).collect();
+                let mut alerts = tally.trim_alerts;
+                alerts.sort_by_key(|(order, _)| *order);
+                server.trim_alerts = alerts.into_iter().map(|(_, alert)| alert).collect();
+                let mut ids: Vec<RetryLoop> =
+                    tally.loops.into_values().map(|count| count.retry).collect();
                 ids.sort_by(|a, b| {
                     b.alerts
                         .cmp(&a.alerts)
@@ -471,7 +636,7 @@ impl Builder {
         Report {
             files: self.files,
             lines: self.lines,
-            counted: self.read.len(),
+            counted: self.counted,
             outside: self.outside,
             since: self.since.map(format_rfc3339),
             until: self.until.map(format_rfc3339),
@@ -481,5 +646,92 @@ impl Builder {
             servers,
             malformed: self.malformed,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One random audit line at second `second` (distinct per line).
+    fn line(second: u32, server: u8, kind: u8, n: u16) -> String {
+        let time = format_rfc3339(1_773_144_000_000 + i64::from(second) * 1000);
+        let server = format!("s{server}");
+        let identity = format!("id{}", n % 4);
+        let value = match kind % 6 {
+            0 => serde_json::json!({"time": time, "event": "decision", "server": server,
+                "id": n, "identity": identity, "outcome": "trim", "reasons": ["policy.max_tokens"],
+                "represented": n % 3,
+                "trims": {"maxTokens": {"requested": 1000 + u64::from(n % 3), "applied": 500},
+                          "model": {"requested": [format!("m{}", n % 2)], "applied": []}}}),
+            1 => serde_json::json!({"time": time, "event": "decision", "server": server,
+                "identity": identity, "outcome": "deny", "reason": format!("r{}", n % 7),
+                "replayed": n.is_multiple_of(2), "represented": n % 5}),
+            2 => serde_json::json!({"time": time, "event": "alert", "server": server,
+                "identity": identity, "alert": {"kind": "retries", "count": n % 9, "represented": n % 11}}),
+            3 => serde_json::json!({"time": time, "event": "alert", "server": server,
+                "alert": {"kind": "trims", "count": n % 9, "calls": n % 13, "gap": {"n": n}}}),
+            4 => serde_json::json!({"time": time, "event": "consent", "server": server,
+                "outcome": (["allow", "deny", "failed", "unanswered"][usize::from(n % 4)])}),
+            _ => serde_json::json!({"time": time, "event": "decision", "server": server,
+                "outcome": (["allow", "consent"][usize::from(n % 2)])}),
+        };
+        value.to_string()
+    }
+
+    fn report(lines: &[String]) -> String {
+        let mut builder = Builder::new(None, None);
+        let text = lines.join("\n");
+        let mut left = u64::MAX;
+        builder
+            .read_from("a.jsonl", text.as_bytes(), &mut left)
+            .expect("a slice reads");
+        serde_json::to_string(&builder.finish()).expect("serialises")
+    }
+
+    proptest! {
+        /// The report is made in time order whatever order the lines were
+        /// read in: the streaming builder keeps, for every "first" and
+        /// every list, the order the lines' times give (what sorting all
+        /// lines first, as a whole-file reader would, gives).
+        #[test]
+        fn the_report_does_not_depend_on_the_order_lines_are_read_in(
+            lines in proptest::collection::vec((0u8..4, 0u8..6, 0u16..1000), 1..60),
+            seed in any::<u64>(),
+        ) {
+            let sorted: Vec<String> = lines
+                .iter()
+                .enumerate()
+                .map(|(i, (server, kind, n))| line(i as u32, *server, *kind, *n))
+                .collect();
+            let mut shuffled = sorted.clone();
+            // A Fisher-Yates shuffle driven by the seed.
+            let mut state = seed | 1;
+            for i in (1..shuffled.len()).rev() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                shuffled.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            prop_assert_eq!(report(&sorted), report(&shuffled));
+        }
+    }
+
+    /// The byte cap holds across files and within a line.
+    #[test]
+    fn reading_stops_past_the_bytes_left() {
+        let mut builder = Builder::new(None, None);
+        let text = format!("{}\n{}\n", line(0, 0, 5, 1), line(1, 0, 5, 2));
+        let mut left = text.len() as u64 - 1;
+        assert!(matches!(
+            builder.read_from("a", text.as_bytes(), &mut left),
+            Err(ReadError::TooLarge)
+        ));
+        let mut left = text.len() as u64;
+        let mut builder = Builder::new(None, None);
+        assert!(builder.read_from("a", text.as_bytes(), &mut left).is_ok());
+        assert_eq!(left, 0);
+        assert_eq!(builder.finish().counted, 2);
     }
 }
