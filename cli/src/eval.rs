@@ -25,7 +25,7 @@ use mcpolicy_runtime::engine::{
 use mcpolicy_runtime::request::Rejection;
 use mcpolicy_runtime::store::{DecisionStore, MemoryStore};
 use mcpolicy_runtime::{Engine, jsonrpc};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::identity::read_request;
 use super::policy::{LoadFailure, PolicySource, load_policy_with_source};
@@ -211,9 +211,16 @@ pub fn run(args: Args) -> ExitCode {
         },
     };
     let params = grant.params(&request.params);
+    // The params moved into the envelope, not serialised into a copy (a
+    // request of a million hints is held once).
     let out = match &request.id {
         Some(id) => {
-            json!({ "jsonrpc": "2.0", "id": id, "method": jsonrpc::SAMPLING_METHOD, "params": params })
+            let mut envelope = Map::new();
+            envelope.insert("jsonrpc".to_owned(), Value::from("2.0"));
+            envelope.insert("id".to_owned(), id.clone());
+            envelope.insert("method".to_owned(), Value::from(jsonrpc::SAMPLING_METHOD));
+            envelope.insert("params".to_owned(), Value::Object(params));
+            Value::Object(envelope)
         }
         None => Value::Object(params),
     };

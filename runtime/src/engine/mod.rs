@@ -389,6 +389,33 @@ impl Lowered {
             prefs.insert("hints".to_owned(), Value::Array(hints.clone()));
         }
     }
+
+    /// A copy of `params` with the changes applied, [`Lowered::apply`] on a
+    /// clone, except that nothing a change replaces is copied first: a
+    /// request of a million model hints trimmed to two copies two, not a
+    /// million to drop.
+    pub fn applied_to(&self, params: &Map<String, Value>) -> Map<String, Value> {
+        let mut copy = Map::new();
+        for (key, value) in params {
+            let value = match (key.as_str(), value) {
+                ("includeContext", _) if self.include_context.is_some() => continue,
+                ("maxTokens", _) if self.max_tokens.is_some() => continue,
+                ("modelPreferences", Value::Object(prefs)) if self.model_hints.is_some() => {
+                    Value::Object(
+                        prefs
+                            .iter()
+                            .filter(|(name, _)| name.as_str() != "hints")
+                            .map(|(name, value)| (name.clone(), value.clone()))
+                            .collect(),
+                    )
+                }
+                _ => value.clone(),
+            };
+            copy.insert(key.clone(), value);
+        }
+        self.apply(&mut copy);
+        copy
+    }
 }
 
 /// What an admitted request spent, to settle or release afterwards.

@@ -65,3 +65,73 @@ fn steps_are_numbered_as_the_specification() {
     let numbers: Vec<u8> = steps.iter().map(|s| s.number()).collect();
     assert_eq!(numbers, (1..=10).collect::<Vec<u8>>());
 }
+
+mod applied_to {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<u32>().prop_map(Value::from),
+            "[a-z]{0,3}".prop_map(Value::from),
+        ]
+    }
+
+    fn field() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![Just("hints".to_owned()), "[a-z]{1,3}"],
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn params() -> impl Strategy<Value = Map<String, Value>> {
+        proptest::collection::btree_map(
+            prop_oneof![
+                Just("includeContext".to_owned()),
+                Just("maxTokens".to_owned()),
+                Just("modelPreferences".to_owned()),
+                Just("messages".to_owned()),
+                "[a-z]{1,4}",
+            ],
+            field(),
+            0..6,
+        )
+        .prop_map(|m| m.into_iter().collect())
+    }
+
+    fn lowered() -> impl Strategy<Value = Lowered> {
+        (
+            proptest::option::of(prop_oneof![
+                Just(ContextScope::None),
+                Just(ContextScope::ThisServer)
+            ]),
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(proptest::collection::vec(leaf(), 0..3)),
+        )
+            .prop_map(|(include_context, max_tokens, model_hints)| Lowered {
+                include_context,
+                max_tokens,
+                model_hints,
+            })
+    }
+
+    proptest! {
+        /// The copy that skips what a trim replaces is the copy with the
+        /// trim applied, whatever the params hold (`modelPreferences` of
+        /// any type, with or without hints).
+        #[test]
+        fn is_apply_on_a_clone(params in params(), lowered in lowered()) {
+            let mut expected = params.clone();
+            lowered.apply(&mut expected);
+            prop_assert_eq!(lowered.applied_to(&params), expected);
+        }
+    }
+}

@@ -208,9 +208,7 @@ impl Grant {
 
     /// The params to send to the model: `original` with the trims applied.
     pub fn params(&self, original: &Map<String, Value>) -> Map<String, Value> {
-        let mut params = original.clone();
-        self.lowered.apply(&mut params);
-        params
+        self.lowered.applied_to(original)
     }
 
     /// Adds the trim annotations to a `CreateMessageResult` under `_meta`
