@@ -130,8 +130,9 @@ export function samplingHandler(options, samplingContext = Boolean(options.sampl
     } catch {
       reported = undefined;
     }
-    // Trim annotations (docs/spec/frames.md, "Trim annotations").
-    const result = grant.annotate(outcome.value);
+    // Trim annotations (docs/spec/frames.md, "Trim annotations"); an
+    // allow's result goes back untouched (no copy through the addon).
+    const result = grant.meta === null ? outcome.value : grant.annotate(outcome.value);
     await settle(grant, reported, params);
     return result;
   }

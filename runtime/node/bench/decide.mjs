@@ -33,32 +33,42 @@ function median(means) {
   return Math.round(means[BATCHES >> 1]);
 }
 
+/** CPU ns of this process (user + system, every thread) since `start`. */
+function cpuNs(start) {
+  const { user, system } = process.cpuUsage(start);
+  return (user + system) * 1000;
+}
+
+// The median over batches of the mean wall ns per call, and the process's
+// CPU ns per call over all of them (GC and libuv's pool included).
 function medianNsSync(decide) {
+  const cpu = process.cpuUsage();
   const means = [];
   for (let batch = 0; batch < BATCHES; batch++) {
     const started = process.hrtime.bigint();
     for (let i = 0; i < BATCH; i++) decide(batch * BATCH + i);
     means.push(Number(process.hrtime.bigint() - started) / BATCH);
   }
-  return median(means);
+  return [median(means), Math.round(cpuNs(cpu) / (BATCH * BATCHES))];
 }
 
 async function medianNs(decide) {
+  const cpu = process.cpuUsage();
   const means = [];
   for (let batch = 0; batch < BATCHES; batch++) {
     const started = process.hrtime.bigint();
     for (let i = 0; i < BATCH; i++) await decide(batch * BATCH + i);
     means.push(Number(process.hrtime.bigint() - started) / BATCH);
   }
-  return median(means);
+  return [median(means), Math.round(cpuNs(cpu) / (BATCH * BATCHES))];
 }
 
 const sync = Engine.memory(policy);
-const fresh_allow_sync_ns = medianNsSync((i) => sync.decideSync(`srv-${i}`, hello).kind);
-const replayed_deny_sync_ns = medianNsSync(() => sync.decideSync('closed', hello).kind);
+const [fresh_allow_sync_ns, fresh_allow_sync_cpu_ns] = medianNsSync((i) => sync.decideSync(`srv-${i}`, hello).kind);
+const [replayed_deny_sync_ns, replayed_deny_sync_cpu_ns] = medianNsSync(() => sync.decideSync('closed', hello).kind);
 const pooled = Engine.memory(policy);
-const fresh_allow_async_ns = await medianNs(async (i) => (await pooled.decide(`srv-${i}`, hello)).kind);
-const replayed_deny_async_ns = await medianNs(async () => (await pooled.decide('closed', hello)).kind);
+const [fresh_allow_async_ns, fresh_allow_async_cpu_ns] = await medianNs(async (i) => (await pooled.decide(`srv-${i}`, hello)).kind);
+const [replayed_deny_async_ns, replayed_deny_async_cpu_ns] = await medianNs(async () => (await pooled.decide('closed', hello)).kind);
 
 console.log(
   JSON.stringify({
@@ -67,5 +77,9 @@ console.log(
     replayed_deny_sync_ns,
     fresh_allow_async_ns,
     replayed_deny_async_ns,
+    fresh_allow_sync_cpu_ns,
+    replayed_deny_sync_cpu_ns,
+    fresh_allow_async_cpu_ns,
+    replayed_deny_async_cpu_ns,
   }),
 );
