@@ -139,7 +139,8 @@ test('a store that cannot be opened rejects with the store\'s code', async (t) =
   });
 });
 
-test('arguments of the wrong type throw, they do not crash the process', () => {
-  assert.throws(() => Policy.fromJson(42));
-  assert.throws(() => Engine.memory({}));
+test('arguments of the wrong type throw with Node-API\'s status, they do not crash the process', () => {
+  assert.throws(() => Policy.fromJson(42), { code: 'InvalidArg' });
+  assert.throws(() => Engine.memory({}), { code: 'InvalidArg' });
+  assert.throws(() => Engine.memory(policy).decideSync(1, '{}'), { code: 'StringExpected' });
 });
