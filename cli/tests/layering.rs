@@ -8,9 +8,12 @@
 //! - the language library (`mcpolicy-compiler`) links none of those either;
 //! - the proxy links neither clap nor SQLite (the CLI opens the store) nor
 //!   tokio/rmcp (std threads);
-//! - the runtime never links the compiler, pest, salsa, or an async runtime;
+//! - the runtime never links the compiler, pest, salsa, or an async runtime,
+//!   nor Node-API: the Node.js binding (`mcpolicy-node`, runtime/node) wraps
+//!   the runtime from outside, and links no async runtime of its own either
+//!   (its store calls run on libuv's thread pool);
 //! - TLS (OpenSSL through native-tls, for the PostgreSQL store) is linked by
-//!   the store crate and `mcpc` alone: never the runtime, the proxy, the
+//!   the store crate and what embeds it (`mcpc`, the Node.js binding): never the runtime, the proxy, the
 //!   language library or the language server.
 //!
 //! Runs `cargo tree --offline --locked`: the lock file and the downloaded
@@ -74,6 +77,8 @@ const CLI_ONLY: &[&str] = &["clap", "clap_builder", "toml", "tempfile", "mcpc"];
 const SQLITE: &[&str] = &["rusqlite", "libsqlite3-sys"];
 /// An async runtime and the MCP SDK (examples and end-to-end tests only).
 const ASYNC: &[&str] = &["tokio", "rmcp"];
+/// Node-API (`mcpolicy-node` only, the Node.js binding in runtime/node).
+const NAPI: &[&str] = &["napi", "napi-sys", "napi-derive"];
 /// TLS to PostgreSQL (`mcpolicy-store-postgres` only).
 const TLS: &[&str] = &[
     "native-tls",
@@ -125,6 +130,7 @@ fn the_runtime_links_no_compiler_and_no_async() {
     for set in [
         CLI_ONLY,
         ASYNC,
+        NAPI,
         &[
             "mcpolicy-compiler",
             "mcpolicy-grammar",
@@ -154,5 +160,22 @@ fn the_command_line_links_what_the_libraries_must_not() {
             linked.contains(name),
             "mcpc does not link {name}: {linked:?}"
         );
+    }
+}
+
+/// The Node.js binding links Node-API and the runtime it wraps, and neither
+/// the compiler nor the command line. Its PostgreSQL store runs a tokio of
+/// its own inside it (runtime/postgres), so `tokio` is there; rmcp is not.
+#[test]
+fn the_node_binding_links_napi_and_the_runtime_and_no_compiler() {
+    let linked = normal_dependencies("mcpolicy-node");
+    for name in ["napi", "mcpolicy-runtime", "mcpolicy-store-postgres"] {
+        assert!(
+            linked.contains(name),
+            "mcpolicy-node does not link {name}: {linked:?}"
+        );
+    }
+    for set in [CLI_ONLY, &["rmcp", "mcpolicy-compiler", "mcpolicy-proxy"]] {
+        assert_links_none("mcpolicy-node", set);
     }
 }
