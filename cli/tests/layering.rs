@@ -11,7 +11,11 @@
 //! - the runtime never links the compiler, pest, salsa, or an async runtime;
 //! - TLS (OpenSSL through native-tls, for the PostgreSQL store) is linked by
 //!   the store crate and `mcpc` alone: never the runtime, the proxy, the
-//!   language library or the language server.
+//!   language library or the language server (the Python binding links it
+//!   through the store crate);
+//! - PyO3 is linked by the Python binding (`runtime/python`) alone: the
+//!   runtime it wraps stays free of it, and the binding links neither the
+//!   command line nor the compiler.
 //!
 //! Runs `cargo tree --offline --locked`: the lock file and the downloaded
 //! sources are already there when this test has been built.
@@ -74,6 +78,8 @@ const CLI_ONLY: &[&str] = &["clap", "clap_builder", "toml", "tempfile", "mcpc"];
 const SQLITE: &[&str] = &["rusqlite", "libsqlite3-sys"];
 /// An async runtime and the MCP SDK (examples and end-to-end tests only).
 const ASYNC: &[&str] = &["tokio", "rmcp"];
+/// The Python binding's own (`mcpolicy-python` only).
+const PYO3: &[&str] = &["pyo3", "pyo3-ffi", "pyo3-macros"];
 /// TLS to PostgreSQL (`mcpolicy-store-postgres` only).
 const TLS: &[&str] = &[
     "native-tls",
@@ -125,6 +131,7 @@ fn the_runtime_links_no_compiler_and_no_async() {
     for set in [
         CLI_ONLY,
         ASYNC,
+        PYO3,
         &[
             "mcpolicy-compiler",
             "mcpolicy-grammar",
@@ -134,6 +141,29 @@ fn the_runtime_links_no_compiler_and_no_async() {
         ],
     ] {
         assert_links_none("mcpolicy-runtime", set);
+    }
+}
+
+#[test]
+fn only_the_python_binding_links_pyo3() {
+    for package in [
+        "mcpolicy-store-postgres",
+        "mcpolicy-proxy",
+        "mcpolicy-compiler",
+        "mcpolicy-lsp",
+        "mcpc",
+    ] {
+        assert_links_none(package, PYO3);
+    }
+    let linked = normal_dependencies("mcpolicy-python");
+    for name in ["pyo3", "mcpolicy-runtime", "mcpolicy-store-postgres"] {
+        assert!(
+            linked.contains(name),
+            "mcpolicy-python does not link {name}: {linked:?}"
+        );
+    }
+    for set in [CLI_ONLY, &["mcpolicy-compiler", "mcpolicy-proxy", "rmcp"]] {
+        assert_links_none("mcpolicy-python", set);
     }
 }
 
