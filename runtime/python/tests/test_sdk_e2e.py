@@ -133,3 +133,48 @@ def test_a_budget_holds_across_a_client_restart_on_the_same_sqlite_file(tmp_path
     assert second["error"]["data"]["reason"] == "policy.budget_exhausted"
     assert "resetsAt" in second["error"]["data"]
     assert len(user.seen) == 1
+
+
+# MCP 2026-07-28: the installed SDK (mcp 2.3.0) negotiates it over stdio
+# (`Client(..., mode="auto")` probes `server/discover`), and a server that
+# samples through a resolver then sends the request as an `inputRequests`
+# entry; the SDK's driver hands each entry to the same sampling callback
+# (docs/spec/evaluation.md, "MCP 2026-07-28: `inputRequests`"). A denied
+# entry is the caller's local error, with the denial's code, message and data.
+
+SERVER_2026 = Path(__file__).resolve().parent / "server_2026.py"
+
+
+async def modern_call(server_id: str, user: User) -> tuple[str, Any]:
+    """One `summarise` call on a 2026-07-28 connection: the version and the
+    tool's output, or the MCPError the call raised."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    sampling = PolicySampling(memory_engine(), server_id, user.model, consent=user.consent)
+    server = StdioServerParameters(command=sys.executable, args=[str(SERVER_2026)])
+    async with Client(server, sampling_callback=sampling, mode="auto") as client:
+        version = client.protocol_version
+        try:
+            result = await client.call_tool("summarise", {"prompt": "the changes"})
+        except MCPError as error:
+            return version, error.error
+        return version, json.loads(result.content[0].text)
+
+
+def test_2026_07_28_input_requests_are_trimmed_through_the_adapter() -> None:
+    user = User()
+    version, output = asyncio.run(modern_call("summarizer", user))
+    assert version == "2026-07-28"
+    assert (user.seen[0]["includeContext"], user.seen[0]["maxTokens"]) == ("thisServer", 256)
+    meta = output["result"]["_meta"]
+    assert meta["maxTokens"] == {"requested": 9000, "applied": 256, "reason": "policy.max_tokens"}
+
+
+def test_2026_07_28_a_denied_input_request_is_the_callers_error() -> None:
+    user = User()
+    version, error = asyncio.run(modern_call("closed", user))
+    assert version == "2026-07-28"
+    assert isinstance(error, types.ErrorData) and error.code == -32010
+    assert error.data["reason"] == "policy.sampling_disabled"
+    assert user.seen == []
