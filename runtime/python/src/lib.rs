@@ -417,9 +417,11 @@ impl Engine {
         sampling_context: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let params = json_text(params)?;
-        let id = match id {
-            Some(id) if !id.is_none() => id_text(id)?,
-            _ => b"0".to_vec(),
+        // Without an id the envelope carries 0 (a request needs one) and the
+        // decision reports none: `Denial.reply()` then says `null`.
+        let (id, given) = match id {
+            Some(id) if !id.is_none() => (id_text(id)?, true),
+            _ => (b"0".to_vec(), false),
         };
         let mut envelope = Vec::with_capacity(params.len() + id.len() + 80);
         envelope.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
@@ -429,7 +431,7 @@ impl Engine {
         envelope.extend_from_slice(br#"","params":"#);
         envelope.extend_from_slice(&params);
         envelope.push(b'}');
-        self.decide_bytes(py, server_id, envelope, sampling_context)
+        self.decide_bytes(py, server_id, envelope, sampling_context, given)
     }
 
     /// Decides a whole JSON-RPC request as received (bytes), e.g. read off
@@ -443,7 +445,7 @@ impl Engine {
         sampling_context: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let bytes = json_text(message)?;
-        self.decide_bytes(py, server_id, bytes, sampling_context)
+        self.decide_bytes(py, server_id, bytes, sampling_context, true)
     }
 
     /// `decide` as an awaitable: runs on a worker thread, so the event
@@ -490,6 +492,7 @@ impl Engine {
         server_id: String,
         bytes: Vec<u8>,
         sampling_context: bool,
+        id_given: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let engine = self.inner.clone();
         let ctx = ClientContext::with_sampling_context(sampling_context);
@@ -500,7 +503,7 @@ impl Engine {
                 Answer::Failed { error, .. } => Err(Failure::engine(&error, None)),
             })?;
         let params = Arc::new(request.params);
-        let id = request.id;
+        let id = request.id.filter(|_| id_given);
         match decision {
             Decision::Allow(grant) | Decision::Trim(grant) => {
                 Ok(Bound::new(py, Grant::new(grant, &params, id))?.into_any())
@@ -708,10 +711,7 @@ impl Grant {
     fn deadline_missed(&self, py: Python<'_>) -> PyResult<Denial> {
         let grant = take(&self.inner, "grant")?;
         let id = self.id.clone();
-        detached(py, move || match grant.deadline_missed() {
-            Ok(denial) => Ok(Denial::new(denial, None, id)),
-            Err(err) => Err(Failure::engine(&err, id.as_ref())),
-        })
+        detached(py, move || Denial::of(grant.deadline_missed(), id))
     }
 
     /// The result came from a model outside `allowed_models`: the denial to
@@ -722,9 +722,8 @@ impl Grant {
     fn model_refused(&self, py: Python<'_>, usage_tokens: Option<u64>) -> PyResult<Denial> {
         let grant = take(&self.inner, "grant")?;
         let id = self.id.clone();
-        detached(py, move || match grant.model_refused(usage_tokens) {
-            Ok(denial) => Ok(Denial::new(denial, None, id)),
-            Err(err) => Err(Failure::engine(&err, id.as_ref())),
+        detached(py, move || {
+            Denial::of(grant.model_refused(usage_tokens), id)
         })
     }
 
@@ -733,10 +732,7 @@ impl Grant {
     fn refused_by_user(&self, py: Python<'_>) -> PyResult<Denial> {
         let grant = take(&self.inner, "grant")?;
         let id = self.id.clone();
-        detached(py, move || {
-            let (denial, unrecorded) = grant.refused_by_user().into_parts();
-            Ok(Denial::new(denial, unrecorded, id))
-        })
+        detached(py, move || Ok(Denial::refusal(grant.refused_by_user(), id)))
     }
 
     fn complete_async<'py>(
@@ -849,10 +845,7 @@ impl PendingConsent {
     fn refuse(&self, py: Python<'_>) -> PyResult<Denial> {
         let pending = take(&self.inner, "consent")?;
         let id = self.id.clone();
-        detached(py, move || {
-            let (denial, unrecorded) = pending.refuse().into_parts();
-            Ok(Denial::new(denial, unrecorded, id))
-        })
+        detached(py, move || Ok(Denial::refusal(pending.refuse(), id)))
     }
 
     /// The client failed before the user answered: no decision; the budget
@@ -903,6 +896,24 @@ impl Denial {
             unrecorded: Mutex::new(unrecorded),
             id,
         }
+    }
+
+    /// The denial a transition gave, or its failure.
+    fn of(
+        outcome: Result<engine::Denial, mcpolicy_runtime::Error>,
+        id: Option<Value>,
+    ) -> Result<Denial, Failure> {
+        match outcome {
+            Ok(denial) => Ok(Denial::new(denial, None, id)),
+            Err(err) => Err(Failure::engine(&err, id.as_ref())),
+        }
+    }
+
+    /// The user's refusal: answered even when the store did not take it
+    /// (then `recorded` is false and `record()` tries again).
+    fn refusal(refused: engine::Refused, id: Option<Value>) -> Denial {
+        let (denial, unrecorded) = refused.into_parts();
+        Denial::new(denial, unrecorded, id)
     }
 }
 

@@ -174,3 +174,31 @@ def test_an_invalid_request_is_answered_with_its_error(engine: Engine) -> None:
         assert isinstance(outcome, types.ErrorData) and outcome.code == -32602
 
     asyncio.run(run())
+
+
+def test_a_prompt_cancelled_while_the_user_decides_is_abandoned(engine: Engine) -> None:
+    showing = asyncio.Event()
+    asked = []
+
+    async def consent(_request: Any) -> bool:
+        asked.append(1)
+        showing.set()
+        await asyncio.sleep(60)
+        return True
+
+    async def model(_c: Any, _p: Any) -> types.CreateMessageResult:
+        return result()
+
+    async def run() -> None:
+        sampling = PolicySampling(engine, "asked", model, consent=consent)
+        call = asyncio.create_task(sampling(CONTEXT, params("a", 10)))
+        await showing.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # Abandoned, not refused: the same request is asked for again.
+        answering = PolicySampling(engine, "asked", model, consent=lambda _r: True)
+        assert isinstance(await answering(CONTEXT, params("a", 10)), types.CreateMessageResult)
+        assert len(asked) == 1
+
+    asyncio.run(run())

@@ -148,3 +148,19 @@ def test_a_store_that_cannot_open_is_an_error_with_its_code(tmp_path) -> None:
     with pytest.raises(Error) as caught:
         Store.sqlite(str(tmp_path / "not-a-store.sqlite3"))
     assert caught.value.code.startswith("store.")
+
+
+def test_a_decision_without_an_id_replies_with_a_null_id(engine: Engine) -> None:
+    denial = engine.decide("closed", HELLO)
+    assert json.loads(denial.reply())["id"] is None
+    grant = engine.decide("open", HELLO)
+    assert grant.id is None
+
+
+def test_a_whole_message_is_decided_with_its_own_id(engine: Engine) -> None:
+    message = json.dumps({"jsonrpc": "2.0", "id": "m-1", "method": "sampling/createMessage", "params": HELLO})
+    denial = engine.decide_message("closed", message.encode())
+    assert isinstance(denial, Denial) and json.loads(denial.reply())["id"] == "m-1"
+    with pytest.raises(Error) as caught:
+        engine.decide_message("closed", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}')
+    assert caught.value.code == "request.invalid_request"

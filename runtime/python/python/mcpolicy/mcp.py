@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Union
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 from mcp import types
 
@@ -136,16 +137,30 @@ class PolicySampling:
         wire = params.model_dump(by_alias=True, mode="json", exclude_unset=True)
         request_id = getattr(context, "request_id", None)
         try:
-            decision = await _off_loop(
-                lambda: self.engine.decide(
-                    self.server_id,
-                    wire,
-                    id=request_id,
-                    sampling_context=self.sampling_context,
+            # Shielded: a decision made is always resolved, even when the
+            # server's request is cancelled meanwhile (below).
+            with anyio.CancelScope(shield=True):
+                decision = await _off_loop(
+                    lambda: self.engine.decide(
+                        self.server_id,
+                        wire,
+                        id=request_id,
+                        sampling_context=self.sampling_context,
+                    )
                 )
-            )
         except Error as error:
             return _error_data(error)
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            # Cancelled before anything ran: a prompt is abandoned, a grant
+            # settled at nothing (the model never ran), then the cancellation goes on.
+            with anyio.CancelScope(shield=True):
+                if isinstance(decision, PendingConsent):
+                    await _off_loop(decision.abandon)
+                elif isinstance(decision, Grant):
+                    await self._settle(decision, 0)
+            raise
         if isinstance(decision, Denial):
             return types.ErrorData(**decision.error_data())
         if isinstance(decision, PendingConsent):
@@ -176,7 +191,9 @@ class PolicySampling:
         try:
             approved = await _maybe_await(self.consent(request))
         except BaseException:
-            await _off_loop(pending.abandon)
+            # The client failed to answer (or was cancelled): abandoned.
+            with anyio.CancelScope(shield=True):
+                await _off_loop(pending.abandon)
             raise
         try:
             if approved is True:
