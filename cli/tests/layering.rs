@@ -13,8 +13,12 @@
 //!   the runtime from outside, and links no async runtime of its own either
 //!   (its store calls run on libuv's thread pool);
 //! - TLS (OpenSSL through native-tls, for the PostgreSQL store) is linked by
-//!   the store crate and what embeds it (`mcpc`, the Node.js binding): never the runtime, the proxy, the
-//!   language library or the language server.
+//!   the store crate and what embeds it (`mcpc`, the Node.js and Python
+//!   bindings): never the runtime, the proxy, the language library or the
+//!   language server;
+//! - PyO3 is linked by the Python binding (`runtime/python`) alone: the
+//!   runtime it wraps stays free of it, and the binding links neither the
+//!   command line nor the compiler.
 //!
 //! Runs `cargo tree --offline --locked`: the lock file and the downloaded
 //! sources are already there when this test has been built.
@@ -79,6 +83,8 @@ const SQLITE: &[&str] = &["rusqlite", "libsqlite3-sys"];
 const ASYNC: &[&str] = &["tokio", "rmcp"];
 /// Node-API (`mcpolicy-node` only, the Node.js binding in runtime/node).
 const NAPI: &[&str] = &["napi", "napi-sys", "napi-derive"];
+/// The Python binding's own (`mcpolicy-python` only).
+const PYO3: &[&str] = &["pyo3", "pyo3-ffi", "pyo3-macros"];
 /// TLS to PostgreSQL (`mcpolicy-store-postgres` only).
 const TLS: &[&str] = &[
     "native-tls",
@@ -131,6 +137,7 @@ fn the_runtime_links_no_compiler_and_no_async() {
         CLI_ONLY,
         ASYNC,
         NAPI,
+        PYO3,
         &[
             "mcpolicy-compiler",
             "mcpolicy-grammar",
@@ -140,6 +147,29 @@ fn the_runtime_links_no_compiler_and_no_async() {
         ],
     ] {
         assert_links_none("mcpolicy-runtime", set);
+    }
+}
+
+#[test]
+fn only_the_python_binding_links_pyo3() {
+    for package in [
+        "mcpolicy-store-postgres",
+        "mcpolicy-proxy",
+        "mcpolicy-compiler",
+        "mcpolicy-lsp",
+        "mcpc",
+    ] {
+        assert_links_none(package, PYO3);
+    }
+    let linked = normal_dependencies("mcpolicy-python");
+    for name in ["pyo3", "mcpolicy-runtime", "mcpolicy-store-postgres"] {
+        assert!(
+            linked.contains(name),
+            "mcpolicy-python does not link {name}: {linked:?}"
+        );
+    }
+    for set in [CLI_ONLY, &["mcpolicy-compiler", "mcpolicy-proxy", "rmcp"]] {
+        assert_links_none("mcpolicy-python", set);
     }
 }
 
