@@ -205,6 +205,9 @@ fn a_command_is_read_as_package_and_bench() {
 /// method, and `docs/performance.md` the figures.
 const PER_CRATE_DOCUMENTS: &[&str] = &[
     "compiler/PERF.md",
+    "runtime/node/BENCHMARKS.md",
+    "runtime/node/README.md",
+    "runtime/python/README.md",
     "runtime/BENCHMARKS.md",
     "runtime/ENGINE.md",
     "runtime/STORE.md",

@@ -1,5 +1,5 @@
 // The binding's per-decision overhead: the same decisions as
-// examples/decide_rust.rs (same table, memory store, same requests), called
+// benches/decide.rs (same table, memory store, same requests), called
 // from Node through the addon, synchronously (decideSync: the crossing
 // alone) and as Promises (decide: the crossing plus libuv's thread pool).
 // Prints one JSON line of medians (ns per decision); BENCHMARKS.md has the figures.

@@ -8,7 +8,7 @@
 //! - `deny`: a `sampling off` server's request, replayed from the store.
 //!
 //! Run: `cargo bench -p mcpolicy-python --bench crossing` (figures in
-//! `runtime/python/README.md`, "Overhead of the binding").
+//! `docs/performance.md`, "Python binding").
 
 use std::sync::Arc;
 use std::time::Instant;

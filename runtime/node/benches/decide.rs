@@ -1,8 +1,9 @@
 //! The Rust side of the binding's overhead bench (`bench/decide.mjs` is the
-//! Node side; figures in `BENCHMARKS.md`): the same decisions on the same
+//! Node side; method in `runtime/node/BENCHMARKS.md`, figures in
+//! `docs/performance.md`, "Node binding"): the same decisions on the same
 //! table and store, called from Rust. Prints one JSON line of medians.
 //!
-//! Run: `cargo run --release -p mcpolicy-node --example decide_rust`
+//! Run: `cargo bench -p mcpolicy-node --bench decide`
 
 use std::hint::black_box;
 use std::sync::Arc;
