@@ -9,6 +9,8 @@
 //! - the proxy links neither clap nor SQLite (the CLI opens the store) nor
 //!   tokio/rmcp (std threads);
 //! - the runtime never links the compiler, pest, salsa, or an async runtime;
+//! - the rmcp adapter (`mcpolicy-rmcp`) links the runtime, tokio and rmcp,
+//!   and none of the command line, the language library or the proxy;
 //! - TLS (OpenSSL through native-tls, for the PostgreSQL store) is linked by
 //!   the store crate and `mcpc` alone: never the runtime, the proxy, the
 //!   language library or the language server.
@@ -134,6 +136,33 @@ fn the_runtime_links_no_compiler_and_no_async() {
         ],
     ] {
         assert_links_none("mcpolicy-runtime", set);
+    }
+}
+
+/// The rmcp adapter (`runtime/rmcp`) is where tokio and rmcp meet the
+/// runtime: it links those three, and nothing of the command line, the
+/// language, the proxy or PostgreSQL's TLS.
+#[test]
+fn the_rmcp_adapter_links_the_runtime_and_rmcp_alone() {
+    for set in [
+        CLI_ONLY,
+        TLS,
+        &[
+            "mcpolicy-compiler",
+            "mcpolicy-proxy",
+            "mcpolicy-lsp",
+            "pest",
+            "salsa",
+        ],
+    ] {
+        assert_links_none("mcpolicy-rmcp", set);
+    }
+    let linked = normal_dependencies("mcpolicy-rmcp");
+    for name in ["mcpolicy-runtime", "rmcp", "tokio"] {
+        assert!(
+            linked.contains(name),
+            "mcpolicy-rmcp does not link {name}: {linked:?}"
+        );
     }
 }
 

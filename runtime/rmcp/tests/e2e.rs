@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
-use mcpolicy_example_rmcp_client::PolicyClient;
-use mcpolicy_example_rmcp_client::adversary::Adversary;
-use mcpolicy_example_rmcp_client::fake::{FakeProvider, ScriptedConsent};
+use mcpolicy_rmcp::PolicyClient;
+use mcpolicy_rmcp::testing::{Adversary, FakeProvider, ScriptedConsent};
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
 use mcpolicy_runtime::{Engine, Policy};
