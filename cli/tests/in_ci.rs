@@ -747,8 +747,9 @@ fn action_yml_passes_every_input_to_the_script_through_the_environment() {
 
 // ------------------------------------------------------------------ crates
 
-/// The crates a user installs: the binaries and the embeddable runtime.
-const INSTALLED: [&str; 3] = ["mcpc", "mcpolicy-lsp", "mcpolicy-runtime"];
+/// The crates a user installs: the binaries, the embeddable runtime and its
+/// rmcp adapter.
+const INSTALLED: [&str; 4] = ["mcpc", "mcpolicy-lsp", "mcpolicy-runtime", "mcpolicy-rmcp"];
 
 /// `cargo metadata` of the workspace's own packages, with their declared
 /// dependencies.

@@ -12,6 +12,8 @@
 //!   nor Node-API: the Node.js binding (`mcpolicy-node`, runtime/node) wraps
 //!   the runtime from outside, and links no async runtime of its own either
 //!   (its store calls run on libuv's thread pool);
+//! - the rmcp adapter (`mcpolicy-rmcp`) links the runtime, tokio and rmcp,
+//!   and none of the command line, the language library or the proxy;
 //! - TLS (OpenSSL through native-tls, for the PostgreSQL store) is linked by
 //!   the store crate and what embeds it (`mcpc`, the Node.js and Python
 //!   bindings): never the runtime, the proxy, the language library or the
@@ -170,6 +172,33 @@ fn only_the_python_binding_links_pyo3() {
     }
     for set in [CLI_ONLY, &["mcpolicy-compiler", "mcpolicy-proxy", "rmcp"]] {
         assert_links_none("mcpolicy-python", set);
+    }
+}
+
+/// The rmcp adapter (`runtime/rmcp`) is where tokio and rmcp meet the
+/// runtime: it links those three, and nothing of the command line, the
+/// language, the proxy or PostgreSQL's TLS.
+#[test]
+fn the_rmcp_adapter_links_the_runtime_and_rmcp_alone() {
+    for set in [
+        CLI_ONLY,
+        TLS,
+        &[
+            "mcpolicy-compiler",
+            "mcpolicy-proxy",
+            "mcpolicy-lsp",
+            "pest",
+            "salsa",
+        ],
+    ] {
+        assert_links_none("mcpolicy-rmcp", set);
+    }
+    let linked = normal_dependencies("mcpolicy-rmcp");
+    for name in ["mcpolicy-runtime", "rmcp", "tokio"] {
+        assert!(
+            linked.contains(name),
+            "mcpolicy-rmcp does not link {name}: {linked:?}"
+        );
     }
 }
 

@@ -208,6 +208,7 @@ const PER_CRATE_DOCUMENTS: &[&str] = &[
     "runtime/node/BENCHMARKS.md",
     "runtime/node/README.md",
     "runtime/python/README.md",
+    "runtime/rmcp/README.md",
     "runtime/BENCHMARKS.md",
     "runtime/ENGINE.md",
     "runtime/STORE.md",

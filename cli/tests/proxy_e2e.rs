@@ -1,7 +1,7 @@
 //! `mcpc proxy` end to end, through the real rmcp SDK on both sides:
 //!
 //! client (rmcp, a scripted user + fake model) ⇄ the real `mcpc` binary ⇄
-//! the rmcp adversary server (`mcpolicy_example_rmcp_client::adversary`).
+//! the rmcp adversary server (`mcpolicy_rmcp::testing::Adversary`).
 //!
 //! The adversary runs as a child of `mcpc`. It is this very test binary,
 //! re-executed with `MCPOLICY_E2E_ROLE=adversary`: `CARGO_BIN_EXE_mcpc` is
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
-use mcpolicy_example_rmcp_client::adversary::Adversary;
+use mcpolicy_rmcp::testing::Adversary;
 use mcpolicy_runtime::identity;
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
 use rmcp::model::{

@@ -538,6 +538,26 @@ pub fn validate_sampling_for(
     })
 }
 
+/// Validates the params of a `sampling/createMessage` an SDK already read
+/// (rmcp's typed params through `serde_json::to_value`, say) as MCP
+/// `revision` defines them: what [`validate_sampling_for`] checks of a
+/// request's params, with no envelope to build or to sniff for (params
+/// that happen to hold a member `id` or `method` are still params). The
+/// request has no id. Nothing is serialised: the identity is computed over
+/// these params as over the same params read from bytes
+/// (`docs/spec/identity.md`), so both paths decide alike.
+pub fn validate_params_for(
+    mut params: Map<String, Value>,
+    revision: ProtocolRevision,
+) -> Result<SamplingRequest, RequestError> {
+    let rewritten = check_params(&mut params, revision, "$.params")?;
+    Ok(SamplingRequest {
+        id: None,
+        params,
+        rewritten,
+    })
+}
+
 /// The id of a JSON-RPC request, if it has a valid one (a string or a
 /// number). Read it before [`validate_sampling`] so that an error frame for
 /// an invalid-params request can still echo the id; JSON-RPC wants `null`

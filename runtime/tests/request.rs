@@ -2,8 +2,10 @@
 
 use mcpolicy_runtime::jsonrpc::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use mcpolicy_runtime::request::{
-    Limits, RequestError, envelope_id, parse_strict, parse_strict_with, validate_sampling,
+    Limits, RequestError, envelope_id, parse_strict, parse_strict_with, validate_params_for,
+    validate_sampling, validate_sampling_for,
 };
+use mcpolicy_runtime::table::ProtocolRevision;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -48,6 +50,50 @@ fn bare_params_are_accepted() {
     let request = validate_sampling(parse_strict(PARAMS.as_bytes()).expect("parses")).expect("ok");
     assert_eq!(request.id, None);
     assert_eq!(request.params["maxTokens"], json!(100));
+}
+
+/// Params an SDK already read are validated as they are: the same request
+/// and the same refusals as the same params inside a request, and members
+/// named like an envelope's (`id`, `method`) are params, never an envelope.
+#[test]
+fn params_read_by_an_sdk_validate_as_params() {
+    for revision in ProtocolRevision::ALL {
+        for params in [
+            PARAMS,
+            r#"{"messages":[],"maxTokens":9e2}"#,
+            r#"{"messages":[],"maxTokens":0}"#,
+            r#"{"messages":"hi","maxTokens":5}"#,
+            r#"{"messages":[],"maxTokens":5,"includeContext":"everything"}"#,
+        ] {
+            let Value::Object(map) = serde_json::from_str(params).expect("JSON") else {
+                panic!("{params} is an object");
+            };
+            let typed = validate_params_for(map, revision);
+            let framed = validate_sampling_for(
+                parse_strict(request_with(params).as_bytes()).expect("parses"),
+                revision,
+            );
+            match (typed, framed) {
+                (Ok(typed), Ok(framed)) => {
+                    assert_eq!(typed.params, framed.params, "{params}");
+                    assert_eq!(typed.rewritten(), framed.rewritten(), "{params}");
+                    assert_eq!(typed.id, None);
+                }
+                (Err(typed), Err(framed)) => assert_eq!(typed, framed, "{params}"),
+                (typed, framed) => panic!("{params}: {typed:?} but framed {framed:?}"),
+            }
+        }
+    }
+    let Value::Object(params) = json!({"messages": [], "maxTokens": 5, "id": 1, "method": "x"})
+    else {
+        unreachable!()
+    };
+    let request = validate_params_for(params.clone(), ProtocolRevision::default()).expect("valid");
+    assert_eq!(request.params, params);
+    assert!(
+        validate_sampling(Value::Object(params)).is_err(),
+        "sniffed as an envelope"
+    );
 }
 
 #[test]

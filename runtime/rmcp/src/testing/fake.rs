@@ -35,6 +35,12 @@ impl FakeProvider {
         }
     }
 
+    /// Answers as model `model` (the result's `model`).
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
     /// Takes `delay` (tokio time) before answering: a slow model.
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);

@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcpolicy_compiler::db::{self, Database, SourceText};
-use mcpolicy_example_rmcp_client::PolicyClient;
-use mcpolicy_example_rmcp_client::adversary::Adversary;
-use mcpolicy_example_rmcp_client::fake::{FakeProvider, ScriptedConsent};
+use mcpolicy_rmcp::PolicyClient;
+use mcpolicy_rmcp::testing::{Adversary, FakeProvider, ScriptedConsent};
 use mcpolicy_runtime::clock::ManualClock;
 use mcpolicy_runtime::store::{DecisionKey, DecisionStore, SqliteStore};
 use mcpolicy_runtime::{Engine, Policy};
@@ -77,6 +76,11 @@ server "summarizer" {
 # A tight rate limit.
 server "chatty" {
   rate 3 per 1m
+}
+
+# Runs on Claude models only.
+server "pinned" {
+  models "claude-*"
 }
 
 # A completion must finish in 50 ms.
@@ -554,4 +558,43 @@ async fn input_required_2026_07_28() {
     assert_eq!(approve.client.consent().prompts(), 1);
     assert_eq!(approve.client.provider().calls(), 1);
     approve.close().await;
+}
+
+/// `models "claude-*"`: a provider that answers from another model does not
+/// get its completion to the server, which receives `policy.model`'s denial
+/// instead (`docs/spec/frames.md`, "A result from a model outside
+/// `models`"); a provider on an allowed model answers as usual.
+#[tokio::test]
+async fn a_result_from_a_model_outside_models_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _store) = engine(&dir.path().join("decisions.sqlite3"), clock());
+    let p = request("Which model?", ContextInclusion::None);
+
+    let elsewhere = connect(PolicyClient::new(
+        engine.clone(),
+        "pinned",
+        FakeProvider::new("from elsewhere", 30),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+    let refused = elsewhere.sample(&p).await;
+    assert!(refused.get("result").is_none(), "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["reason"], "policy.model",
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["data"]["server"], "pinned");
+    assert_eq!(elsewhere.client.provider().calls(), 1);
+    elsewhere.close().await;
+
+    let claude = connect(PolicyClient::new(
+        engine,
+        "pinned",
+        FakeProvider::new("from claude", 30).with_model("claude-sonnet"),
+        ScriptedConsent::approve(),
+    ))
+    .await;
+    let answered = claude.sample(&p).await;
+    assert_eq!(answered["result"]["model"], "claude-sonnet", "{answered}");
+    claude.close().await;
 }

@@ -1,6 +1,6 @@
 //! The adversary the end-to-end tests run: an rmcp server that samples from
 //! inside its tool calls, sending whatever the test asks for verbatim. Public
-//! so that the same server runs against the embedded client (`tests/e2e.rs`)
+//! so that the same server runs against the embedded client (`runtime/rmcp/tests/e2e.rs`)
 //! and behind `mcpc proxy` (`cli/tests/proxy_e2e.rs`).
 
 use rmcp::model::{

@@ -7,8 +7,11 @@
     reason = "sampling/createMessage is what this crate decides"
 )]
 
-pub mod adversary;
-pub mod fake;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod typed;
+
+pub use typed::typed_request;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,8 +20,6 @@ use std::time::Duration;
 
 use mcpolicy_runtime::engine::{ClientContext, Decision, Denial, Grant};
 use mcpolicy_runtime::frame::{Annotations, DenialData};
-use mcpolicy_runtime::jsonrpc::SAMPLING_METHOD;
-use mcpolicy_runtime::request::{self, SamplingRequest};
 use mcpolicy_runtime::{Engine, Error};
 use rmcp::ClientHandler;
 use rmcp::model::{
@@ -26,7 +27,7 @@ use rmcp::model::{
     ErrorData, Implementation, MetaObject, ProtocolVersion, SamplingCapability,
 };
 use rmcp::service::{RequestContext, RoleClient};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// The LLM call: the one part of a client this crate does not have.
 ///
@@ -106,6 +107,27 @@ pub struct ClientStats {
     pub settle_failures: u64,
 }
 
+/// Where the engine's calls (each one a store transaction) run.
+///
+/// The engine's API is synchronous. A durable store waits on the disk (the
+/// SQLite store commits and fsyncs every decision) or on the network (the
+/// PostgreSQL store, which also drives a tokio runtime of its own and so
+/// must not be entered from an async worker); run on an async worker, that
+/// wait stalls every other task the worker would have polled, the
+/// connection's own I/O included. The memory store never waits on I/O: a
+/// call takes microseconds, less than the hop to another thread.
+/// `README.md`, "Store calls", has the measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreCalls {
+    /// On tokio's blocking pool (`tokio::task::spawn_blocking`): for the
+    /// SQLite and PostgreSQL stores, and any store that can block. The
+    /// default: safe with every store.
+    #[default]
+    Blocking,
+    /// On the task that handles the request: for the memory store alone.
+    Inline,
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     consent_prompts: AtomicU64,
@@ -138,6 +160,7 @@ pub struct PolicyClient<P, C> {
     provider: Arc<P>,
     consent: Arc<C>,
     config: ClientConfig,
+    store_calls: StoreCalls,
     counters: Arc<Counters>,
 }
 
@@ -149,6 +172,7 @@ impl<P, C> Clone for PolicyClient<P, C> {
             provider: self.provider.clone(),
             consent: self.consent.clone(),
             config: self.config.clone(),
+            store_calls: self.store_calls,
             counters: self.counters.clone(),
         }
     }
@@ -176,6 +200,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
             provider: Arc::new(provider),
             consent: Arc::new(consent),
             config,
+            store_calls: StoreCalls::default(),
             counters: Arc::default(),
         }
     }
@@ -185,6 +210,13 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
     /// policy is told about the client.
     pub fn with_config(mut self, config: ClientConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Where the engine's calls run ([`StoreCalls::Blocking`] unless set):
+    /// [`StoreCalls::Inline`] only with a [`MemoryStore`](mcpolicy_runtime::store::MemoryStore).
+    pub fn with_store_calls(mut self, store_calls: StoreCalls) -> Self {
+        self.store_calls = store_calls;
         self
     }
 
@@ -234,28 +266,34 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
         ClientContext::with_sampling_context(declared)
     }
 
-    /// Runs `job` on tokio's blocking pool: the SQLite store commits (and
-    /// fsyncs) every decision, which must not stall the connection's I/O.
+    /// Runs `job`, an engine call, where [`StoreCalls`] says.
     async fn on_store<T: Send + 'static>(
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, ErrorData> {
-        tokio::task::spawn_blocking(job).await.map_err(|err| {
-            internal(
-                &self.server_id,
-                &format!("policy engine task failed: {err}"),
-            )
-        })
+        match self.store_calls {
+            StoreCalls::Inline => Ok(job()),
+            StoreCalls::Blocking => tokio::task::spawn_blocking(job).await.map_err(|err| {
+                internal(
+                    &self.server_id,
+                    &format!("policy engine task failed: {err}"),
+                )
+            }),
+        }
     }
 
-    /// Decides one request and carries the decision out. Every path answers
-    /// the server: a result, or an error whose `data` says why.
-    async fn decide_and_run(
+    /// What [`ClientHandler::create_message`] runs: decides `params` and
+    /// carries the decision out, abandoning the completion when `cancelled`
+    /// resolves (rmcp passes its request's cancellation). Every path answers
+    /// the server: a result, or an error whose `data` says why. Public for a
+    /// caller outside rmcp's service loop (a benchmark, another transport).
+    pub async fn answer(
         &self,
         params: CreateMessageRequestParams,
-        context: RequestContext<RoleClient>,
+        cancelled: impl Future<Output = ()>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let request = sampling_request(&params, &context)?;
+        let request = typed_request(&params, self.engine.policy().table().protocol)
+            .map_err(|err| ErrorData::new(ErrorCode(err.code()), err.to_string(), None))?;
         let server = self.server_id.clone();
         let ctx = self.context();
         let engine = self.engine.clone();
@@ -297,8 +335,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
         } else {
             &self.counters.allowed
         });
-        self.run(grant, &request.params, context.ct.cancelled())
-            .await
+        self.run(grant, &request.params, cancelled).await
     }
 
     fn deny(&self, denial: &Denial) -> ErrorData {
@@ -342,6 +379,15 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
                 mut result,
                 usage_tokens,
             }) => {
+                if !grant.model_allowed(&result.model) {
+                    // `docs/spec/frames.md`, "A result from a model outside
+                    // `models`": the completion never reaches the server.
+                    let denial = self
+                        .on_store(move || grant.model_refused(Some(usage_tokens)))
+                        .await?
+                        .map_err(|err| engine_error(&err))?;
+                    return Err(self.deny(&denial));
+                }
                 annotate(&mut result, grant.annotations());
                 self.settle(grant, usage_tokens).await;
                 Ok(result)
@@ -370,12 +416,12 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
 }
 
 impl<P: Provider, C: ConsentPrompt> ClientHandler for PolicyClient<P, C> {
-    fn create_message(
+    async fn create_message(
         &self,
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
-    ) -> impl Future<Output = Result<CreateMessageResult, ErrorData>> + Send + '_ {
-        self.decide_and_run(params, context)
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.answer(params, context.ct.cancelled()).await
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -391,27 +437,6 @@ async fn within<T>(deadline_ms: Option<u64>, call: impl Future<Output = T>) -> O
             .ok(),
         None => Some(call.await),
     }
-}
-
-/// rmcp's typed params back to the JSON-RPC request the runtime validates and
-/// hashes. rmcp already parsed the wire bytes, so duplicate keys were
-/// collapsed before we see them; identity is computed over RFC 8785 canonical
-/// JSON, so re-serialising does not change it.
-fn sampling_request(
-    params: &CreateMessageRequestParams,
-    context: &RequestContext<RoleClient>,
-) -> Result<SamplingRequest, ErrorData> {
-    let params = serde_json::to_value(params)
-        .map_err(|err| ErrorData::invalid_params(format!("unreadable params: {err}"), None))?;
-    let id = serde_json::to_value(&context.id).unwrap_or(Value::Null);
-    let envelope = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "method": SAMPLING_METHOD,
-        "params": params,
-    });
-    request::validate_sampling(envelope)
-        .map_err(|err| ErrorData::new(ErrorCode(err.code()), err.to_string(), None))
 }
 
 /// The runtime's params (possibly lowered) as rmcp's type, for the provider.
@@ -486,6 +511,7 @@ mod tests {
     use mcpolicy_runtime::frame::{ContextTrim, MaxTokensTrim};
     use mcpolicy_runtime::table::ContextScope;
     use rmcp::model::SamplingMessage;
+    use serde_json::json;
 
     use super::*;
 
