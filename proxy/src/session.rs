@@ -330,6 +330,11 @@ pub fn usage_tokens(result: &Value) -> Option<u64> {
     }
 }
 
+/// How long after a decision the session writes the store's batched
+/// re-presentation counts (the SQLite store's own bound, `docs/spec/store.md`,
+/// "Durability").
+pub const STORE_FLUSH_AFTER: Duration = Duration::from_millis(500);
+
 /// A proxied connection between one client and one server.
 pub struct Session {
     engine: Engine,
@@ -343,6 +348,11 @@ pub struct Session {
     /// A request with a deadline was remembered since the last
     /// [`Session::take_new_deadline`]: the deadline thread must recompute.
     new_deadline: AtomicBool,
+    /// When the store's batched re-presentation counts are next written
+    /// (`docs/spec/store.md`, "Durability"): [`STORE_FLUSH_AFTER`] after a
+    /// decision, so that `mcpc store` and another proxy on the same file
+    /// see them while this session runs, not only at its end.
+    flush_at: Mutex<Option<Instant>>,
     /// The monotonic clock of deadlines and lingers (a test steps its own).
     monotonic: Box<dyn Fn() -> Instant + Send + Sync>,
     /// The decision thread, once the proxy starts it ([`Session::spawn_decider`]).
@@ -387,6 +397,7 @@ impl Session {
             audit,
             sampling_context: AtomicBool::new(false),
             new_deadline: AtomicBool::new(false),
+            flush_at: Mutex::new(None),
             monotonic: Box::new(Instant::now),
             decider: OnceLock::new(),
             unrecorded: Mutex::new(VecDeque::new()),

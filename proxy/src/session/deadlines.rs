@@ -12,7 +12,22 @@ impl Session {
 
     /// The earliest deadline of a request or task the client has not answered yet.
     pub fn next_deadline(&self) -> Option<Instant> {
-        lock(&self.state).flights.next_deadline()
+        let flights = lock(&self.state).flights.next_deadline();
+        let flush = *lock(&self.flush_at);
+        match (flights, flush) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A decision was taken: its store may hold counts in memory, written
+    /// [`STORE_FLUSH_AFTER`] from now unless a write is already due.
+    pub(super) fn schedule_flush(&self) {
+        let mut at = lock(&self.flush_at);
+        if at.is_none() {
+            *at = Some((self.monotonic)() + STORE_FLUSH_AFTER);
+            self.new_deadline.store(true, Ordering::Release);
+        }
     }
 
     /// Answers every request whose deadline passed by `now` with the
@@ -22,6 +37,17 @@ impl Session {
     /// is answered with the denial (the proxy sends no request of its own,
     /// so it cannot cancel the task).
     pub fn expire(&self, now: Instant) {
+        let flush = {
+            let mut at = lock(&self.flush_at);
+            let due = at.is_some_and(|at| at <= now);
+            if due {
+                *at = None;
+            }
+            due
+        };
+        if flush {
+            self.flush_store();
+        }
         let swept = lock(&self.state).flights.sweep(now);
         for lapsed in &swept.lapsed {
             self.log.line(format_args!(

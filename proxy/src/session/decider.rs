@@ -149,6 +149,7 @@ impl Session {
     }
 
     pub(super) fn run_job(&self, job: Job) {
+        self.schedule_flush();
         match job {
             Job::Sampling { raw, key } => self.sampling_request(&raw, body(&raw), key),
             Job::InputRequired { raw, id } => self.input_required(&raw, body(&raw), &id),
