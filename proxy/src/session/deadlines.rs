@@ -10,7 +10,9 @@ impl Session {
         self.new_deadline.swap(false, Ordering::AcqRel)
     }
 
-    /// The earliest deadline of a request or task the client has not answered yet.
+    /// The earliest instant the deadline thread must wake at: a deadline of
+    /// a request or task the client has not answered yet, or the store's
+    /// next flush ([`Session::schedule_flush`]).
     pub fn next_deadline(&self) -> Option<Instant> {
         let flights = lock(&self.state).flights.next_deadline();
         let flush = *lock(&self.flush_at);

@@ -149,10 +149,15 @@ impl Session {
     }
 
     pub(super) fn run_job(&self, job: Job) {
-        self.schedule_flush();
         match job {
-            Job::Sampling { raw, key } => self.sampling_request(&raw, body(&raw), key),
-            Job::InputRequired { raw, id } => self.input_required(&raw, body(&raw), &id),
+            Job::Sampling { raw, key } => {
+                self.schedule_flush();
+                self.sampling_request(&raw, body(&raw), key);
+            }
+            Job::InputRequired { raw, id } => {
+                self.schedule_flush();
+                self.input_required(&raw, body(&raw), &id);
+            }
             Job::Cancelled { raw } => {
                 self.server_cancelled(body(&raw));
                 self.send_client(&raw);

@@ -234,6 +234,7 @@ impl Session {
                 return Err(self.refusal_frame(reply_to, refusal));
             }
             let wrapped = serde_json::json!({ "inputRequests": fresh }).to_string();
+            self.schedule_flush();
             let decisions = match self.engine.decide_input_required(
                 &self.server_id,
                 wrapped.as_bytes(),
