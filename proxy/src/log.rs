@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use mcpolicy_runtime::alert::Alert;
 use mcpolicy_runtime::clock::{Clock, SystemClock, format_rfc3339};
@@ -69,8 +69,10 @@ fn append(path: &Path) -> io::Result<File> {
 
 /// Human-readable diagnostics, one line each, prefixed with the time and the
 /// server id. Write failures are ignored: logging must never stop the proxy.
+/// Clones share the sink (a transport's log and its sessions' write one file).
+#[derive(Clone)]
 pub struct Log {
-    sink: Mutex<Box<dyn Write + Send>>,
+    sink: Arc<Mutex<Box<dyn Write + Send>>>,
     prefix: String,
 }
 
@@ -102,8 +104,17 @@ impl Log {
     /// Logs into any writer (tests).
     pub fn to(sink: Box<dyn Write + Send>, server_id: &str) -> Log {
         Log {
-            sink: Mutex::new(sink),
+            sink: Arc::new(Mutex::new(sink)),
             prefix: format!("mcpc proxy [{server_id}]"),
+        }
+    }
+
+    /// The same sink under another prefix (`mcpc gateway [route]` for one
+    /// gateway route's sessions).
+    pub fn with_prefix(&self, prefix: impl Into<String>) -> Log {
+        Log {
+            sink: Arc::clone(&self.sink),
+            prefix: prefix.into(),
         }
     }
 
@@ -129,8 +140,10 @@ impl Log {
 /// The `--audit` log: one JSON object per line for every decision the proxy
 /// makes or resolves. Each line is flushed to the OS as it is written, so a
 /// `kill -9` of the proxy loses none that were acted on.
+/// Clones share the sink: every session of a gateway writes one file.
+#[derive(Clone)]
 pub struct Audit {
-    sink: Mutex<Box<dyn Write + Send>>,
+    sink: Arc<Mutex<Box<dyn Write + Send>>>,
 }
 
 /// One audit line. `requested`/`applied` hold `includeContext`,
@@ -313,7 +326,7 @@ impl Audit {
     /// Audits into any writer (tests).
     pub fn to(sink: Box<dyn Write + Send>) -> Audit {
         Audit {
-            sink: Mutex::new(sink),
+            sink: Arc::new(Mutex::new(sink)),
         }
     }
 

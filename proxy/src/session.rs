@@ -70,6 +70,74 @@ use decider::{Decider, Job};
 /// A line sink: the child's stdin or the proxy's stdout.
 pub type Sink = Box<dyn Write + Send>;
 
+/// Where a session's frames go: the transport's side of the session
+/// (`docs/spec/transports.md`). The session reads frames its transport
+/// hands it and says here what each side receives; it never touches a
+/// pipe or a socket itself. Each call is one JSON-RPC message: one JSON
+/// text, possibly followed by the line terminator it was read with
+/// ([`frame_text`] drops it). Calls are made in the order the frames must
+/// arrive in, from the thread that read the cause or from the decision
+/// thread, never two at once for one session.
+pub trait Outlet: Send + Sync {
+    /// A message for the server: a frame the client sent, forwarded or
+    /// rewritten, or the proxy's own answer to a server's request.
+    fn to_server(&self, frame: &[u8]);
+    /// A message for the client, in the form no reader splits
+    /// ([`wire::for_readers`]).
+    fn to_client(&self, frame: &[u8]);
+    /// The client's side ended: the server's input closes (a transport
+    /// with no such notion ignores it).
+    fn close_server(&self) {}
+}
+
+/// A frame without its line terminator: the JSON text alone.
+pub fn frame_text(frame: &[u8]) -> &[u8] {
+    body(frame)
+}
+
+/// The stdio transport's outlet: one line per frame, on the child's stdin
+/// and the proxy's stdout.
+struct Lines {
+    to_server: Mutex<Option<Sink>>,
+    to_client: Mutex<Sink>,
+    log: Log,
+}
+
+impl Lines {
+    fn write(sink: &mut dyn Write, text: &[u8]) -> std::io::Result<()> {
+        sink.write_all(text)?;
+        if text.last() != Some(&b'\n') {
+            sink.write_all(b"\n")?;
+        }
+        sink.flush()
+    }
+}
+
+impl Outlet for Lines {
+    fn to_server(&self, frame: &[u8]) {
+        let mut guard = lock(&self.to_server);
+        let Some(sink) = guard.as_mut() else {
+            return;
+        };
+        if let Err(error) = Lines::write(sink.as_mut(), frame) {
+            self.log
+                .line(format_args!("writing to the server failed: {error}"));
+        }
+    }
+
+    fn to_client(&self, frame: &[u8]) {
+        let mut sink = lock(&self.to_client);
+        if let Err(error) = Lines::write(sink.as_mut(), frame) {
+            self.log
+                .line(format_args!("writing to the client failed: {error}"));
+        }
+    }
+
+    fn close_server(&self) {
+        lock(&self.to_server).take();
+    }
+}
+
 /// The `_meta` key under which MCP 2026-07-28 clients declare their
 /// capabilities on each request.
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -339,8 +407,8 @@ pub const STORE_FLUSH_AFTER: Duration = Duration::from_millis(500);
 pub struct Session {
     engine: Engine,
     server_id: String,
-    to_server: Mutex<Option<Sink>>,
-    to_client: Mutex<Sink>,
+    /// Where frames go: the transport ([`Outlet`]).
+    outlet: Box<dyn Outlet>,
     state: Mutex<State>,
     log: Log,
     audit: Option<Audit>,
@@ -378,7 +446,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Session {
-    /// A session deciding for `server_id`, writing to the server and the client.
+    /// A session deciding for `server_id` over stdio: one line per frame,
+    /// written to the server's and the client's sinks.
     pub fn new(
         engine: Engine,
         server_id: impl Into<String>,
@@ -387,11 +456,27 @@ impl Session {
         log: Log,
         audit: Option<Audit>,
     ) -> Session {
+        let lines = Lines {
+            to_server: Mutex::new(Some(to_server)),
+            to_client: Mutex::new(to_client),
+            log: log.clone(),
+        };
+        Session::with_outlet(engine, server_id, Box::new(lines), log, audit)
+    }
+
+    /// A session deciding for `server_id` on any transport: the frames for
+    /// either side go to `outlet`.
+    pub fn with_outlet(
+        engine: Engine,
+        server_id: impl Into<String>,
+        outlet: Box<dyn Outlet>,
+        log: Log,
+        audit: Option<Audit>,
+    ) -> Session {
         Session {
             engine,
             server_id: server_id.into(),
-            to_server: Mutex::new(Some(to_server)),
-            to_client: Mutex::new(to_client),
+            outlet,
             state: Mutex::new(State::default()),
             log,
             audit,
@@ -434,35 +519,15 @@ impl Session {
         ClientContext::with_sampling_context(self.sampling_context.load(Ordering::Relaxed))
     }
 
-    fn write(&self, sink: &mut dyn Write, text: &[u8]) -> std::io::Result<()> {
-        sink.write_all(text)?;
-        if text.last() != Some(&b'\n') {
-            sink.write_all(b"\n")?;
-        }
-        sink.flush()
-    }
-
     fn send_server(&self, text: &[u8]) {
-        let mut guard = lock(&self.to_server);
-        let Some(sink) = guard.as_mut() else {
-            return;
-        };
-        if let Err(error) = self.write(sink.as_mut(), text) {
-            self.log
-                .line(format_args!("writing to the server failed: {error}"));
-        }
+        self.outlet.to_server(text);
     }
 
     /// Writes one line to the client, in the form no client reader splits
     /// (`wire::for_readers`): every line the proxy forwards or writes is one
     /// JSON text it read or made, so the rewrite keeps its value.
     fn send_client(&self, text: &[u8]) {
-        let text = for_readers_line(text);
-        let mut sink = lock(&self.to_client);
-        if let Err(error) = self.write(sink.as_mut(), &text) {
-            self.log
-                .line(format_args!("writing to the client failed: {error}"));
-        }
+        self.outlet.to_client(&for_readers_line(text));
     }
 
     /// Answers the server's last line with a JSON-RPC error (id `null`)
@@ -531,7 +596,7 @@ impl Session {
 
     /// The client closed its side: close the server's stdin so it can exit.
     pub fn close_server_input(&self) {
-        lock(&self.to_server).take();
+        self.outlet.close_server();
     }
 
     /// Shows an alert the engine raised: a warning in the log and an
