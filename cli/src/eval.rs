@@ -210,9 +210,10 @@ pub fn run(args: Args) -> ExitCode {
             }
         },
     };
-    let params = grant.params(&request.params);
-    // The params moved into the envelope, not serialised into a copy (a
-    // request of a million hints is held once).
+    // The trims applied to the params in place, and the params moved into
+    // the envelope, never copied (a request of a million hints is held once).
+    let mut params = request.params;
+    grant.lowered().apply(&mut params);
     let out = match &request.id {
         Some(id) => {
             let mut envelope = Map::new();

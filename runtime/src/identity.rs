@@ -108,6 +108,16 @@ pub fn write_identity_payload<F: AsRef<str>>(
     fields: &[F],
     out: &mut impl Sink,
 ) {
+    write_payload_of(fields, |field| params.get(field), out);
+}
+
+/// [`write_identity_payload`] with each field's value as `value_of` gives
+/// it (`None`: `null`).
+fn write_payload_of<'a, F: AsRef<str>>(
+    fields: &'a [F],
+    value_of: impl Fn(&str) -> Option<&'a Value>,
+    out: &mut impl Sink,
+) {
     static NULL: Value = Value::Null;
     let mut entries: Vec<Entry<'_>> = fields
         .iter()
@@ -116,7 +126,7 @@ pub fn write_identity_payload<F: AsRef<str>>(
             Entry {
                 key: nfc(field),
                 raw: field,
-                value: params.get(field).unwrap_or(&NULL),
+                value: value_of(field).unwrap_or(&NULL),
             }
         })
         .collect();
@@ -169,9 +179,18 @@ pub fn request_identity<F: AsRef<str>>(
     fields: &[F],
 ) -> RequestIdentity {
     // Server ids key stored decisions in NFC, like every string of the payload.
+    identity_of(server_id, fields, |field| params.get(field))
+}
+
+/// [`request_identity`] with each field's value as `value_of` gives it.
+fn identity_of<'a, F: AsRef<str>>(
+    server_id: &str,
+    fields: &'a [F],
+    value_of: impl Fn(&str) -> Option<&'a Value>,
+) -> RequestIdentity {
     let server_id = &*crate::glob::nfc(server_id);
     let mut hasher = Sha256::new();
-    write_identity_payload(params, fields, &mut hasher);
+    write_payload_of(fields, value_of, &mut hasher);
     let digest = hasher.finalize();
 
     let mut text = String::with_capacity(server_id.len() + 33);
@@ -195,8 +214,15 @@ pub fn refusal_key<F: AsRef<str>>(
     params: &Map<String, Value>,
     fields: &[F],
 ) -> RequestIdentity {
-    let normal = presentation_normal(params, fields);
-    request_identity(server_id, &normal, fields)
+    // The normal form borrows every part of `params` already normal: a
+    // request as most clients write it is hashed without a copy.
+    let normal = normal_fields(params, fields);
+    identity_of(server_id, fields, |field| {
+        normal
+            .iter()
+            .find(|(name, _)| *name == field)
+            .map(|(_, value)| &**value)
+    })
 }
 
 /// The identity fields of `params` in presentation-normal form
@@ -207,9 +233,24 @@ pub fn presentation_normal<F: AsRef<str>>(
     params: &Map<String, Value>,
     fields: &[F],
 ) -> Map<String, Value> {
-    let mut out = Map::new();
+    normal_fields(params, fields)
+        .into_iter()
+        .map(|(field, value)| (field.to_owned(), value.into_owned()))
+        .collect()
+}
+
+/// The fields of [`presentation_normal`], each borrowed from `params`
+/// wherever it is already normal; a field listed twice appears once.
+fn normal_fields<'a, F: AsRef<str>>(
+    params: &'a Map<String, Value>,
+    fields: &'a [F],
+) -> Vec<(&'a str, Cow<'a, Value>)> {
+    let mut out: Vec<(&str, Cow<'_, Value>)> = Vec::with_capacity(fields.len());
     for field in fields {
         let field = field.as_ref();
+        if out.iter().any(|(name, _)| *name == field) {
+            continue;
+        }
         let Some(value) = params.get(field) else {
             continue;
         };
@@ -219,16 +260,43 @@ pub fn presentation_normal<F: AsRef<str>>(
             "includeContext" => match value {
                 // `none` is what an absent `includeContext` means.
                 Value::String(scope) if scope == "none" => None,
-                other => Some(other.clone()),
+                other => Some(Cow::Borrowed(other)),
             },
             "modelPreferences" => normal_preferences(value),
-            _ => Some(value.clone()),
+            _ => Some(Cow::Borrowed(value)),
         };
         if let Some(normal) = normal {
-            out.insert(field.to_owned(), normal);
+            out.push((field, normal));
         }
     }
     out
+}
+
+/// `items` normalised by `normal`: borrowed when every item is.
+fn normal_items<'a>(
+    whole: &'a Value,
+    items: &'a [Value],
+    normal: impl Fn(&'a Value) -> Cow<'a, Value>,
+) -> Cow<'a, Value> {
+    let mut changed: Option<Vec<Value>> = None;
+    for (at, item) in items.iter().enumerate() {
+        let normal = normal(item);
+        let same = unchanged(&normal, item);
+        match &mut changed {
+            None if same => {}
+            None => {
+                let mut out = Vec::with_capacity(items.len());
+                out.extend(items[..at].iter().cloned());
+                out.push(normal.into_owned());
+                changed = Some(out);
+            }
+            Some(out) => out.push(normal.into_owned()),
+        }
+    }
+    match changed {
+        None => Cow::Borrowed(whole),
+        Some(out) => Cow::Owned(Value::Array(out)),
+    }
 }
 
 /// Domain tag of the approval key's hash: no refusal payload (a canonical
@@ -252,12 +320,14 @@ pub fn approval_key(server_id: &str, forwarded: &Map<String, Value>) -> RequestI
     let server_id = &*crate::glob::nfc(server_id);
     let mut hasher = Sha256::new();
     Digest::update(&mut hasher, APPROVAL_TAG);
-    let covered: Map<String, Value> = forwarded
-        .iter()
-        .filter(|(key, _)| !matches!(key.as_str(), "_meta" | "task"))
-        .map(|(key, value)| (key.clone(), value.clone()))
+    // The covered members written in place: a request of a million hints
+    // is not copied to be hashed.
+    let covered: Vec<&str> = forwarded
+        .keys()
+        .map(String::as_str)
+        .filter(|key| !matches!(*key, "_meta" | "task"))
         .collect();
-    write_canonical(&Value::Object(covered), &mut hasher);
+    write_payload_of(&covered, |key| forwarded.get(key), &mut hasher);
     let digest = hasher.finalize();
     let mut text = String::with_capacity(server_id.len() + 1 + APPROVAL_KEY_MARK.len() + 32);
     text.push_str(server_id);
@@ -329,52 +399,91 @@ pub fn is_default_ignorable(c: char) -> bool {
             .is_ok()
 }
 
-/// Every string in `value` as [`presentation_text`] (keys kept as written).
-fn normal_strings(value: &Value) -> Value {
+/// Every string in `value` as [`presentation_text`] (keys kept as
+/// written); borrowed when every string already is.
+fn normal_strings(value: &Value) -> Cow<'_, Value> {
     match value {
-        Value::String(text) => Value::String(presentation_text(text).into_owned()),
-        Value::Array(items) => Value::Array(items.iter().map(normal_strings).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, item)| (key.clone(), normal_strings(item)))
-                .collect(),
-        ),
-        other => other.clone(),
+        Value::String(text) => match presentation_text(text) {
+            Cow::Borrowed(same) if same.len() == text.len() => Cow::Borrowed(value),
+            other => Cow::Owned(Value::String(other.into_owned())),
+        },
+        Value::Array(items) => normal_items(value, items, normal_strings),
+        Value::Object(map) => {
+            normal_members(value, map, |_| true, |_, item| Some(normal_strings(item)))
+        }
+        other => Cow::Borrowed(other),
     }
+}
+
+/// The members of `map` that `keep` keeps, each normalised by `normal`
+/// (`None`: left out): borrowed when every member is kept and unchanged.
+fn normal_members<'a>(
+    whole: &'a Value,
+    map: &'a Map<String, Value>,
+    keep: impl Fn(&str) -> bool,
+    normal: impl Fn(&str, &'a Value) -> Option<Cow<'a, Value>>,
+) -> Cow<'a, Value> {
+    let mut borrowed = true;
+    let mut members: Vec<(&'a String, Cow<'a, Value>)> = Vec::with_capacity(map.len());
+    for (key, item) in map {
+        if !keep(key) {
+            borrowed = false;
+            continue;
+        }
+        match normal(key, item) {
+            None => borrowed = false,
+            Some(normal) => {
+                borrowed &= unchanged(&normal, item);
+                members.push((key, normal));
+            }
+        }
+    }
+    if borrowed {
+        return Cow::Borrowed(whole);
+    }
+    Cow::Owned(Value::Object(
+        members
+            .into_iter()
+            .map(|(key, item)| (key.clone(), item.into_owned()))
+            .collect(),
+    ))
+}
+
+/// Whether `normal` is `original` itself, unchanged (a normaliser may
+/// also borrow a part of its input, which is a change of shape).
+#[allow(clippy::ptr_arg, reason = "whether the Cow borrows is the question asked")]
+fn unchanged(normal: &Cow<'_, Value>, original: &Value) -> bool {
+    matches!(normal, Cow::Borrowed(same) if std::ptr::eq(*same, original))
 }
 
 /// `messages`: each message's `role` and `content` (its `_meta` and any
 /// member the schema does not define left out); a content list of one
 /// block is that block.
-fn normal_messages(value: &Value) -> Value {
+fn normal_messages(value: &Value) -> Cow<'_, Value> {
     let Value::Array(messages) = value else {
         return normal_strings(value);
     };
-    Value::Array(
-        messages
-            .iter()
-            .map(|message| match message {
-                Value::Object(map) => {
-                    let mut out = Map::new();
-                    if let Some(role) = map.get("role") {
-                        out.insert("role".to_owned(), normal_strings(role));
-                    }
-                    if let Some(content) = map.get("content") {
-                        out.insert("content".to_owned(), normal_content(content));
-                    }
-                    Value::Object(out)
-                }
-                other => normal_strings(other),
-            })
-            .collect(),
-    )
+    normal_items(value, messages, |message| match message {
+        Value::Object(map) => normal_members(
+            message,
+            map,
+            |key| matches!(key, "role" | "content"),
+            |key, item| {
+                Some(match key {
+                    "role" => normal_strings(item),
+                    _ => normal_content(item),
+                })
+            },
+        ),
+        other => normal_strings(other),
+    })
 }
 
 /// A message's `content`: one block, or a list of blocks.
-fn normal_content(value: &Value) -> Value {
+fn normal_content(value: &Value) -> Cow<'_, Value> {
     match value {
         Value::Array(blocks) if blocks.len() == 1 => normal_block(&blocks[0]),
-        Value::Array(blocks) => Value::Array(blocks.iter().map(normal_block).collect()),
+        Value::Array(blocks) => normal_items(value, blocks, normal_block),
         other => normal_block(other),
     }
 }
@@ -387,7 +496,7 @@ fn normal_content(value: &Value) -> Value {
 /// does not define are left out; `isError: false` is the default. A block
 /// of a type this runtime does not know keeps every member but `_meta` and
 /// `annotations`.
-fn normal_block(value: &Value) -> Value {
+fn normal_block(value: &Value) -> Cow<'_, Value> {
     let Value::Object(block) = value else {
         return normal_strings(value);
     };
@@ -400,37 +509,34 @@ fn normal_block(value: &Value) -> Value {
         Some("resource_link") => &["type", "uri", "name", "title", "description", "mimeType"],
         _ => &[],
     };
-    let mut out = Map::new();
-    for (key, item) in block {
-        let keep = if kept.is_empty() {
-            !matches!(key.as_str(), "_meta" | "annotations")
-        } else {
-            kept.contains(&key.as_str())
-        };
-        if !keep {
-            continue;
-        }
-        let normal = match key.as_str() {
-            "content" if kept.contains(&"isError") => match item {
-                Value::Array(blocks) => Value::Array(blocks.iter().map(normal_block).collect()),
+    normal_members(
+        value,
+        block,
+        |key| {
+            if kept.is_empty() {
+                !matches!(key, "_meta" | "annotations")
+            } else {
+                kept.contains(&key)
+            }
+        },
+        |key, item| match key {
+            "content" if kept.contains(&"isError") => Some(match item {
+                Value::Array(blocks) => normal_items(item, blocks, normal_block),
                 other => normal_block(other),
-            },
-            "isError" if *item == Value::Bool(false) => continue,
-            "resource" => match item {
-                Value::Object(resource) => Value::Object(
-                    resource
-                        .iter()
-                        .filter(|(k, _)| matches!(k.as_str(), "uri" | "mimeType" | "text" | "blob"))
-                        .map(|(k, v)| (k.clone(), normal_strings(v)))
-                        .collect(),
+            }),
+            "isError" if *item == Value::Bool(false) => None,
+            "resource" => Some(match item {
+                Value::Object(resource) => normal_members(
+                    item,
+                    resource,
+                    |k| matches!(k, "uri" | "mimeType" | "text" | "blob"),
+                    |_, v| Some(normal_strings(v)),
                 ),
                 other => normal_strings(other),
-            },
-            _ => normal_strings(item),
-        };
-        out.insert(key.clone(), normal);
-    }
-    Value::Object(out)
+            }),
+            _ => Some(normal_strings(item)),
+        },
+    )
 }
 
 /// `modelPreferences`: the hints' names, in order. The priorities are
@@ -438,34 +544,30 @@ fn normal_block(value: &Value) -> Value {
 /// apart would otherwise be two requests), and so are `_meta` and members
 /// the schema does not define. `hints: []` and `{}` are what an absent
 /// field means: `None`.
-fn normal_preferences(value: &Value) -> Option<Value> {
+fn normal_preferences(value: &Value) -> Option<Cow<'_, Value>> {
     let Value::Object(preferences) = value else {
         return Some(normal_strings(value));
     };
-    let mut out = Map::new();
-    match preferences.get("hints") {
-        Some(Value::Array(hints)) if hints.is_empty() => {}
-        Some(Value::Array(hints)) => {
-            let hints = hints
-                .iter()
-                .map(|hint| match hint {
-                    Value::Object(hint) => Value::Object(
-                        hint.get("name")
-                            .map(|name| ("name".to_owned(), normal_strings(name)))
-                            .into_iter()
-                            .collect(),
-                    ),
-                    other => normal_strings(other),
-                })
-                .collect();
-            out.insert("hints".to_owned(), Value::Array(hints));
-        }
-        Some(other) => {
-            out.insert("hints".to_owned(), normal_strings(other));
-        }
-        None => {}
+    let given = preferences.get("hints")?;
+    let hints = match given {
+        Value::Array(hints) if hints.is_empty() => return None,
+        Value::Array(hints) => normal_items(given, hints, |hint| match hint {
+            Value::Object(map) => normal_members(
+                hint,
+                map,
+                |key| key == "name",
+                |_, name| Some(normal_strings(name)),
+            ),
+            other => normal_strings(other),
+        }),
+        other => normal_strings(other),
+    };
+    if preferences.len() == 1 && unchanged(&hints, given) {
+        return Some(Cow::Borrowed(value));
     }
-    (!out.is_empty()).then_some(Value::Object(out))
+    let mut out = Map::new();
+    out.insert("hints".to_owned(), hints.into_owned());
+    Some(Cow::Owned(Value::Object(out)))
 }
 
 /// One member of an object being written: its NFC key, original key, value.
