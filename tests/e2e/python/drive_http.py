@@ -41,12 +41,18 @@ class SlowUser(User):
         return await super().__call__(context, params)
 
 
-def wait_for_line(path: str, pattern: str, process: subprocess.Popen, what: str) -> re.Match:
-    """Waits until a line of `path` matches `pattern` (the process still running)."""
+def size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def wait_for_line(path: str, pattern: str, process: subprocess.Popen, what: str, start: int = 0) -> re.Match:
+    """Waits until a line of `path` written past `start` matches `pattern`
+    (the process still running)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if os.path.exists(path):
             with open(path, encoding="utf-8", errors="replace") as file:
+                file.seek(start)
                 for line in file:
                     match = re.search(pattern, line)
                     if match:
@@ -76,10 +82,12 @@ class Gateway:
         ]
         for name in ROUTES:
             command += ["--route", f"{name}={self.upstream}"]
+        # The log is shared with an earlier gateway: only what this one writes.
+        start = size(self.args.log)
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.stderr)
         pattern = r"listening on (http://\S+)"
         try:
-            match = wait_for_line(self.args.log, pattern, self.process, "mcpc gateway")
+            match = wait_for_line(self.args.log, pattern, self.process, "mcpc gateway", start)
         except SystemExit:
             match = wait_for_line(self.stderr.name, pattern, self.process, "mcpc gateway")
         self.base = match.group(1).rstrip("/")
