@@ -104,6 +104,10 @@ fn gateway(dir: &Path, upstream: &str) -> (Killed, String) {
     (child, base.trim_end_matches('/').to_owned())
 }
 
+/// The length of the time a results directory's name ends with
+/// (`-2026-12-05T09-05-41-148Z`).
+const TIME_SUFFIX: usize = "-2026-12-05T09-05-41-148Z".len();
+
 /// Every check of every scenario the suite ran against `url`: scenario →
 /// (check id, status, error message), in the order the suite wrote them.
 fn conformance(node: &str, url: &str) -> BTreeMap<String, Vec<(String, String, String)>> {
@@ -127,12 +131,11 @@ fn conformance(node: &str, url: &str) -> BTreeMap<String, Vec<(String, String, S
     for entry in entries {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().into_owned();
-        // `server-NAME-2026-12-05T09-05-41-148Z`: the scenario without its time.
+        // `server-NAME-2026-12-05T09-05-41-148Z`: the scenario without its
+        // time (a fixed 25 characters).
         let scenario = name
-            .rsplitn(2, "-20")
-            .nth(1)
+            .get(..name.len().saturating_sub(TIME_SUFFIX))
             .unwrap_or(&name)
-            .trim_start_matches("server-")
             .to_owned();
         let checks: Vec<Value> =
             serde_json::from_slice(&std::fs::read(entry.path().join("checks.json")).unwrap())
