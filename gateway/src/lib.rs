@@ -49,10 +49,10 @@ pub struct Route {
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// A `--route` that is not `NAME=URL`, or a bad name.
-    #[error("[gateway.route] {0}")]
+    #[error("gateway.route: {0}")]
     Route(String),
     /// The listen address cannot be bound.
-    #[error("[gateway.listen] cannot listen on {addr}: {source}")]
+    #[error("gateway.listen: cannot listen on {addr}: {source}")]
     Listen {
         /// The address.
         addr: SocketAddr,
@@ -60,10 +60,10 @@ pub enum GatewayError {
         source: std::io::Error,
     },
     /// The async runtime or the TLS roots could not be set up.
-    #[error("[gateway.runtime] {0}")]
+    #[error("gateway.runtime: {0}")]
     Runtime(String),
     /// An `--allow-origin` that is not an origin.
-    #[error("[gateway.origin] {0}")]
+    #[error("gateway.origin: {0}")]
     Origin(String),
 }
 
