@@ -116,10 +116,16 @@ struct FileConfig {
 fn read_config(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("gateway.config: cannot read {}: {e}", path.display()))?;
-    let mut config: FileConfig = toml::from_str(&text)
-        .map_err(|e| format!("gateway.config: {}: {e}", path.display()))?;
+    let mut config: FileConfig =
+        toml::from_str(&text).map_err(|e| format!("gateway.config: {}: {e}", path.display()))?;
     let dir = path.parent().unwrap_or(Path::new(""));
-    let near = |p: &Path| if p.is_relative() { dir.join(p) } else { p.to_owned() };
+    let near = |p: &Path| {
+        if p.is_relative() {
+            dir.join(p)
+        } else {
+            p.to_owned()
+        }
+    };
     config.policy = config
         .policy
         .map(|p| near(Path::new(&p)).to_string_lossy().into_owned());
@@ -190,7 +196,9 @@ fn settings(args: &Args, file: &FileConfig) -> Result<(Config, String), String> 
         )?,
         max_event: positive(
             "--max-event",
-            args.max_event.or(file.max_event).unwrap_or(defaults.max_event),
+            args.max_event
+                .or(file.max_event)
+                .unwrap_or(defaults.max_event),
         )?,
         max_header_bytes: args
             .max_header_bytes
@@ -252,7 +260,9 @@ pub fn run(args: Args) -> ExitCode {
         Ok(loaded) => loaded,
         Err(LoadFailure::Usage(message)) => return fail(message),
         Err(LoadFailure::Findings) => {
-            return fail(format!("{policy_path} has errors; not starting the gateway"));
+            return fail(format!(
+                "{policy_path} has errors; not starting the gateway"
+            ));
         }
     };
     let store_spec = match args

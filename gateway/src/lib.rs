@@ -197,5 +197,25 @@ pub fn run(
         .thread_name("gateway")
         .build()
         .map_err(|e| GatewayError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    runtime.block_on(server::serve(config, engine, log, audit, ready))
+    runtime.block_on(server::serve(
+        config,
+        engine,
+        log,
+        audit,
+        ready,
+        server::stop_signal(),
+    ))
+}
+
+/// [`run`] until `stop` completes instead of a signal (tests, embedders):
+/// on the caller's tokio runtime.
+pub async fn serve_until(
+    config: Config,
+    engine: Engine,
+    log: Log,
+    audit: Option<Audit>,
+    ready: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), GatewayError> {
+    server::serve(config, engine, log, audit, ready, stop).await
 }

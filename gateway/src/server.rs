@@ -64,6 +64,7 @@ pub(crate) async fn serve(
     log: Log,
     audit: Option<Audit>,
     ready: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), GatewayError> {
     let listener =
         TcpListener::bind(config.listen)
@@ -121,7 +122,6 @@ pub(crate) async fn serve(
             }
         });
     }
-    let stop = stop_signal();
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -177,7 +177,7 @@ pub(crate) async fn serve(
 }
 
 /// SIGINT or SIGTERM.
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -329,11 +329,14 @@ async fn post(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respon
     let id = probe.as_ref().and_then(|p| p.id.clone());
     let is_request = method.is_some() && id.is_some();
     let sid = session_id_of(&parts);
-    let (sess, pending) = match &sid {
-        Some(sid) => (gw.session_for(route, sid), false),
+    let (sess, pending, created) = match &sid {
+        Some(sid) => {
+            let (sess, created) = gw.session_for(route, sid);
+            (sess, false, created)
+        }
         // `initialize` (or a stateless server's message): filed once the
         // upstream's answer says under which id.
-        None => (gw.new_session(route), true),
+        None => (gw.new_session(route), true, false),
     };
     sess.remember(&parts.headers);
     if method.is_none()
@@ -430,12 +433,18 @@ async fn post(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respon
             }
             _ => {}
         }
-    } else if status == StatusCode::NOT_FOUND
-        && let Some(sid) = &sid
+    } else if let Some(sid) = &sid
         && !sess.is_minted()
+        && (status == StatusCode::NOT_FOUND || (created && status.is_client_error()))
     {
-        gw.end(&route.name, sid, "the server answered 404 for it")
-            .await;
+        // The server ended the session, or never knew the id the gateway
+        // just filed: the gateway forgets it too.
+        gw.end(
+            &route.name,
+            sid,
+            &format!("the server answered {status} for it"),
+        )
+        .await;
     }
     let mut response = respond(gw, &sess, response, &parts, id.as_ref(), false, permit).await;
     if let Some(minted) = minted
@@ -530,9 +539,9 @@ fn passthrough(response: Response<Incoming>) -> Response<Body> {
 async fn get(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Response<Body> {
     let sid = session_id(&request);
     let (parts, _) = request.into_parts();
-    let sess = match &sid {
+    let (sess, created) = match &sid {
         Some(sid) => gw.session_for(route, sid),
-        None => gw.new_session(route),
+        None => (gw.new_session(route), false),
     };
     sess.remember(&parts.headers);
     if sess.is_minted() {
@@ -559,11 +568,16 @@ async fn get(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respons
         Ok(response) => response,
         Err(error) => return bad_gateway(&sess, &error, None),
     };
-    if response.status() == StatusCode::NOT_FOUND
-        && let Some(sid) = &sid
+    let status = response.status();
+    if let Some(sid) = &sid
+        && (status == StatusCode::NOT_FOUND || (created && status.is_client_error()))
     {
-        gw.end(&route.name, sid, "the server answered 404 for it")
-            .await;
+        gw.end(
+            &route.name,
+            sid,
+            &format!("the server answered {status} for it"),
+        )
+        .await;
     }
     respond(gw, &sess, response, &parts, None, true, Some(permit)).await
 }

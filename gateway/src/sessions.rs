@@ -273,11 +273,12 @@ impl Gw {
     }
 
     /// The session `id` names on `route`, created lazily when the gateway
-    /// has not seen it (after a restart, a live session still decides).
-    pub fn session_for(self: &Arc<Self>, route: &Route, id: &str) -> Arc<Sess> {
+    /// has not seen it (after a restart, a live session still decides);
+    /// whether it was created now.
+    pub fn session_for(self: &Arc<Self>, route: &Route, id: &str) -> (Arc<Sess>, bool) {
         let key = (route.name.clone(), id.to_owned());
         if let Some(sess) = lock(&self.sessions).get(&key) {
-            return Arc::clone(sess);
+            return (Arc::clone(sess), false);
         }
         let sess = self.new_session(route);
         sess.set_id(id, id.starts_with(MINTED_PREFIX));
@@ -285,14 +286,14 @@ impl Gw {
         let entry = sessions.entry(key).or_insert_with(|| Arc::clone(&sess));
         if !Arc::ptr_eq(entry, &sess) {
             // Another request created it first.
-            return Arc::clone(entry);
+            return (Arc::clone(entry), false);
         }
         sess.log.line(format_args!(
             "session {} on route {}: deciding from here on",
             short(id),
             route.name
         ));
-        sess
+        (sess, true)
     }
 
     /// Files a session under the id the upstream assigned (or the gateway
