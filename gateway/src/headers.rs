@@ -1,6 +1,6 @@
 //! Which headers pass, and the MCP transport's DNS-rebinding rules
-//! (`Origin` and `Host`): pure functions, tested here and through the
-//! binary (`gateway/tests/e2e.rs`).
+//! (`Origin` and `Host`): pure functions, tested here and through a
+//! running gateway (`gateway/tests/hostile_upstream.rs`).
 
 use std::net::SocketAddr;
 

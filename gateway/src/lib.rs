@@ -30,7 +30,7 @@ use mcpolicy_runtime::Engine;
 
 /// The longest SSE event's data (or JSON response body) the gateway reads
 /// from an upstream, by default (4 MiB). A longer one is dropped, answered
-/// to the server with -32600, and logged (`gateway/README.md`, "Limits").
+/// to the server with -32600, and logged (`gateway/README.md`, "Defences and limits").
 pub const MAX_EVENT: usize = 4 << 20;
 
 /// One upstream MCP server: the path segment and server id `name`, and the
