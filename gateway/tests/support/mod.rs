@@ -53,11 +53,14 @@ impl hyper::body::Body for Chunks {
     }
 }
 
+/// One request the upstream received: method, headers (name, value), body.
+pub type Received = (String, Vec<(String, String)>, Vec<u8>);
+
 /// What the upstream does.
 #[derive(Default)]
 pub struct Upstream {
     /// Every request it received: method, headers (name → value), body.
-    pub received: Mutex<Vec<(String, Vec<(String, String)>, Vec<u8>)>>,
+    pub received: Mutex<Vec<Received>>,
     /// The SSE chunks it answers the next `tools/call` with.
     pub script: Mutex<Vec<Vec<u8>>>,
     /// Assign `Mcp-Session-Id: s1` on `initialize` (false: a stateless server).
