@@ -36,6 +36,7 @@ defaults {
 }
 
 server "tiny" { max_input 16 B }
+server "slow" { deadline 300ms }
 "#;
 
 /// A body fed chunk by chunk (the hostile upstream's SSE, split on purpose).
@@ -65,6 +66,8 @@ pub struct Upstream {
     pub script: Mutex<Vec<Vec<u8>>>,
     /// Assign `Mcp-Session-Id: s1` on `initialize` (false: a stateless server).
     pub stateful: bool,
+    /// Keep a `tools/call` stream open this long after its last chunk.
+    pub hold: Duration,
 }
 
 impl Upstream {
@@ -98,16 +101,38 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 
 async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Response<Body> {
     let method = request.method().to_string();
-    let headers: Vec<(String, String)> = request
+    let path = request.uri().path().to_owned();
+    let mut headers: Vec<(String, String)> = request
         .headers()
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
         .collect();
+    headers.push((":path".into(), path.clone()));
+    let unauthorized = request
+        .headers()
+        .get("authorization")
+        .is_some_and(|v| v == "Bearer bad");
     let body = request.into_body().collect().await.unwrap().to_bytes();
     up.received
         .lock()
         .unwrap()
         .push((method.clone(), headers, body.to_vec()));
+    if unauthorized {
+        return Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header(
+                "www-authenticate",
+                "Bearer resource_metadata=\"http://upstream/.well-known/oauth-protected-resource/mcp\"",
+            )
+            .body(full(""))
+            .unwrap();
+    }
+    if path.starts_with("/.well-known/") {
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(full(format!("{{\"served\":\"{path}\"}}")))
+            .unwrap();
+    }
     if method != "POST" {
         let mut response = Response::new(full(""));
         *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -129,6 +154,7 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
         Some("tools/call") => {
             let chunks = std::mem::take(&mut *up.script.lock().unwrap());
             let (tx, rx) = mpsc::channel(4);
+            let hold = up.hold;
             tokio::spawn(async move {
                 for chunk in chunks {
                     if tx.send(Bytes::from(chunk)).await.is_err() {
@@ -137,6 +163,7 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
                     // Each chunk its own read at the gateway.
                     tokio::time::sleep(Duration::from_millis(15)).await;
                 }
+                tokio::time::sleep(hold).await;
             });
             Response::builder()
                 .header("content-type", "text/event-stream")
@@ -210,7 +237,7 @@ impl SharedLog {
     }
 }
 
-/// Starts a gateway with routes `h` and `tiny` to `upstream`.
+/// Starts a gateway with routes `h`, `tiny` and `slow` to `upstream`.
 pub async fn start_gateway(upstream: SocketAddr, limits: Limits) -> Gateway {
     let db = Database::default();
     let source = SourceText::new(&db, "t.mcpolicy".into(), POLICY.into());
@@ -223,6 +250,7 @@ pub async fn start_gateway(upstream: SocketAddr, limits: Limits) -> Gateway {
         routes: vec![
             Route::new("h", &url).unwrap(),
             Route::new("tiny", &url).unwrap(),
+            Route::new("slow", &url).unwrap(),
         ],
         allow_origins: Vec::new(),
         limits,
