@@ -130,6 +130,13 @@ fn read_config(path: &Path) -> Result<FileConfig, String> {
         .policy
         .map(|p| near(Path::new(&p)).to_string_lossy().into_owned());
     config.audit = config.audit.as_deref().map(near);
+    config.store = config.store.map(|spec| {
+        if mcpolicy_store_postgres::StoreSpec::looks_like_postgres(&spec) || spec.contains("://") {
+            spec
+        } else {
+            near(Path::new(&spec)).to_string_lossy().into_owned()
+        }
+    });
     config.log = config.log.as_deref().map(near);
     Ok(config)
 }
