@@ -94,6 +94,26 @@ pub(crate) fn post_all(
     });
 }
 
+/// Answers the server for a message too long to read (`what`: an event, a
+/// body), as the stdio proxy answers a line over its bound.
+async fn refuse_overlong(
+    gw: &Arc<Gw>,
+    sess: &Arc<Sess>,
+    what: &'static str,
+    authorization: Option<HeaderValue>,
+) {
+    let max = gw.limits.max_event;
+    let captured = sess
+        .call(move |session| {
+            session.reject_server_line(
+                jsonrpc::INVALID_REQUEST,
+                &format!("Invalid frame from the server: {what} longer than {max} bytes"),
+            );
+        })
+        .await;
+    post_all(gw, sess, captured.to_server, authorization);
+}
+
 /// Relays an upstream SSE response: returns the client's response at once
 /// and pumps the events into it on a task of its own.
 pub(crate) fn sse(
@@ -174,19 +194,11 @@ async fn event(
     match item {
         Item::Retry(retry) => sse::write_retry(&mut out, &retry),
         Item::Overlong { id } => {
-            let max = gw.limits.max_event;
             sess.log.line(format_args!(
-                "server sent an event over {max} bytes; dropped and answered -32600"
+                "server sent an event over {} bytes; dropped and answered -32600",
+                gw.limits.max_event
             ));
-            let captured = sess
-                .call(move |session| {
-                    session.reject_server_line(
-                        jsonrpc::INVALID_REQUEST,
-                        &format!("Invalid frame from the server: an event longer than {max} bytes"),
-                    );
-                })
-                .await;
-            post_all(gw, sess, captured.to_server, authorization.clone());
+            refuse_overlong(gw, sess, "an event", authorization.clone()).await;
             // Its id still moves the client's last event id.
             if let Some(id) = id {
                 sse::write_event(&mut out, Some(&id), None, None);
@@ -197,10 +209,15 @@ async fn event(
                 sse::write_event(&mut out, event.id.as_deref(), event.event.as_deref(), None);
                 return out;
             };
-            if let Some(key) = request_key(&data) {
+            let key = request_key(&data);
+            let frames = from_server(gw, sess, data, authorization.clone()).await;
+            if let Some(key) = key
+                && !frames.is_empty()
+            {
+                // Forwarded: what the session later says about this request
+                // (a deadline's cancellation) goes to this stream.
                 sess.routed(key, stream);
             }
-            let frames = from_server(gw, sess, data, authorization.clone()).await;
             let last = frames.len().checked_sub(1);
             for (i, frame) in frames.iter().enumerate() {
                 // The id goes with the last frame: a client resuming from it
@@ -240,15 +257,7 @@ pub(crate) async fn json(
             sess.log.line(format_args!(
                 "the server's JSON response could not be read or is over {max} bytes ({error}); answered -32600"
             ));
-            let captured = sess
-                .call(move |session| {
-                    session.reject_server_line(
-                        jsonrpc::INVALID_REQUEST,
-                        &format!("Invalid frame from the server: a body longer than {max} bytes"),
-                    );
-                })
-                .await;
-            post_all(gw, sess, captured.to_server, authorization);
+            refuse_overlong(gw, sess, "a body", authorization).await;
             return jsonrpc_error(
                 StatusCode::BAD_GATEWAY,
                 request_id,

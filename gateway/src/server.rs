@@ -435,16 +435,8 @@ async fn post(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respon
         }
     } else if let Some(sid) = &sid
         && !sess.is_minted()
-        && (status == StatusCode::NOT_FOUND || (created && status.is_client_error()))
     {
-        // The server ended the session, or never knew the id the gateway
-        // just filed: the gateway forgets it too.
-        gw.end(
-            &route.name,
-            sid,
-            &format!("the server answered {status} for it"),
-        )
-        .await;
+        forget_if_unknown(gw, route, sid, created, status).await;
     }
     let mut response = respond(gw, &sess, response, &parts, id.as_ref(), false, permit).await;
     if let Some(minted) = minted
@@ -453,6 +445,19 @@ async fn post(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respon
         response.headers_mut().insert("mcp-session-id", value);
     }
     response
+}
+
+/// The server ended the session (404), or never knew the id the gateway
+/// just filed for it (`created`, any 4xx): the gateway forgets it too.
+async fn forget_if_unknown(gw: &Gw, route: &Route, sid: &str, created: bool, status: StatusCode) {
+    if status == StatusCode::NOT_FOUND || (created && status.is_client_error()) {
+        gw.end(
+            &route.name,
+            sid,
+            &format!("the server answered {status} for it"),
+        )
+        .await;
+    }
 }
 
 fn session_id_of(parts: &hyper::http::request::Parts) -> Option<String> {
@@ -568,16 +573,8 @@ async fn get(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respons
         Ok(response) => response,
         Err(error) => return bad_gateway(&sess, &error, None),
     };
-    let status = response.status();
-    if let Some(sid) = &sid
-        && (status == StatusCode::NOT_FOUND || (created && status.is_client_error()))
-    {
-        gw.end(
-            &route.name,
-            sid,
-            &format!("the server answered {status} for it"),
-        )
-        .await;
+    if let Some(sid) = &sid {
+        forget_if_unknown(gw, route, sid, created, response.status()).await;
     }
     respond(gw, &sess, response, &parts, None, true, Some(permit)).await
 }
