@@ -219,3 +219,29 @@ pub async fn serve_until(
 ) -> Result<(), GatewayError> {
     server::serve(config, engine, log, audit, ready, stop).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_names_are_path_segments_and_server_ids() {
+        for good in ["notes", "a.b-c_d", "A1", "..."] {
+            assert!(valid_route_name(good), "{good}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "é", "a%2f", "a?b"] {
+            assert!(!valid_route_name(bad), "{bad}");
+        }
+        assert!(Route::parse("notes=https://notes.example/mcp").is_ok());
+        for bad in [
+            "notes",
+            "notes=notes.example/mcp",
+            "notes=file:///etc/passwd",
+            "notes=https://user:pass@notes.example/mcp",
+            "no/te=https://notes.example/mcp",
+        ] {
+            let error = Route::parse(bad).err().map(|e| e.code());
+            assert_eq!(error, Some("gateway.route"), "{bad}");
+        }
+    }
+}

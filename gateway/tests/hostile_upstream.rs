@@ -314,3 +314,56 @@ async fn the_network_defences_answer_with_their_statuses() {
     let received = up.received.lock().unwrap().len();
     assert_eq!(received, 1, "{:?}", up.bodies());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_past_the_bound_is_dropped_and_answered_its_id_kept() {
+    let up = Arc::new(Upstream {
+        stateful: true,
+        ..Upstream::default()
+    });
+    let upstream = start_upstream(Arc::clone(&up)).await;
+    let limits = Limits {
+        max_event: 1024,
+        ..Limits::default()
+    };
+    let gateway = start_gateway(upstream, limits).await;
+    let sid = initialize(gateway.addr, "h").await;
+    let big = sampling("41", 50).replace("\"hi\"", &format!("\"{}\"", "x".repeat(2000)));
+    let shown = call(
+        &up,
+        gateway.addr,
+        "h",
+        &sid,
+        vec![
+            format!("id: big\ndata: {big}\n\n").into_bytes(),
+            format!("data: {}\n\n", sampling("42", 50)).into_bytes(),
+        ],
+    )
+    .await;
+    // The overlong event leaves its id; the next one is decided as usual.
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert_eq!(shown[0].id.as_deref(), Some("big"));
+    assert_eq!(shown[0].data, None);
+    let frames = data(&shown);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0]["id"], 42);
+    all_decided(&frames);
+    let refusal = up
+        .wait_for("the refusal of the overlong event", |b| {
+            b["error"]["code"] == -32600 && b["id"].is_null()
+        })
+        .await;
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 1024 bytes"),
+        "{refusal}"
+    );
+    assert!(
+        gateway
+            .log
+            .text()
+            .contains("server sent an event over 1024 bytes")
+    );
+}
