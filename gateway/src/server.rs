@@ -494,26 +494,43 @@ async fn respond(
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Response<Body> {
     let authorization = request.headers.get(header::AUTHORIZATION).cloned();
+    // Read as loosely as any client reads it: the TypeScript SDK takes a
+    // content type that merely *contains* `text/event-stream` (then
+    // `application/json`) for one; the Python SDK looks at how it starts.
+    // Whatever some client could read as MCP messages goes through the
+    // session, and goes out with exactly one content type.
     let content_type = response
         .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
-    let readable = matches!(
-        content_type.as_str(),
-        "text/event-stream" | "application/json"
-    );
-    if response.status().is_success() && readable {
+        .get_all(header::CONTENT_TYPE)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(",");
+    let kind = if content_type.contains("event-stream") {
+        Some("text/event-stream")
+    } else if content_type.contains("json") {
+        Some("application/json")
+    } else {
+        None
+    };
+    let status = response.status();
+    if status.is_redirection() {
+        // A client's fetch follows a redirect by itself: to the server's
+        // own address, its stream would reach the client undecided.
+        sess.log.line(format_args!(
+            "the server answered HTTP {status} (a redirect); refused, a client would follow it around the gateway"
+        ));
+        return jsonrpc_error(
+            StatusCode::BAD_GATEWAY,
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            "the server answered with a redirect; the gateway does not follow or pass redirects",
+        );
+    }
+    if let (true, Some(kind)) = (status.is_success(), kind) {
         if response.headers().contains_key(header::CONTENT_ENCODING) {
             sess.log.line(format_args!(
-                "the server sent an encoded {content_type} body the gateway cannot read; refused"
+                "the server sent an encoded {kind} body the gateway cannot read; refused"
             ));
             return jsonrpc_error(
                 StatusCode::BAD_GATEWAY,
@@ -522,7 +539,7 @@ async fn respond(
                 "the server's response is content-encoded; the gateway must read it",
             );
         }
-        if content_type == "text/event-stream" {
+        if kind == "text/event-stream" {
             return relay::sse(gw, sess, response, authorization, get, permit);
         }
         return relay::json(gw, sess, response, authorization, id).await;

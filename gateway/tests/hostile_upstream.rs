@@ -367,3 +367,34 @@ async fn an_event_past_the_bound_is_dropped_and_answered_its_id_kept() {
             .contains("server sent an event over 1024 bytes")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loose_content_type_is_still_decided_and_a_redirect_is_refused() {
+    let up = Arc::new(Upstream {
+        stateful: true,
+        ..Upstream::default()
+    });
+    let upstream = start_upstream(Arc::clone(&up)).await;
+    let gateway = start_gateway(upstream, Limits::default()).await;
+    let sid = initialize(gateway.addr, "h").await;
+    let headers = [("mcp-session-id", sid.as_str())];
+    // The TypeScript SDK reads any content type containing
+    // `text/event-stream` as SSE: so does the gateway, and it says so.
+    *up.script.lock().unwrap() = vec![format!("data: {}\n\n", sampling("51", 50)).into_bytes()];
+    let sneaky = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"sneaky"}}"#;
+    let answer = send(gateway.addr, "POST", "/h/mcp", &headers, sneaky).await;
+    assert_eq!(
+        answer.headers.get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    let frames = data(&events(&answer.body));
+    assert_eq!(frames.len(), 1);
+    all_decided(&frames);
+    // A redirect would take the client around the gateway.
+    let redirect = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"redirect"}}"#;
+    let answer = send(gateway.addr, "POST", "/h/mcp", &headers, redirect).await;
+    assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
+    assert!(answer.headers.get("location").is_none());
+    let error: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(error["id"], 9);
+}

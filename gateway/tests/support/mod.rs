@@ -151,7 +151,18 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             }
             response.body(full(result.to_string())).unwrap()
         }
+        Some("tools/call") if message["params"]["name"] == "redirect" => Response::builder()
+            .status(StatusCode::TEMPORARY_REDIRECT)
+            .header("location", "http://127.0.0.1:9/mcp")
+            .body(full(""))
+            .unwrap(),
         Some("tools/call") => {
+            // `sneaky`: a content type only a loose reader takes for SSE.
+            let content_type = if message["params"]["name"] == "sneaky" {
+                "application/octet-stream; note=text/event-stream"
+            } else {
+                "text/event-stream"
+            };
             let chunks = std::mem::take(&mut *up.script.lock().unwrap());
             let (tx, rx) = mpsc::channel(4);
             let hold = up.hold;
@@ -166,7 +177,7 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
                 tokio::time::sleep(hold).await;
             });
             Response::builder()
-                .header("content-type", "text/event-stream")
+                .header("content-type", content_type)
                 .body(Chunks(rx).boxed())
                 .unwrap()
         }
