@@ -226,11 +226,13 @@ async fn handle(gw: Arc<Gw>, request: Request<Incoming>) -> Response<Body> {
         Method::POST => post(&gw, &route, request).await,
         Method::GET => get(&gw, &route, request).await,
         Method::DELETE => delete(&gw, &route, request).await,
+        Method::OPTIONS => preflight(&gw, &route, request).await,
         _ => {
             let mut response = empty(StatusCode::METHOD_NOT_ALLOWED);
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+            );
             response
         }
     }
@@ -628,6 +630,26 @@ async fn delete(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Resp
         Err(error) => {
             gw.log
                 .line(format_args!("forwarding a DELETE failed: {error}"));
+            empty(StatusCode::BAD_GATEWAY)
+        }
+    }
+}
+
+/// A CORS preflight (a browser client from an allowed origin): the
+/// upstream's answer, as it came; it carries no message.
+async fn preflight(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Response<Body> {
+    let (parts, _) = request.into_parts();
+    let upstream = match upstream_request(route, &parts, None, Bytes::new()) {
+        Ok(request) => request,
+        Err(_) => return empty(StatusCode::BAD_GATEWAY),
+    };
+    match gw.client.request(upstream).await {
+        Ok(response) => passthrough(response),
+        Err(error) => {
+            gw.log.line(format_args!(
+                "forwarding a preflight on route {} failed: {error}",
+                route.name
+            ));
             empty(StatusCode::BAD_GATEWAY)
         }
     }

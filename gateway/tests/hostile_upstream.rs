@@ -309,10 +309,29 @@ async fn the_network_defences_answer_with_their_statuses() {
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
     let answer = send(addr, "PUT", "/h/mcp", &[], init).await;
     assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+    // A preflight goes to the upstream (this one answers 405 to anything
+    // but POST); one from a foreign origin does not.
+    let answer = send(addr, "OPTIONS", "/h/mcp", &[("origin", &origin)], "").await;
+    assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+    let answer = send(
+        addr,
+        "OPTIONS",
+        "/h/mcp",
+        &[("origin", "http://evil.example")],
+        "",
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
 
     // Every refused request stopped at the gateway.
-    let received = up.received.lock().unwrap().len();
-    assert_eq!(received, 1, "{:?}", up.bodies());
+    let received: Vec<String> = up
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(method, _, _)| method.clone())
+        .collect();
+    assert_eq!(received, ["POST", "OPTIONS"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
