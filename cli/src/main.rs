@@ -26,6 +26,7 @@ mod diff;
 mod eval;
 mod explain;
 mod fmt;
+mod gateway;
 mod identity;
 mod inputs;
 mod policy;
@@ -93,6 +94,11 @@ enum Command {
         after_help = "Exit codes: the server's own when it exits (128 + N when signal N ended it); 130, 143 or 129 when SIGINT, SIGTERM or SIGHUP stopped the proxy: the server's input is closed, then it gets SIGTERM after 2 s and SIGKILL after 2 s more, and the log says why it stopped; 2 when the proxy cannot start (usage, policy, store, server command)."
     )]
     Proxy(proxy::Args),
+    /// Put remote MCP servers (Streamable HTTP) behind a policy: a reverse proxy, one route per server.
+    #[command(
+        after_help = "Exit codes: 0 when SIGINT or SIGTERM stopped the gateway (every session ended first: decisions in flight settled or refunded, the store's counts written); 2 when the gateway cannot start (usage, config, policy, store, listen address)."
+    )]
+    Gateway(gateway::Args),
     /// Run policy unit tests (TOML cases) and report coverage.
     #[command(
         after_help = "Exit codes: 0 every case passed (and coverage met --threshold); 1 a case failed, coverage fell short, or a policy has errors; 2 usage, I/O or a malformed test file."
@@ -222,6 +228,7 @@ fn main() -> ExitCode {
         Command::Identity(args) => identity::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Gateway(args) => gateway::run(args),
         Command::Test(args) => test::run(args),
         Command::Store(args) => store::run(args),
         Command::Show(args) => show::run(args),

@@ -7,7 +7,12 @@
 //!   line (clap, TOML), SQLite, the proxy, or an async runtime;
 //! - the language library (`mcpolicy-compiler`) links none of those either;
 //! - the proxy links neither clap nor SQLite (the CLI opens the store) nor
-//!   tokio/rmcp (std threads);
+//!   tokio/rmcp (std threads), nor HTTP (hyper);
+//! - the HTTP gateway (`mcpolicy-gateway`, `mcpc gateway`) links tokio and
+//!   hyper with rustls on ring, but neither clap nor SQLite (the CLI opens
+//!   the store, as for the proxy), nor OpenSSL, nor aws-lc (it needs cmake);
+//!   HTTP stays out of the runtime, the proxy, the language library and the
+//!   language server;
 //! - the runtime never links the compiler, pest, salsa, or an async runtime,
 //!   nor Node-API: the Node.js binding (`mcpolicy-node`, runtime/node) wraps
 //!   the runtime from outside, and links no async runtime of its own either
@@ -83,6 +88,14 @@ const CLI_ONLY: &[&str] = &["clap", "clap_builder", "toml", "tempfile", "mcpc"];
 const SQLITE: &[&str] = &["rusqlite", "libsqlite3-sys"];
 /// An async runtime and the MCP SDK (examples and end-to-end tests only).
 const ASYNC: &[&str] = &["tokio", "rmcp"];
+/// HTTP and its TLS (`mcpolicy-gateway` only).
+const HTTP: &[&str] = &[
+    "hyper",
+    "hyper-util",
+    "hyper-rustls",
+    "rustls",
+    "http-body-util",
+];
 /// Node-API (`mcpolicy-node` only, the Node.js binding in runtime/node).
 const NAPI: &[&str] = &["napi", "napi-sys", "napi-derive"];
 /// The Python binding's own (`mcpolicy-python` only).
@@ -100,6 +113,7 @@ fn only_the_postgres_store_links_tls() {
     for package in [
         "mcpolicy-runtime",
         "mcpolicy-proxy",
+        "mcpolicy-gateway",
         "mcpolicy-compiler",
         "mcpolicy-lsp",
     ] {
@@ -128,8 +142,35 @@ fn the_language_library_links_no_cli_no_sqlite_no_proxy_no_async() {
 
 #[test]
 fn the_proxy_links_no_cli_no_sqlite_no_async_no_compiler() {
-    for set in [CLI_ONLY, SQLITE, ASYNC, &["mcpolicy-compiler"]] {
+    for set in [CLI_ONLY, SQLITE, ASYNC, HTTP, &["mcpolicy-compiler"]] {
         assert_links_none("mcpolicy-proxy", set);
+    }
+}
+
+#[test]
+fn the_gateway_links_http_but_no_cli_no_sqlite_no_aws_lc() {
+    for set in [
+        CLI_ONLY,
+        SQLITE,
+        &[
+            "rmcp",
+            "mcpolicy-compiler",
+            "aws-lc-rs",
+            "aws-lc-sys",
+            "cmake",
+        ],
+    ] {
+        assert_links_none("mcpolicy-gateway", set);
+    }
+    let linked = normal_dependencies("mcpolicy-gateway");
+    for name in ["tokio", "hyper", "hyper-rustls", "ring", "mcpolicy-proxy"] {
+        assert!(
+            linked.contains(name),
+            "mcpolicy-gateway does not link {name}: {linked:?}"
+        );
+    }
+    for package in ["mcpolicy-runtime", "mcpolicy-compiler", "mcpolicy-lsp"] {
+        assert_links_none(package, HTTP);
     }
 }
 

@@ -13,7 +13,7 @@
 pub(crate) mod coverage;
 mod report;
 mod run;
-mod spec;
+pub(crate) mod spec;
 
 use std::process::ExitCode;
 

@@ -893,7 +893,7 @@ fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// `1h30m`, `30s`, `250ms`, `2d` to milliseconds.
-fn parse_duration(text: &str) -> Option<i64> {
+pub(crate) fn parse_duration(text: &str) -> Option<i64> {
     let mut total: i64 = 0;
     let mut rest = text;
     if rest.is_empty() {
