@@ -90,7 +90,10 @@ fn event(message: &Value) -> Bytes {
 }
 
 impl Upstream {
-    async fn serve(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    async fn serve(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
         let session = request
             .headers()
             .get("mcp-session-id")
@@ -107,7 +110,12 @@ impl Upstream {
             self.streams.lock().unwrap().remove(&session);
             return Ok(Response::new(full("")));
         }
-        let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body = request
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
         let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let id = message.get("id").cloned();
         match message.get("method").and_then(Value::as_str) {
@@ -117,18 +125,27 @@ impl Upstream {
                     "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                     "serverInfo": {"name": "bench-upstream", "version": "1"}}});
                 let mut response = Response::new(full(reply.to_string()));
-                response.headers_mut().insert("content-type", "application/json".parse().unwrap());
-                response.headers_mut().insert("mcp-session-id", format!("s{n}").parse().unwrap());
+                response
+                    .headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
+                response
+                    .headers_mut()
+                    .insert("mcp-session-id", format!("s{n}").parse().unwrap());
                 Ok(response)
             }
             Some("ping") => {
                 let reply = json!({"jsonrpc": "2.0", "id": id, "result": {}});
                 let mut response = Response::new(full(reply.to_string()));
-                response.headers_mut().insert("content-type", "application/json".parse().unwrap());
+                response
+                    .headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
                 Ok(response)
             }
             Some("tools/call") => {
-                let prompt = message["params"]["arguments"]["prompt"].as_str().unwrap_or("").to_owned();
+                let prompt = message["params"]["arguments"]["prompt"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
                 let sampling_id = self.next_request.fetch_add(1, Ordering::Relaxed);
                 let (answered, answer) = oneshot::channel();
                 self.waiting
@@ -142,7 +159,11 @@ impl Upstream {
                         "maxTokens": 10}})));
                 tokio::spawn(async move {
                     let answer = answer.await.unwrap_or(Value::Null);
-                    let text = if answer.get("result").is_some() { "ok".to_owned() } else { answer["error"]["code"].to_string() };
+                    let text = if answer.get("result").is_some() {
+                        "ok".to_owned()
+                    } else {
+                        answer["error"]["code"].to_string()
+                    };
                     let _ = tx.send(event(&json!({"jsonrpc": "2.0", "id": id,
                         "result": {"content": [{"type": "text", "text": text}]}})));
                 });
@@ -222,7 +243,10 @@ struct Lines {
 
 impl Lines {
     fn of(body: Incoming) -> Lines {
-        Lines { body, buf: Vec::new() }
+        Lines {
+            body,
+            buf: Vec::new(),
+        }
     }
 
     async fn next(&mut self) -> Option<String> {
@@ -246,16 +270,23 @@ impl Lines {
 }
 
 async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let upstream = Arc::new(Upstream::default());
     let state = Arc::clone(&upstream);
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            // Small frames each way: no Nagle delay (as a real server sets it).
+            let _ = stream.set_nodelay(true);
             let state = Arc::clone(&state);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| Arc::clone(&state).serve(request));
+                let service =
+                    hyper::service::service_fn(move |request| Arc::clone(&state).serve(request));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
@@ -275,11 +306,18 @@ struct Session {
 
 impl Session {
     async fn open(client: &Client<HttpConnector, Body>, url: &str) -> Session {
-        let mut session = Session { client: client.clone(), url: url.to_owned(), id: String::new(), next: 1 };
+        let mut session = Session {
+            client: client.clone(),
+            url: url.to_owned(),
+            id: String::new(),
+            next: 1,
+        };
         let response = session
-            .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            .post(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
-                "clientInfo": {"name": "bench", "version": "1"}}}))
+                "clientInfo": {"name": "bench", "version": "1"}}}),
+            )
             .await;
         session.id = response
             .headers()
@@ -288,7 +326,9 @@ impl Session {
             .expect("a session id")
             .to_owned();
         let _ = response.into_body().collect().await;
-        let response = session.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        let response = session
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
         let _ = response.into_body().collect().await;
         session
     }
@@ -302,13 +342,23 @@ impl Session {
             request = request.header("mcp-session-id", &self.id);
         }
         let request = request.body(full(message.to_string())).expect("request");
-        self.client.request(request).await.expect("the POST is answered")
+        self.client
+            .request(request)
+            .await
+            .expect("the POST is answered")
     }
 
     async fn ping(&mut self) {
         self.next += 1;
-        let response = self.post(json!({"jsonrpc": "2.0", "id": self.next, "method": "ping"})).await;
-        let body = response.into_body().collect().await.expect("body").to_bytes();
+        let response = self
+            .post(json!({"jsonrpc": "2.0", "id": self.next, "method": "ping"}))
+            .await;
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
         assert!(body.starts_with(b"{"), "{}", String::from_utf8_lossy(&body));
     }
 
@@ -323,8 +373,12 @@ impl Session {
             .await;
         let mut lines = Lines::of(response.into_body());
         while let Some(line) = lines.next().await {
-            let Some(data) = line.strip_prefix("data:") else { continue };
-            let Ok(message) = serde_json::from_str::<Value>(data.trim_start()) else { continue };
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(message) = serde_json::from_str::<Value>(data.trim_start()) else {
+                continue;
+            };
             if message.get("method").is_some() {
                 let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
                     "role": "assistant", "content": {"type": "text", "text": "ok"},
@@ -332,7 +386,10 @@ impl Session {
                 let response = self.post(answer).await;
                 let _ = response.into_body().collect().await;
             } else if message["id"] == json!(call) {
-                return message["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
+                return message["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
             }
         }
         panic!("the tool call's stream ended without its result");
@@ -356,8 +413,13 @@ impl Gateway {
             .arg("--policy")
             .arg(&policy)
             .args(["--store", store, "--listen", "127.0.0.1:0"])
-            .args(["--route", &format!("allowed={url}"), "--route", &format!("blocked={url}")])
-            .args(["--max-streams", "100000"])
+            .args([
+                "--route",
+                &format!("allowed={url}"),
+                "--route",
+                &format!("blocked={url}"),
+            ])
+            .args(["--max-streams", "100000", "--max-connections", "100000"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -367,16 +429,24 @@ impl Gateway {
         std::thread::spawn(move || {
             use std::io::BufRead;
             let mut sent = false;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if !sent && let Some((_, url)) = line.split_once("listening on ") {
-                    sent = found.send(url.split_whitespace().next().unwrap_or_default().to_owned()).is_ok();
+                    sent = found
+                        .send(url.split_whitespace().next().unwrap_or_default().to_owned())
+                        .is_ok();
                 }
             }
         });
         let base = listening
             .recv_timeout(Duration::from_secs(60))
             .expect("mcpc gateway says where it listens");
-        Gateway { child, base: base.trim_end_matches('/').to_owned() }
+        Gateway {
+            child,
+            base: base.trim_end_matches('/').to_owned(),
+        }
     }
 
     fn url(&self, route: &str) -> String {
@@ -384,7 +454,8 @@ impl Gateway {
     }
 
     fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -411,7 +482,11 @@ fn us(d: Duration) -> String {
 
 fn signed_us(a: Duration, b: Duration) -> String {
     let delta = a.as_secs_f64() - b.as_secs_f64();
-    format!("{}{:.1} µs", if delta >= 0.0 { "+" } else { "−" }, delta.abs() * 1e6)
+    format!(
+        "{}{:.1} µs",
+        if delta >= 0.0 { "+" } else { "−" },
+        delta.abs() * 1e6
+    )
 }
 
 async fn time_round_trips(session: &mut Session, what: &str, n: usize) -> Vec<Duration> {
@@ -438,7 +513,11 @@ async fn time_round_trips(session: &mut Session, what: &str, n: usize) -> Vec<Du
     times
 }
 
-async fn decisions_per_second(client: &Client<HttpConnector, Body>, url: &str, sessions: usize) -> f64 {
+async fn decisions_per_second(
+    client: &Client<HttpConnector, Body>,
+    url: &str,
+    sessions: usize,
+) -> f64 {
     let mut opened = Vec::new();
     for _ in 0..sessions {
         opened.push(Session::open(client, url).await);
@@ -492,8 +571,10 @@ async fn open_streams(
     let open = gateway.rss_kib();
     let started = Instant::now();
     for stream in upstream.streams.lock().unwrap().values() {
-        let _ = stream.send(event(&json!({"jsonrpc": "2.0", "method": "notifications/message",
-            "params": {"level": "info", "data": "to every stream"}})));
+        let _ = stream.send(event(
+            &json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": "to every stream"}}),
+        ));
     }
     let mut waits = Vec::new();
     for mut lines in readers {
@@ -513,15 +594,26 @@ async fn open_streams(
 }
 
 fn main() -> ExitCode {
-    let iters: usize = std::env::var("MCPOLICY_BENCH_ITERS").ok().and_then(|n| n.parse().ok()).unwrap_or(5_000);
-    let streams: usize = std::env::var("MCPOLICY_BENCH_STREAMS").ok().and_then(|n| n.parse().ok()).unwrap_or(1_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio");
+    let iters: usize = std::env::var("MCPOLICY_BENCH_ITERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5_000);
+    let streams: usize = std::env::var("MCPOLICY_BENCH_STREAMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
     runtime.block_on(async move {
         let dir = tempfile::tempdir().expect("temp dir");
         let (addr, upstream) = start_upstream().await;
         let store = dir.path().join("decisions.sqlite3");
         let gateway = Gateway::start(dir.path(), &store.to_string_lossy(), addr);
-        let client: Client<HttpConnector, Body> = Client::builder(TokioExecutor::new()).build_http();
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client: Client<HttpConnector, Body> = Client::builder(TokioExecutor::new()).build(connector);
         let direct_url = format!("http://{addr}/mcp");
 
         println!("| round trip | n | direct p50 | direct p99 | gateway p50 | gateway p99 | added p50 | added p99 |");

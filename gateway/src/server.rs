@@ -136,6 +136,13 @@ pub(crate) async fn serve(
                 continue;
             }
         };
+        // Each SSE event and JSON answer is written as it comes: no Nagle
+        // delay behind the client's delayed ACK.
+        if let Err(error) = stream.set_nodelay(true) {
+            log.line(format_args!(
+                "cannot set TCP_NODELAY on a connection: {error}"
+            ));
+        }
         let permit = Arc::clone(&connections).try_acquire_owned().ok();
         let gw = Arc::clone(&gw);
         tokio::spawn(async move {

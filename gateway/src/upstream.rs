@@ -19,12 +19,18 @@ use crate::{GatewayError, Route};
 pub(crate) type Client = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 pub(crate) fn client() -> Result<Client, GatewayError> {
+    // Small messages in both directions (a sampling answer, a denial):
+    // without TCP_NODELAY each waits for the peer's delayed ACK (40 ms on
+    // Linux), measured in `cli/benches/gateway.rs`.
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_native_roots()
         .map_err(|e| GatewayError::Runtime(format!("cannot load the system's TLS roots: {e}")))?
         .https_or_http()
         .enable_http1()
-        .build();
+        .wrap_connector(tcp);
     Ok(HyperClient::builder(TokioExecutor::new()).build(https))
 }
 
