@@ -46,7 +46,10 @@ fn free_port() -> u16 {
 fn wait_until_listening(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} is not listening on {port}");
+        assert!(
+            Instant::now() < deadline,
+            "{what} is not listening on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -112,7 +115,8 @@ const TIME_SUFFIX: usize = "-2026-12-05T09-05-41-148Z".len();
 /// (check id, status, error message), in the order the suite wrote them.
 fn conformance(node: &str, url: &str) -> BTreeMap<String, Vec<(String, String, String)>> {
     let out = tempfile::tempdir().unwrap();
-    let bin = repo().join("tests/e2e/typescript/node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let bin = repo()
+        .join("tests/e2e/typescript/node_modules/@modelcontextprotocol/conformance/dist/index.js");
     let output = Command::new(node)
         .arg(bin)
         .args(["server", "--url", url])

@@ -451,7 +451,10 @@ fn normal_members<'a>(
 
 /// Whether `normal` is `original` itself, unchanged (a normaliser may
 /// also borrow a part of its input, which is a change of shape).
-#[allow(clippy::ptr_arg, reason = "whether the Cow borrows is the question asked")]
+#[allow(
+    clippy::ptr_arg,
+    reason = "whether the Cow borrows is the question asked"
+)]
 fn unchanged(normal: &Cow<'_, Value>, original: &Value) -> bool {
     matches!(normal, Cow::Borrowed(same) if std::ptr::eq(*same, original))
 }
