@@ -221,3 +221,51 @@ async fn credentials_a_401_and_oauth_discovery_pass_through() {
     .await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_isolated_an_id_in_flight_in_one_is_free_in_another() {
+    let up = Arc::new(Upstream {
+        stateful: true,
+        ..Upstream::default()
+    });
+    let upstream = start_upstream(Arc::clone(&up)).await;
+    let gateway = start_gateway(upstream, Limits::default()).await;
+    let first = initialize(gateway.addr, "h").await;
+    let second = initialize(gateway.addr, "h").await;
+    assert_eq!((first.as_str(), second.as_str()), ("s1", "s2"));
+    let shown = |sid: String| {
+        let up = Arc::clone(&up);
+        let addr = gateway.addr;
+        async move {
+            *up.script.lock().unwrap() = vec![sampling(5).into_bytes()];
+            let answer = send(addr, "POST", "/h/mcp", &[("mcp-session-id", &sid)], CALL).await;
+            events(&answer.body)
+                .iter()
+                .filter_map(|e| e.data.clone())
+                .collect::<Vec<_>>()
+        }
+    };
+    // Id 5 is in flight in s1 (the client never answers): s2 still gets its
+    // own request 5, and s1 refuses a second 5 to the server.
+    assert_eq!(shown(first.clone()).await.len(), 1);
+    assert_eq!(shown(second).await.len(), 1);
+    assert_eq!(shown(first).await.len(), 0);
+    let refusal = up
+        .wait_for("the refusal of the reused id", |b| {
+            b["id"] == 5 && b["error"]["code"] == -32600
+        })
+        .await;
+    assert!(refusal["error"]["message"].is_string());
+    let received = up.received.lock().unwrap().clone();
+    let refused_on: Vec<&String> = received
+        .iter()
+        .filter(|(_, _, body)| body.windows(9).any(|w| w == b"\"id\":5,\"e"))
+        .flat_map(|(_, headers, _)| {
+            headers
+                .iter()
+                .filter(|(n, _)| n == "mcp-session-id")
+                .map(|(_, v)| v)
+        })
+        .collect();
+    assert_eq!(refused_on, ["s1"]);
+}

@@ -64,10 +64,12 @@ pub struct Upstream {
     pub received: Mutex<Vec<Received>>,
     /// The SSE chunks it answers the next `tools/call` with.
     pub script: Mutex<Vec<Vec<u8>>>,
-    /// Assign `Mcp-Session-Id: s1` on `initialize` (false: a stateless server).
+    /// Assign `Mcp-Session-Id: sN` on each `initialize` (false: a stateless server).
     pub stateful: bool,
     /// Keep a `tools/call` stream open this long after its last chunk.
     pub hold: Duration,
+    /// How many sessions it assigned.
+    pub sessions: std::sync::atomic::AtomicUsize,
 }
 
 impl Upstream {
@@ -147,7 +149,12 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             });
             let mut response = Response::builder().header("content-type", "application/json");
             if up.stateful {
-                response = response.header("mcp-session-id", "s1");
+                // s1, s2, …: one session per initialize.
+                let n = up
+                    .sessions
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1;
+                response = response.header("mcp-session-id", format!("s{n}"));
             }
             response.body(full(result.to_string())).unwrap()
         }
