@@ -203,6 +203,26 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
     }
 }
 
+/// An upstream that assigns session ids, and a gateway in front of it.
+pub async fn stateful(limits: Limits) -> (Arc<Upstream>, Gateway) {
+    setup(
+        Upstream {
+            stateful: true,
+            ..Upstream::default()
+        },
+        limits,
+    )
+    .await
+}
+
+/// `up` on a loopback port and a gateway (`limits`) in front of it.
+pub async fn setup(up: Upstream, limits: Limits) -> (Arc<Upstream>, Gateway) {
+    let up = Arc::new(up);
+    let upstream = start_upstream(Arc::clone(&up)).await;
+    let gateway = start_gateway(upstream, limits).await;
+    (up, gateway)
+}
+
 /// Starts the upstream on a loopback port.
 pub async fn start_upstream(up: Arc<Upstream>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
