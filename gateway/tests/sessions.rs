@@ -257,3 +257,29 @@ async fn sessions_are_isolated_an_id_in_flight_in_one_is_free_in_another() {
         .collect();
     assert_eq!(refused_on, ["s1"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_waiting_for_a_slow_answer_is_not_idle() {
+    let (_up, gateway) = stateful(Limits {
+        idle_timeout: Duration::from_millis(150),
+        ..Limits::default()
+    })
+    .await;
+    let sid = initialize(gateway.addr, "h").await;
+    let slow = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slowjson"}}"#;
+    let answer = send(
+        gateway.addr,
+        "POST",
+        "/h/mcp",
+        &[("mcp-session-id", &sid)],
+        slow,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    // 600 ms with no message, but a request in progress: still alive.
+    assert!(
+        !gateway.log.text().contains("idle timeout"),
+        "{}",
+        gateway.log.text()
+    );
+}

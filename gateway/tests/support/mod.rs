@@ -158,6 +158,16 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             }
             response.body(full(result.to_string())).unwrap()
         }
+        Some("tools/call") if message["params"]["name"] == "slowjson" => {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(full(
+                    serde_json::json!({"jsonrpc": "2.0", "id": message["id"], "result": {"content": []}})
+                        .to_string(),
+                ))
+                .unwrap()
+        }
         Some("tools/call") if message["params"]["name"] == "redirect" => Response::builder()
             .status(StatusCode::TEMPORARY_REDIRECT)
             .header("location", "http://127.0.0.1:9/mcp")
