@@ -348,6 +348,7 @@ async fn post(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respon
         None => (gw.new_session(route), true, false),
     };
     sess.remember(&parts.headers);
+    let _busy = sess.busy();
     if method.is_none()
         && let Some(key) = id.as_ref().and_then(wire::value_key)
     {
@@ -575,6 +576,7 @@ async fn get(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respons
         None => (gw.new_session(route), false),
     };
     sess.remember(&parts.headers);
+    let _busy = sess.busy();
     if sess.is_minted() {
         // A stateless server has no stream to give.
         let mut response = empty(StatusCode::METHOD_NOT_ALLOWED);

@@ -85,8 +85,21 @@ pub(crate) struct Sess {
     remembered: Mutex<Remembered>,
     streams: Mutex<Streams>,
     last_active: Mutex<Instant>,
+    /// Client requests being forwarded (an upstream may take long to
+    /// answer one with JSON): the session is not idle meanwhile.
+    requests: std::sync::atomic::AtomicUsize,
     wake: Arc<Notify>,
     ended: AtomicBool,
+}
+
+/// A client request in progress on a session ([`Sess::busy`]).
+pub(crate) struct Busy(Arc<Sess>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.requests.fetch_sub(1, Ordering::AcqRel);
+        self.0.touch();
+    }
 }
 
 impl Sess {
@@ -166,6 +179,20 @@ impl Sess {
 
     pub fn has_streams(&self) -> bool {
         !lock(&self.streams).open.is_empty()
+    }
+
+    /// Marks a client request in progress until the guard drops.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.requests.fetch_add(1, Ordering::AcqRel);
+        Busy(Arc::clone(self))
+    }
+
+    /// Whether the session has gone `idle` with no message, no request in
+    /// progress and no open stream.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.requests.load(Ordering::Acquire) == 0
+            && !self.has_streams()
+            && lock(&self.last_active).elapsed() >= idle
     }
 
     /// A server request `key` arrived on `stream`.
@@ -264,6 +291,7 @@ impl Gw {
             remembered: Mutex::new(Remembered::default()),
             streams: Mutex::new(Streams::default()),
             last_active: Mutex::new(Instant::now()),
+            requests: std::sync::atomic::AtomicUsize::new(0),
             wake: Arc::clone(&wake),
             ended: AtomicBool::new(false),
         });
@@ -317,15 +345,15 @@ impl Gw {
         }
     }
 
-    /// Ends sessions idle for longer than the idle timeout (no message and
-    /// no open stream).
+    /// Ends sessions idle for longer than the idle timeout (no message, no
+    /// request in progress, no open stream).
     pub async fn reap_idle(&self) {
         let idle = self.limits.idle_timeout;
         let expired: Vec<Arc<Sess>> = {
             let mut sessions = lock(&self.sessions);
             let keys: Vec<(String, String)> = sessions
                 .iter()
-                .filter(|(_, s)| !s.has_streams() && lock(&s.last_active).elapsed() >= idle)
+                .filter(|(_, s)| s.idle_for(idle))
                 .map(|(k, _)| k.clone())
                 .collect();
             keys.iter().filter_map(|k| sessions.remove(k)).collect()

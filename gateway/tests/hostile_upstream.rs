@@ -11,12 +11,10 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use hyper::StatusCode;
 use mcpolicy_gateway::Limits;
 use serde_json::Value;
-use support::{Upstream, events, initialize, send, start_gateway, start_upstream};
+use support::{Upstream, events, initialize, send, setup, stateful};
 
 fn sampling(id: &str, max_tokens: u32) -> String {
     format!(
@@ -86,12 +84,7 @@ fn error_for(body: &Value, id: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn framings_that_read_two_ways_are_decided_as_the_client_reads_them() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let gateway = start_gateway(upstream, Limits::default()).await;
+    let (up, gateway) = stateful(Limits::default()).await;
     let sid = initialize(gateway.addr, "h").await;
     assert_eq!(sid, "s1");
 
@@ -208,12 +201,7 @@ async fn framings_that_read_two_ways_are_decided_as_the_client_reads_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_request_leaves_an_id_only_event_and_the_server_gets_the_denial() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let gateway = start_gateway(upstream, Limits::default()).await;
+    let (up, gateway) = stateful(Limits::default()).await;
     let sid = initialize(gateway.addr, "tiny").await;
     let shown = call(
         &up,
@@ -234,9 +222,7 @@ async fn a_denied_request_leaves_an_id_only_event_and_the_server_gets_the_denial
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateless_upstream_gets_a_gateway_minted_session_it_never_sees() {
-    let up = Arc::new(Upstream::default());
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let gateway = start_gateway(upstream, Limits::default()).await;
+    let (up, gateway) = setup(Upstream::default(), Limits::default()).await;
     let sid = initialize(gateway.addr, "h").await;
     assert!(sid.starts_with("mcpolicy-gw-"), "{sid}");
     // The session decides: a sampling request on the minted session is trimmed.
@@ -271,16 +257,11 @@ async fn a_stateless_upstream_gets_a_gateway_minted_session_it_never_sees() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_network_defences_answer_with_their_statuses() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let limits = Limits {
+    let (up, gateway) = stateful(Limits {
         max_body: 4096,
         ..Limits::default()
-    };
-    let gateway = start_gateway(upstream, limits).await;
+    })
+    .await;
     let addr = gateway.addr;
     let origin = format!("http://localhost:{}", addr.port());
     let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
@@ -336,16 +317,11 @@ async fn the_network_defences_answer_with_their_statuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_past_the_bound_is_dropped_and_answered_its_id_kept() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let limits = Limits {
+    let (up, gateway) = stateful(Limits {
         max_event: 1024,
         ..Limits::default()
-    };
-    let gateway = start_gateway(upstream, limits).await;
+    })
+    .await;
     let sid = initialize(gateway.addr, "h").await;
     let big = sampling("41", 50).replace("\"hi\"", &format!("\"{}\"", "x".repeat(2000)));
     let shown = call(
@@ -389,12 +365,7 @@ async fn an_event_past_the_bound_is_dropped_and_answered_its_id_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loose_content_type_is_still_decided_and_a_redirect_is_refused() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let gateway = start_gateway(upstream, Limits::default()).await;
+    let (up, gateway) = stateful(Limits::default()).await;
     let sid = initialize(gateway.addr, "h").await;
     let headers = [("mcp-session-id", sid.as_str())];
     // The TypeScript SDK reads any content type containing

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use mcpolicy_gateway::Limits;
 use serde_json::Value;
-use support::{Upstream, events, initialize, send, start_gateway, start_upstream};
+use support::{Upstream, events, initialize, send, setup, stateful};
 
 const CALL: &str =
     r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t","arguments":{}}}"#;
@@ -26,13 +26,15 @@ fn sampling(id: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missed_deadline_answers_the_server_and_cancels_on_the_requests_stream() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        hold: Duration::from_millis(1500),
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let gateway = start_gateway(upstream, Limits::default()).await;
+    let (up, gateway) = setup(
+        Upstream {
+            stateful: true,
+            hold: Duration::from_millis(1500),
+            ..Upstream::default()
+        },
+        Limits::default(),
+    )
+    .await;
     let sid = initialize(gateway.addr, "slow").await;
     *up.script.lock().unwrap() = vec![sampling(31).into_bytes()];
     let answer = send(
@@ -75,16 +77,11 @@ async fn a_missed_deadline_answers_the_server_and_cancels_on_the_requests_stream
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_ends_and_a_new_message_starts_one_again() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let limits = Limits {
+    let (_up, gateway) = stateful(Limits {
         idle_timeout: Duration::from_millis(200),
         ..Limits::default()
-    };
-    let gateway = start_gateway(upstream, limits).await;
+    })
+    .await;
     let sid = initialize(gateway.addr, "h").await;
     for _ in 0..200 {
         if gateway.log.text().contains("ended: idle timeout") {
@@ -112,17 +109,18 @@ async fn an_idle_session_ends_and_a_new_message_starts_one_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_past_the_cap_are_refused_503() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        hold: Duration::from_millis(800),
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let limits = Limits {
-        max_streams: 1,
-        ..Limits::default()
-    };
-    let gateway = start_gateway(upstream, limits).await;
+    let (up, gateway) = setup(
+        Upstream {
+            stateful: true,
+            hold: Duration::from_millis(800),
+            ..Upstream::default()
+        },
+        Limits {
+            max_streams: 1,
+            ..Limits::default()
+        },
+    )
+    .await;
     let addr = gateway.addr;
     // `initialize` is a request: it takes the one stream while it runs.
     let sid = initialize(addr, "h").await;
@@ -151,12 +149,7 @@ async fn streams_past_the_cap_are_refused_503() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_a_401_and_oauth_discovery_pass_through() {
-    let up = Arc::new(Upstream {
-        stateful: true,
-        ..Upstream::default()
-    });
-    let upstream = start_upstream(Arc::clone(&up)).await;
-    let gateway = start_gateway(upstream, Limits::default()).await;
+    let (up, gateway) = stateful(Limits::default()).await;
     let addr = gateway.addr;
     let answer = send(
         addr,
@@ -220,4 +213,73 @@ async fn credentials_a_401_and_oauth_discovery_pass_through() {
     )
     .await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_isolated_an_id_in_flight_in_one_is_free_in_another() {
+    let (up, gateway) = stateful(Limits::default()).await;
+    let first = initialize(gateway.addr, "h").await;
+    let second = initialize(gateway.addr, "h").await;
+    assert_eq!((first.as_str(), second.as_str()), ("s1", "s2"));
+    let shown = |sid: String| {
+        let up = Arc::clone(&up);
+        let addr = gateway.addr;
+        async move {
+            *up.script.lock().unwrap() = vec![sampling(5).into_bytes()];
+            let answer = send(addr, "POST", "/h/mcp", &[("mcp-session-id", &sid)], CALL).await;
+            events(&answer.body)
+                .iter()
+                .filter_map(|e| e.data.clone())
+                .collect::<Vec<_>>()
+        }
+    };
+    // Id 5 is in flight in s1 (the client never answers): s2 still gets its
+    // own request 5, and s1 refuses a second 5 to the server.
+    assert_eq!(shown(first.clone()).await.len(), 1);
+    assert_eq!(shown(second).await.len(), 1);
+    assert_eq!(shown(first).await.len(), 0);
+    let refusal = up
+        .wait_for("the refusal of the reused id", |b| {
+            b["id"] == 5 && b["error"]["code"] == -32600
+        })
+        .await;
+    assert!(refusal["error"]["message"].is_string());
+    let received = up.received.lock().unwrap().clone();
+    let refused_on: Vec<&String> = received
+        .iter()
+        .filter(|(_, _, body)| body.windows(9).any(|w| w == b"\"id\":5,\"e"))
+        .flat_map(|(_, headers, _)| {
+            headers
+                .iter()
+                .filter(|(n, _)| n == "mcp-session-id")
+                .map(|(_, v)| v)
+        })
+        .collect();
+    assert_eq!(refused_on, ["s1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_waiting_for_a_slow_answer_is_not_idle() {
+    let (_up, gateway) = stateful(Limits {
+        idle_timeout: Duration::from_millis(150),
+        ..Limits::default()
+    })
+    .await;
+    let sid = initialize(gateway.addr, "h").await;
+    let slow = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slowjson"}}"#;
+    let answer = send(
+        gateway.addr,
+        "POST",
+        "/h/mcp",
+        &[("mcp-session-id", &sid)],
+        slow,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    // 600 ms with no message, but a request in progress: still alive.
+    assert!(
+        !gateway.log.text().contains("idle timeout"),
+        "{}",
+        gateway.log.text()
+    );
 }

@@ -64,10 +64,12 @@ pub struct Upstream {
     pub received: Mutex<Vec<Received>>,
     /// The SSE chunks it answers the next `tools/call` with.
     pub script: Mutex<Vec<Vec<u8>>>,
-    /// Assign `Mcp-Session-Id: s1` on `initialize` (false: a stateless server).
+    /// Assign `Mcp-Session-Id: sN` on each `initialize` (false: a stateless server).
     pub stateful: bool,
     /// Keep a `tools/call` stream open this long after its last chunk.
     pub hold: Duration,
+    /// How many sessions it assigned.
+    pub sessions: std::sync::atomic::AtomicUsize,
 }
 
 impl Upstream {
@@ -147,9 +149,24 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             });
             let mut response = Response::builder().header("content-type", "application/json");
             if up.stateful {
-                response = response.header("mcp-session-id", "s1");
+                // s1, s2, …: one session per initialize.
+                let n = up
+                    .sessions
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1;
+                response = response.header("mcp-session-id", format!("s{n}"));
             }
             response.body(full(result.to_string())).unwrap()
+        }
+        Some("tools/call") if message["params"]["name"] == "slowjson" => {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(full(
+                    serde_json::json!({"jsonrpc": "2.0", "id": message["id"], "result": {"content": []}})
+                        .to_string(),
+                ))
+                .unwrap()
         }
         Some("tools/call") if message["params"]["name"] == "redirect" => Response::builder()
             .status(StatusCode::TEMPORARY_REDIRECT)
@@ -194,6 +211,26 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             response
         }
     }
+}
+
+/// An upstream that assigns session ids, and a gateway in front of it.
+pub async fn stateful(limits: Limits) -> (Arc<Upstream>, Gateway) {
+    setup(
+        Upstream {
+            stateful: true,
+            ..Upstream::default()
+        },
+        limits,
+    )
+    .await
+}
+
+/// `up` on a loopback port and a gateway (`limits`) in front of it.
+pub async fn setup(up: Upstream, limits: Limits) -> (Arc<Upstream>, Gateway) {
+    let up = Arc::new(up);
+    let upstream = start_upstream(Arc::clone(&up)).await;
+    let gateway = start_gateway(upstream, limits).await;
+    (up, gateway)
 }
 
 /// Starts the upstream on a loopback port.
