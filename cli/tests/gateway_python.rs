@@ -145,6 +145,9 @@ fn python_sdk_server_and_client_over_streamable_http_behind_the_gateway() {
     assert_eq!(fresh("release-notes"), 2, "the warm-up and the first retry");
     assert_eq!(fresh("web-fetch"), 1);
     assert_eq!(fresh("chatty"), 50);
-    // No token or header value reaches the log.
-    assert!(!log.contains("Bearer"), "{log}");
+    // Every request carried the client's bearer token: it reached neither
+    // the log nor the audit.
+    let token = "mcpolicy-e2e-secret-7f3a9c";
+    assert!(!log.contains(token), "{log}");
+    assert!(lines.iter().all(|line| !line.to_string().contains(token)));
 }

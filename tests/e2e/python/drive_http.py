@@ -24,6 +24,7 @@ import warnings
 
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from drive import User
 
@@ -31,6 +32,9 @@ warnings.simplefilter("ignore")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUTES = ("release-notes", "web-fetch", "chatty", "summarizer", "slow")
+# Every request carries it, as a client authorised by OAuth would: the
+# gateway passes it upstream and must never write it to its log or audit.
+TOKEN = "mcpolicy-e2e-secret-7f3a9c"
 
 
 class SlowUser(User):
@@ -111,7 +115,8 @@ class Gateway:
 async def session(url: str, user: User, calls, tool: str = "summarise"):
     """Runs `calls` (tool arguments) through one client session; returns the tool outputs."""
     outputs = []
-    async with streamable_http_client(url) as (read, write):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
+    async with http, streamable_http_client(url, http_client=http) as (read, write):
         async with ClientSession(read, write, sampling_callback=user) as client:
             await client.initialize()
             for arguments in calls:
