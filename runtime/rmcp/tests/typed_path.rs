@@ -19,7 +19,7 @@ use std::sync::Arc;
 use mcpolicy_rmcp::typed_request;
 use mcpolicy_runtime::clock::{self, ManualClock};
 use mcpolicy_runtime::engine::{Answer, ClientContext, Decision};
-use mcpolicy_runtime::identity::request_identity;
+use mcpolicy_runtime::identity::{canonical_bytes, request_identity};
 use mcpolicy_runtime::store::MemoryStore;
 use mcpolicy_runtime::{Engine, Policy};
 use proptest::prelude::*;
@@ -39,6 +39,13 @@ fn engine() -> Engine {
     )
 }
 
+/// Params as every JSON reader compares them: their canonical form (rmcp
+/// holds a priority as an `f32`, so a server's `0` comes back `0.0`, the
+/// same number).
+fn canonical(params: Map<String, Value>) -> String {
+    String::from_utf8(canonical_bytes(&Value::Object(params))).unwrap()
+}
+
 /// What a decision says, comparable across two engines.
 fn summary(decision: &Decision, original: &Map<String, Value>) -> Value {
     match decision {
@@ -46,7 +53,7 @@ fn summary(decision: &Decision, original: &Map<String, Value>) -> Value {
             "kind": if grant.is_trim() { "trim" } else { "allow" },
             "identity": grant.identity(),
             "meta": grant.annotations().to_meta(),
-            "params": grant.params(original),
+            "params": canonical(grant.params(original)),
             "deadline": grant.deadline_ms(),
         }),
         Decision::Deny(denial) => json!({
@@ -58,7 +65,7 @@ fn summary(decision: &Decision, original: &Map<String, Value>) -> Value {
             "identity": pending.identity(),
             "approval": pending.approval_key(),
             "meta": pending.annotations().to_meta(),
-            "params": pending.params(original),
+            "params": canonical(pending.params(original)),
         }),
     }
 }
