@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params};
 
 mod admin;
@@ -1255,6 +1256,31 @@ fn multi_row_sql(head: &str, rows: usize, columns: usize, tail: &str) -> String 
     sql
 }
 
+/// Row counts whose [`upsert_spend_sql`] is built once per process: an
+/// admission of a rate and up to five budgets, every state row changed.
+const UPSERT_BUILT_ROWS: usize = 32;
+
+/// [`admit_in`]'s statement for `rows` spend and state rows (at least one):
+/// a spend row adds to what is there (two checks of one counter share a
+/// row), a state row is set. Built once per row count, not per admission.
+fn upsert_spend_sql(rows: usize) -> std::borrow::Cow<'static, str> {
+    static BUILT: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let build = |rows| {
+        multi_row_sql(
+            "INSERT INTO spend (server_id, counter, at, reservation, amount)",
+            rows,
+            5,
+            "ON CONFLICT DO UPDATE SET amount = CASE WHEN excluded.reservation > 0
+             THEN amount + excluded.amount ELSE excluded.amount END",
+        )
+    };
+    let built = BUILT.get_or_init(|| (1..=UPSERT_BUILT_ROWS).map(build).collect());
+    match rows.checked_sub(1).and_then(|index| built.get(index)) {
+        Some(sql) => std::borrow::Cow::Borrowed(sql.as_str()),
+        None => std::borrow::Cow::Owned(build(rows)),
+    }
+}
+
 /// [`DecisionStore::replay`] inside a write transaction.
 ///
 /// `verdict`: only a decision with this verdict is a hit (the two probes of
@@ -1387,10 +1413,10 @@ fn assess_in(
 /// [`DecisionStore::admit`] inside a write transaction; `id` is the
 /// reservation id to record if every check fits. The same steps as the
 /// in-memory store's `admit_into`, on the counter's rows.
-fn admit_in(
+fn admit_in<'a>(
     conn: &Connection,
-    server_id: &str,
-    checks: &[LimitCheck],
+    server_id: &'a str,
+    checks: &'a [LimitCheck],
     now: Millis,
     id: u64,
 ) -> Result<Admission, Fail> {
@@ -1430,14 +1456,15 @@ fn admit_in(
     }
     // Every spend row (added to what is there: two checks of one counter
     // share a row) and every changed state row (set), in one statement.
-    let mut values: Vec<rusqlite::types::Value> = Vec::new();
-    let mut row = |counter: &str, at: Millis, reservation: i64, amount: i64| {
+    // The texts are bound as borrowed, never copied.
+    let mut values: Vec<ToSqlOutput<'_>> = Vec::with_capacity(5 * 5 * checks.len());
+    let mut row = |counter: &'a str, at: Millis, reservation: i64, amount: i64| {
         values.extend([
-            server_id.to_owned().into(),
-            counter.to_owned().into(),
-            at.into(),
-            reservation.into(),
-            amount.into(),
+            ToSqlOutput::Borrowed(ValueRef::Text(server_id.as_bytes())),
+            ToSqlOutput::Borrowed(ValueRef::Text(counter.as_bytes())),
+            ToSqlOutput::Owned(SqlValue::Integer(at)),
+            ToSqlOutput::Owned(SqlValue::Integer(reservation)),
+            ToSqlOutput::Owned(SqlValue::Integer(amount)),
         ]);
     };
     if refusal.is_none() {
@@ -1473,14 +1500,8 @@ fn admit_in(
     }
     let rows = values.len() / 5;
     if rows > 0 {
-        conn.prepare_cached(&multi_row_sql(
-            "INSERT INTO spend (server_id, counter, at, reservation, amount)",
-            rows,
-            5,
-            "ON CONFLICT DO UPDATE SET amount = CASE WHEN excluded.reservation > 0
-             THEN amount + excluded.amount ELSE excluded.amount END",
-        ))?
-        .execute(rusqlite::params_from_iter(values))?;
+        conn.prepare_cached(&upsert_spend_sql(rows))?
+            .execute(rusqlite::params_from_iter(values))?;
     }
     Ok(refusal.unwrap_or(Admission::Admitted {
         reservation: Reservation { id, at: now },
@@ -1938,6 +1959,35 @@ mod tests {
                 reprepared, 0,
                 "re-prepared {reprepared} times in {runs} runs: {sql}"
             );
+        }
+        Ok(())
+    }
+
+    /// An admission that writes more rows than [`UPSERT_BUILT_ROWS`] builds
+    /// its statement on the spot, and records the same.
+    #[test]
+    fn an_admission_of_many_counters_records_every_row() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = SqliteStore::open(dir.path().join("store.db"))?;
+        let checks: Vec<LimitCheck> = (0..12u64)
+            .map(|n| LimitCheck {
+                counter: format!("budget:{n}"),
+                amount: n + 1,
+                limit: 1_000,
+                window: LimitWindow::Rolling { ms: 60_000 },
+            })
+            .collect();
+        let start: Millis = 1_773_100_800_000;
+        // The second admission moves every floor: 12 spend, total, floor
+        // and window rows, 48 in all.
+        for now in [start, start + 30_000] {
+            let admitted = store.admit("srv", &checks, now)?;
+            assert!(matches!(admitted, Admission::Admitted { .. }));
+            assert!(4 * checks.len() > UPSERT_BUILT_ROWS);
+        }
+        for check in &checks {
+            let usage = store.usage("srv", check, start + 30_000)?;
+            assert_eq!(usage.spent, 2 * check.amount, "{}", check.counter);
         }
         Ok(())
     }
