@@ -44,8 +44,26 @@ fn hot_statements_are_prepared_once() -> Result<(), Box<dyn std::error::Error>> 
         })?;
         assert!(matches!(answer.admission, Some(Admission::Admitted { .. })));
     }
+    // Refusals of a rolling window read its rows for `available_at`.
+    let tight = [LimitCheck {
+        counter: "tight".into(),
+        amount: 1,
+        limit: 1,
+        window: LimitWindow::Rolling { ms: 60_000 },
+    }];
+    for step in 0..4 {
+        let admission = store.admit("srv", &tight, start + step * 1_000)?;
+        assert_eq!(matches!(admission, Admission::Refused { .. }), step > 0);
+    }
     let session = store.lock()?;
-    for sql in [READ_COUNTER, RANGE_SUM, PRUNE_SELECT, PRUNE_DELETE, PROBE] {
+    for sql in [
+        READ_COUNTER,
+        RANGE_SUM,
+        PRUNE_SELECT,
+        PRUNE_DELETE,
+        WINDOW_ROWS,
+        PROBE,
+    ] {
         let stmt = session.conn.prepare_cached(sql)?;
         let runs = stmt.get_status(rusqlite::StatementStatus::Run);
         let reprepared = stmt.get_status(rusqlite::StatementStatus::RePrepare);
