@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, params};
 
 mod admin;
@@ -568,6 +569,7 @@ fn open_reader(path: &Path, immutable: bool) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(&uri, flags).map_err(|e| map_sql(path, e))?;
     conn.busy_timeout(SqliteOptions::default().busy_timeout)
         .map_err(|e| map_sql(path, e))?;
+    plan_once(&conn).map_err(|e| map_sql(path, e))?;
     let (app, version, tables) = identity_of(&conn).map_err(|e| map_sql(path, e))?;
     if tables == 0 && app == 0 && version == 0 {
         return Err(StoreError::Empty {
@@ -658,7 +660,7 @@ fn explain_cannot_open(path: &Path, error: StoreError) -> StoreError {
 fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result<i64, StoreError> {
     let sql = |e| map_sql(path, e);
     conn.busy_timeout(options.busy_timeout).map_err(sql)?;
-    conn.set_prepared_statement_cache_capacity(32);
+    plan_once(conn).map_err(sql)?;
     // Read-only look first: a foreign or newer file must not even be switched to WAL.
     check_identity(path, conn)?;
     // Takes effect only on a file that has no pages yet; an existing store keeps its size.
@@ -718,6 +720,27 @@ fn initialise(path: &Path, conn: &Connection, options: &SqliteOptions) -> Result
         check_tables(path, conn)?;
         new_epoch(path, conn)
     })
+}
+
+/// Caches up to 32 prepared statements on `conn`, each planned once.
+///
+/// SQLite's query planner stability guarantee (QPSG): a statement's plan
+/// never depends on the values bound to it. Without it, SQLite built with
+/// STAT4 (as rusqlite's bundled copy is) marks a statement with a range over
+/// a bound value (`at >= ?3`) or a bound LIMIT "re-prepare on rebind", and
+/// rusqlite clears a statement's bindings when it returns it to the cache:
+/// every cached statement was parsed and planned again at each use, about
+/// two thirds of an admission's CPU (`docs/performance.md`, "SQLite store";
+/// test `hot_statements_are_prepared_once`). The plans are the same: the
+/// store never runs `ANALYZE`, so there are no statistics for the values to
+/// inform, and every statement is a look-up of a key or a key range.
+fn plan_once(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.set_prepared_statement_cache_capacity(32);
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(())
 }
 
 /// `PRAGMA synchronous`'s value for `level`.
@@ -1031,8 +1054,14 @@ fn uint(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-const DECISION_COLUMNS: &str =
-    "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable, statement";
+/// The columns [`decision_from_row`] reads, in its order (a macro, so that
+/// constant statements can `concat!` it).
+macro_rules! decision_columns {
+    () => {
+        "verdict, reason, digest, expires_at, data, represented, decided_at, recomputable, statement"
+    };
+}
+const DECISION_COLUMNS: &str = decision_columns!();
 
 fn decision_from_row(path: &Path, row: &Row<'_>) -> Result<StoredDecision, Fail> {
     let verdict_text: String = row.get(0)?;
@@ -1079,6 +1108,12 @@ impl Default for CounterState {
     }
 }
 
+/// [`read_counter`]'s statement.
+const READ_COUNTER: &str = "SELECT 0, 0, MIN(at) FROM spend WHERE server_id = ?1 AND counter = ?2
+     UNION ALL
+     SELECT 1, reservation, amount FROM spend
+     WHERE server_id = ?1 AND counter = ?2 AND at >= ?3";
+
 /// What one look at a counter finds: its state, the spend recorded at or
 /// after `until` (a fixed window's end: not in the window), and its oldest
 /// spend row's time, if any. One statement, two range reads: the left end of
@@ -1091,12 +1126,7 @@ fn read_counter(
     counter: &str,
     until: Millis,
 ) -> Result<(CounterState, i64, Option<Millis>), rusqlite::Error> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT 0, 0, MIN(at) FROM spend WHERE server_id = ?1 AND counter = ?2
-         UNION ALL
-         SELECT 1, reservation, amount FROM spend
-         WHERE server_id = ?1 AND counter = ?2 AND at >= ?3",
-    )?;
+    let mut stmt = conn.prepare_cached(READ_COUNTER)?;
     let mut rows = stmt.query(params![server_id, counter, until])?;
     let (mut state, mut after_end, mut oldest) = (CounterState::default(), 0i64, None);
     while let Some(row) = rows.next()? {
@@ -1115,6 +1145,11 @@ fn read_counter(
     Ok((state, after_end, oldest))
 }
 
+/// [`range_sum`]'s statement.
+const RANGE_SUM: &str = "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM (SELECT amount FROM spend
+     WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND at < ?4 AND reservation > 0
+     LIMIT ?5)";
+
 /// The sum of `counter`'s spend rows in `[from, to)`, walking at most
 /// `limit` rows: `(rows walked, their sum)`.
 fn range_sum(
@@ -1125,17 +1160,15 @@ fn range_sum(
     to: Millis,
     limit: usize,
 ) -> Result<(usize, i64), rusqlite::Error> {
-    conn.prepare_cached(
-        "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM (SELECT amount FROM spend
-         WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND at < ?4 AND reservation > 0
-         LIMIT ?5)",
-    )?
-    .query_row(params![server_id, counter, from, to, limit as i64], |row| {
-        Ok((
-            usize::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
-            row.get(1)?,
-        ))
-    })
+    conn.prepare_cached(RANGE_SUM)?.query_row(
+        params![server_id, counter, from, to, limit as i64],
+        |row| {
+            Ok((
+                usize::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+                row.get(1)?,
+            ))
+        },
+    )
 }
 
 /// Moves `state`'s floor to `floor`, forward or back, keeping its total the
@@ -1167,6 +1200,14 @@ fn move_floor(
     Ok(())
 }
 
+/// [`prune`]'s statement.
+const PRUNE_SELECT: &str = "SELECT at, reservation FROM spend
+     WHERE server_id = ?1 AND counter = ?2 AND at < ?3 AND reservation > 0
+     ORDER BY at, reservation LIMIT ?4";
+/// [`prune`]'s statement (its deletion).
+const PRUNE_DELETE: &str =
+    "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4";
+
 /// Deletes up to [`PRUNE_BATCH`] spend rows before `cut`, oldest first, and
 /// moves the prune mark past them. `oldest` is the counter's oldest row, so
 /// that nothing is looked up when there is nothing to delete.
@@ -1182,19 +1223,13 @@ fn prune(
         return Ok(());
     }
     let doomed: Vec<(i64, i64)> = conn
-        .prepare_cached(
-            "SELECT at, reservation FROM spend
-             WHERE server_id = ?1 AND counter = ?2 AND at < ?3 AND reservation > 0
-             ORDER BY at, reservation LIMIT ?4",
-        )?
+        .prepare_cached(PRUNE_SELECT)?
         .query_map(
             params![server_id, counter, cut, PRUNE_BATCH as i64],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )?
         .collect::<Result<_, _>>()?;
-    let mut delete = conn.prepare_cached(
-        "DELETE FROM spend WHERE server_id = ?1 AND counter = ?2 AND at = ?3 AND reservation = ?4",
-    )?;
+    let mut delete = conn.prepare_cached(PRUNE_DELETE)?;
     for (at, reservation) in doomed {
         delete.execute(params![server_id, counter, at, reservation])?;
         state.pruned = state.pruned.max(at.saturating_add(1));
@@ -1219,6 +1254,31 @@ fn multi_row_sql(head: &str, rows: usize, columns: usize, tail: &str) -> String 
     sql.push(' ');
     sql.push_str(tail);
     sql
+}
+
+/// Row counts whose [`upsert_spend_sql`] is built once per process: an
+/// admission of a rate and up to five budgets, every state row changed.
+const UPSERT_BUILT_ROWS: usize = 32;
+
+/// [`admit_in`]'s statement for `rows` spend and state rows (at least one):
+/// a spend row adds to what is there (two checks of one counter share a
+/// row), a state row is set. Built once per row count, not per admission.
+fn upsert_spend_sql(rows: usize) -> std::borrow::Cow<'static, str> {
+    static BUILT: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let build = |rows| {
+        multi_row_sql(
+            "INSERT INTO spend (server_id, counter, at, reservation, amount)",
+            rows,
+            5,
+            "ON CONFLICT DO UPDATE SET amount = CASE WHEN excluded.reservation > 0
+             THEN amount + excluded.amount ELSE excluded.amount END",
+        )
+    };
+    let built = BUILT.get_or_init(|| (1..=UPSERT_BUILT_ROWS).map(build).collect());
+    match rows.checked_sub(1).and_then(|index| built.get(index)) {
+        Some(sql) => std::borrow::Cow::Borrowed(sql.as_str()),
+        None => std::borrow::Cow::Owned(build(rows)),
+    }
 }
 
 /// [`DecisionStore::replay`] inside a write transaction.
@@ -1246,6 +1306,14 @@ fn replay_in(
     Ok(Some(found))
 }
 
+/// [`probe`]'s statement.
+const PROBE: &str = concat!(
+    "SELECT ",
+    decision_columns!(),
+    " FROM decisions WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
+       AND (expires_at IS NULL OR expires_at > ?4) AND (?5 IS NULL OR verdict = ?5)"
+);
+
 /// The decision a replay of `key` would hit, as stored, counting nothing
 /// (`verdict` as in [`replay_in`]).
 fn probe(
@@ -1256,12 +1324,7 @@ fn probe(
     now: Millis,
     verdict: Option<Verdict>,
 ) -> Result<Option<StoredDecision>, Fail> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {DECISION_COLUMNS} FROM decisions
-         WHERE server_id = ?1 AND identity = ?2 AND digest = ?3
-           AND (expires_at IS NULL OR expires_at > ?4)
-           AND (?5 IS NULL OR verdict = ?5)"
-    ))?;
+    let mut stmt = conn.prepare_cached(PROBE)?;
     let mut rows = stmt.query(params![
         key.server_id,
         key.identity,
@@ -1294,6 +1357,11 @@ struct Look<'a> {
     /// The counter's oldest spend row, if any.
     oldest: Option<Millis>,
 }
+
+/// [`assess_in`]'s statement.
+const WINDOW_ROWS: &str = "SELECT at, amount FROM spend
+     WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND reservation > 0
+     ORDER BY at";
 
 /// One check against its counter's `state` (as read, updated in place),
 /// `pending` being what earlier checks of the same call add: the steps of
@@ -1334,25 +1402,21 @@ fn assess_in(
         )?;
     }
     Assessed::judge(check, counting.saturating_add(pending), floor, |floor| {
-        conn.prepare_cached(
-            "SELECT at, amount FROM spend
-             WHERE server_id = ?1 AND counter = ?2 AND at >= ?3 AND reservation > 0
-             ORDER BY at",
-        )?
-        .query_map(params![server_id, check.counter, floor], |row| {
-            Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
-        })?
-        .collect()
+        conn.prepare_cached(WINDOW_ROWS)?
+            .query_map(params![server_id, check.counter, floor], |row| {
+                Ok((row.get::<_, i64>(0)?, uint(row.get::<_, i64>(1)?)))
+            })?
+            .collect()
     })
 }
 
 /// [`DecisionStore::admit`] inside a write transaction; `id` is the
 /// reservation id to record if every check fits. The same steps as the
 /// in-memory store's `admit_into`, on the counter's rows.
-fn admit_in(
+fn admit_in<'a>(
     conn: &Connection,
-    server_id: &str,
-    checks: &[LimitCheck],
+    server_id: &'a str,
+    checks: &'a [LimitCheck],
     now: Millis,
     id: u64,
 ) -> Result<Admission, Fail> {
@@ -1392,14 +1456,15 @@ fn admit_in(
     }
     // Every spend row (added to what is there: two checks of one counter
     // share a row) and every changed state row (set), in one statement.
-    let mut values: Vec<rusqlite::types::Value> = Vec::new();
-    let mut row = |counter: &str, at: Millis, reservation: i64, amount: i64| {
+    // The texts are bound as borrowed, never copied.
+    let mut values: Vec<ToSqlOutput<'_>> = Vec::with_capacity(5 * 5 * checks.len());
+    let mut row = |counter: &'a str, at: Millis, reservation: i64, amount: i64| {
         values.extend([
-            server_id.to_owned().into(),
-            counter.to_owned().into(),
-            at.into(),
-            reservation.into(),
-            amount.into(),
+            ToSqlOutput::Borrowed(ValueRef::Text(server_id.as_bytes())),
+            ToSqlOutput::Borrowed(ValueRef::Text(counter.as_bytes())),
+            ToSqlOutput::Owned(SqlValue::Integer(at)),
+            ToSqlOutput::Owned(SqlValue::Integer(reservation)),
+            ToSqlOutput::Owned(SqlValue::Integer(amount)),
         ]);
     };
     if refusal.is_none() {
@@ -1435,14 +1500,8 @@ fn admit_in(
     }
     let rows = values.len() / 5;
     if rows > 0 {
-        conn.prepare_cached(&multi_row_sql(
-            "INSERT INTO spend (server_id, counter, at, reservation, amount)",
-            rows,
-            5,
-            "ON CONFLICT DO UPDATE SET amount = CASE WHEN excluded.reservation > 0
-             THEN amount + excluded.amount ELSE excluded.amount END",
-        ))?
-        .execute(rusqlite::params_from_iter(values))?;
+        conn.prepare_cached(&upsert_spend_sql(rows))?
+            .execute(rusqlite::params_from_iter(values))?;
     }
     Ok(refusal.unwrap_or(Admission::Admitted {
         reservation: Reservation { id, at: now },
@@ -1846,13 +1905,4 @@ fn write_server_stats(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rows_round_trip_through_ints() {
-        assert_eq!(int(u64::MAX), i64::MAX);
-        assert_eq!(uint(-1), 0);
-        assert_eq!(uint(int(42)), 42);
-    }
-}
+mod tests;
