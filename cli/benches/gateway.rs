@@ -30,6 +30,7 @@
 //!
 //! Run: `cargo bench -p mcpc --bench gateway`. Figures: `docs/performance.md`,
 //! "Gateway".
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a bench")]
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -50,24 +51,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-const POLICY: &str = r#"
-mcpolicy 1
-protocol 2025-11-25
-error_code -32010
-identity systemPrompt, messages, includeContext, modelPreferences
-
-defaults {
-  max_context thisServer
-  max_tokens 4096
-  rate 1000000 per 1m
-  budget 100000000 tokens per day
-  consent never
-}
-
-server "blocked" {
-  sampling off
-}
-"#;
+/// The policy both transports' benches run under: a `rate` and a token
+/// `budget` on every server; `blocked` refused.
+const POLICY: &str = include_str!("bench.mcpolicy");
 
 type Body = BoxBody<Bytes, Infallible>;
 

@@ -26,24 +26,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const POLICY: &str = r#"
-mcpolicy 1
-protocol 2025-11-25
-error_code -32010
-identity systemPrompt, messages, includeContext, modelPreferences
-
-defaults {
-  max_context thisServer
-  max_tokens 4096
-  rate 1000000 per 1m
-  budget 100000000 tokens per day
-  consent never
-}
-
-server "blocked" {
-  sampling off
-}
-"#;
+/// The policy both transports' benches run under: a `rate` and a token
+/// `budget` on every server; `blocked` refused.
+const POLICY: &str = include_str!("bench.mcpolicy");
 
 fn main() -> ExitCode {
     if std::env::var_os("MCPOLICY_BENCH_ROLE").is_some_and(|r| r == "echo") {

@@ -12,35 +12,13 @@
 mod sdk_driver;
 
 use std::path::Path;
-use std::process::Command;
 
-use sdk_driver::{Run, drive, repo, unavailable};
-use serde_json::{Value, json};
-
-/// A Python that can import the MCP SDK, or `None` (skipped) unless required.
-fn python_with_mcp() -> Option<String> {
-    let python = std::env::var("MCPOLICY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let probe = Command::new(&python)
-        .args(["-c", "import mcp.server.mcpserver, mcp.client.stdio"])
-        .output();
-    let ok = probe.as_ref().is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(python);
-    }
-    let why = match &probe {
-        Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        Err(error) => error.to_string(),
-    };
-    unavailable(
-        "MCPOLICY_REQUIRE_PYTHON",
-        &format!("{python} cannot import the MCP SDK ({why})"),
-        "pip install -r tests/e2e/python/requirements.txt and set MCPOLICY_PYTHON",
-    )
-}
+use sdk_driver::{Run, assert_the_python_scenarios, drive, python_importing, repo};
+use serde_json::Value;
 
 #[test]
 fn python_sdk_server_and_client_behind_the_proxy() {
-    let Some(python) = python_with_mcp() else {
+    let Some(python) = python_importing("mcp.server.mcpserver, mcp.client.stdio") else {
         return;
     };
     let Run {
@@ -53,67 +31,15 @@ fn python_sdk_server_and_client_behind_the_proxy() {
         Path::new(env!("CARGO_MANIFEST_DIR")),
     );
 
-    // The seed: the day's one request, then 50 identical retries — denied
-    // with the same error every time, and the client never asked again.
-    let retry = &report["retry"];
-    let outputs = retry["outputs"].as_array().unwrap();
-    assert_eq!(outputs.len(), 51);
-    assert!(outputs[0].get("result").is_some(), "{}", outputs[0]);
-    let first = &outputs[1]["error"];
-    assert_eq!(first["code"], -32010, "{first}");
-    assert_eq!(first["data"]["reason"], "policy.budget_exhausted");
-    assert!(outputs[1..].iter().all(|o| o["error"] == *first));
-    assert_eq!(
-        (&retry["prompts"], &retry["provider_calls"]),
-        (&json!(1), &json!(1))
-    );
+    assert_the_python_scenarios(&report, &lines);
 
-    // Refused in the client's dialog: asked once, nothing run, 49 replays.
-    let refuse = &report["refuse"];
-    let outputs = refuse["outputs"].as_array().unwrap();
-    assert_eq!(outputs.len(), 50);
-    assert_eq!(
-        outputs[0]["error"]["data"],
-        json!({"reason": "user.denied", "server": "web-fetch", "retryable": false})
-    );
-    assert_eq!(outputs[0]["error"]["code"], -1);
-    assert!(outputs.iter().all(|o| o["error"] == outputs[0]["error"]));
-    assert_eq!(
-        (&refuse["prompts"], &refuse["provider_calls"]),
-        (&json!(1), &json!(0))
-    );
-
-    // One character different each time: the rate limit stops them.
-    let variants = &report["variants"];
-    let outputs = variants["outputs"].as_array().unwrap();
-    assert_eq!(outputs.len(), 50);
-    let allowed = outputs.iter().filter(|o| o.get("result").is_some()).count();
-    let limited = outputs
-        .iter()
-        .filter(|o| o["error"]["data"]["reason"] == "policy.rate_limit")
-        .count();
-    assert_eq!((allowed, limited), (3, 47));
-    assert_eq!(variants["provider_calls"], 3);
-
-    // The trim reaches the Python server with `_meta.context` intact.
-    let trim = &report["trim"];
-    assert_eq!(
-        trim["outputs"][0]["result"]["_meta"]["context"],
-        json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"})
-    );
-    assert_eq!(trim["seen"][0]["includeContext"], "thisServer");
-
-    // The audit: one evaluation per distinct request, replays marked.
+    // Replays are marked, and counted.
     let of = |server: &str| -> Vec<&Value> {
         lines
             .iter()
             .filter(|l| l["server"] == server && l["event"] == "decision")
             .collect()
     };
-    let fresh = |server: &str| of(server).iter().filter(|l| l["replayed"] == false).count();
-    assert_eq!(fresh("release-notes"), 2, "the warm-up and the first retry");
-    assert_eq!(fresh("web-fetch"), 1);
-    assert_eq!(fresh("chatty"), 50);
     let last = of("web-fetch").last().copied().unwrap().clone();
     assert_eq!(last["represented"], 49);
     assert_eq!(last["replayed"], true);

@@ -30,6 +30,10 @@ pub fn unavailable<T>(require_var: &str, why: &str, hint: &str) -> Option<T> {
 }
 
 /// What one driver run left behind.
+#[allow(
+    dead_code,
+    reason = "each suite compiles this module; the conformance suite runs no driver"
+)]
 pub struct Run {
     /// The driver's JSON report (its standard output).
     pub report: Value,
@@ -45,6 +49,10 @@ pub struct Run {
 
 /// Runs `interpreter script --mcpc … --policy … --store … --audit … --log …`
 /// in `cwd` and asserts that it succeeded.
+#[allow(
+    dead_code,
+    reason = "each suite compiles this module; the conformance suite runs no driver"
+)]
 pub fn drive(interpreter: &str, script: &Path, cwd: &Path) -> Run {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let policy = dir.path().join("e2e.mcpolicy");
@@ -122,4 +130,104 @@ pub fn typescript_node() -> Option<String> {
         &format!("the TypeScript SDK suite cannot run: {why}"),
         "run tests/e2e/typescript/setup.sh",
     )
+}
+
+/// A Python that can `import` each of `modules` (the MCP SDK's, for
+/// `tests/e2e/python`): `MCPOLICY_PYTHON`, else `python3`; `None` (skipped)
+/// unless `MCPOLICY_REQUIRE_PYTHON=1`.
+#[allow(
+    dead_code,
+    reason = "each suite compiles this module; the TypeScript ones run node"
+)]
+pub fn python_importing(modules: &str) -> Option<String> {
+    let python = std::env::var("MCPOLICY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let probe = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .output();
+    if probe.as_ref().is_ok_and(|o| o.status.success()) {
+        return Some(python);
+    }
+    let why = match &probe {
+        Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        Err(error) => error.to_string(),
+    };
+    unavailable(
+        "MCPOLICY_REQUIRE_PYTHON",
+        &format!("{python} cannot import the MCP SDK ({why})"),
+        "pip install -r tests/e2e/python/requirements.txt and set MCPOLICY_PYTHON",
+    )
+}
+
+/// What the Python SDK's scenarios give on every transport (`drive.py`
+/// through `mcpc proxy`, `drive_http.py` through `mcpc gateway`): the
+/// report's `retry`, `refuse`, `variants` and `trim`, and the audit's
+/// fresh evaluations.
+#[allow(
+    dead_code,
+    reason = "each suite compiles this module; only the Python ones run these scenarios"
+)]
+pub fn assert_the_python_scenarios(report: &Value, lines: &[Value]) {
+    use serde_json::json;
+
+    // The seed: the day's one request, then 50 identical retries — denied
+    // with the same error every time, and the client never asked again.
+    let retry = &report["retry"];
+    let outputs = retry["outputs"].as_array().expect("outputs");
+    assert_eq!(outputs.len(), 51);
+    assert!(outputs[0].get("result").is_some(), "{}", outputs[0]);
+    let first = &outputs[1]["error"];
+    assert_eq!(first["code"], -32010, "{first}");
+    assert_eq!(first["data"]["reason"], "policy.budget_exhausted");
+    assert!(outputs[1..].iter().all(|o| o["error"] == *first));
+    assert_eq!(
+        (&retry["prompts"], &retry["provider_calls"]),
+        (&json!(1), &json!(1))
+    );
+
+    // Refused in the client's dialog: asked once, nothing run, 49 replays.
+    let refuse = &report["refuse"];
+    let outputs = refuse["outputs"].as_array().expect("outputs");
+    assert_eq!(outputs.len(), 50);
+    assert_eq!(
+        outputs[0]["error"]["data"],
+        json!({"reason": "user.denied", "server": "web-fetch", "retryable": false})
+    );
+    assert_eq!(outputs[0]["error"]["code"], -1);
+    assert!(outputs.iter().all(|o| o["error"] == outputs[0]["error"]));
+    assert_eq!(
+        (&refuse["prompts"], &refuse["provider_calls"]),
+        (&json!(1), &json!(0))
+    );
+
+    // One character different each time: the rate limit stops them.
+    let variants = &report["variants"];
+    let outputs = variants["outputs"].as_array().expect("outputs");
+    assert_eq!(outputs.len(), 50);
+    let allowed = outputs.iter().filter(|o| o.get("result").is_some()).count();
+    let limited = outputs
+        .iter()
+        .filter(|o| o["error"]["data"]["reason"] == "policy.rate_limit")
+        .count();
+    assert_eq!((allowed, limited), (3, 47), "{outputs:?}");
+    assert_eq!(variants["provider_calls"], 3);
+
+    // The trim reaches the Python server with `_meta.context` intact, and
+    // the client saw the narrowed request.
+    let trim = &report["trim"];
+    assert_eq!(
+        trim["outputs"][0]["result"]["_meta"]["context"],
+        json!({"requested": "allServers", "applied": "thisServer", "reason": "policy.max_scope"})
+    );
+    assert_eq!(trim["seen"][0]["includeContext"], "thisServer");
+
+    // The audit: one evaluation per distinct request.
+    let fresh = |server: &str| {
+        lines
+            .iter()
+            .filter(|l| l["server"] == server && l["event"] == "decision" && l["replayed"] == false)
+            .count()
+    };
+    assert_eq!(fresh("release-notes"), 2, "the warm-up and the first retry");
+    assert_eq!(fresh("web-fetch"), 1);
+    assert_eq!(fresh("chatty"), 50);
 }
