@@ -1,0 +1,310 @@
+//! The presentation-normal form of a request's identity fields
+//! (`docs/spec/identity.md`, "The refusal key"): what a person is shown of
+//! it, each part borrowed from the request wherever it is already normal.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use serde_json::{Map, Value};
+
+/// The identity fields of `params` in presentation-normal form
+/// (`docs/spec/identity.md`, "The refusal key"); other members are
+/// left out. A field this function does not know (a policy may list
+/// `maxTokens` or a member of its own) is kept as written.
+pub fn presentation_normal<F: AsRef<str>>(
+    params: &Map<String, Value>,
+    fields: &[F],
+) -> Map<String, Value> {
+    normal_fields(params, fields)
+        .into_iter()
+        .map(|(field, value)| (field.to_owned(), value.into_owned()))
+        .collect()
+}
+
+/// The fields of [`presentation_normal`], each borrowed from `params`
+/// wherever it is already normal; a field listed twice appears once.
+pub(super) fn normal_fields<'a, F: AsRef<str>>(
+    params: &'a Map<String, Value>,
+    fields: &'a [F],
+) -> Vec<(&'a str, Cow<'a, Value>)> {
+    let mut out: Vec<(&str, Cow<'_, Value>)> = Vec::with_capacity(fields.len());
+    for field in fields {
+        let field = field.as_ref();
+        if out.iter().any(|(name, _)| *name == field) {
+            continue;
+        }
+        let Some(value) = params.get(field) else {
+            continue;
+        };
+        let normal = match field {
+            "systemPrompt" => Some(normal_strings(value)),
+            "messages" => Some(normal_messages(value)),
+            "includeContext" => match value {
+                // `none` is what an absent `includeContext` means.
+                Value::String(scope) if scope == "none" => None,
+                other => Some(Cow::Borrowed(other)),
+            },
+            "modelPreferences" => normal_preferences(value),
+            _ => Some(Cow::Borrowed(value)),
+        };
+        if let Some(normal) = normal {
+            out.push((field, normal));
+        }
+    }
+    out
+}
+
+/// `items` normalised by `normal`: borrowed when every item is.
+fn normal_items<'a>(
+    whole: &'a Value,
+    items: &'a [Value],
+    normal: impl Fn(&'a Value) -> Cow<'a, Value>,
+) -> Cow<'a, Value> {
+    let mut changed: Option<Vec<Value>> = None;
+    for (at, item) in items.iter().enumerate() {
+        let normal = normal(item);
+        let same = unchanged(&normal, item);
+        match &mut changed {
+            None if same => {}
+            None => {
+                let mut out = Vec::with_capacity(items.len());
+                out.extend(items[..at].iter().cloned());
+                out.push(normal.into_owned());
+                changed = Some(out);
+            }
+            Some(out) => out.push(normal.into_owned()),
+        }
+    }
+    match changed {
+        None => Cow::Borrowed(whole),
+        Some(out) => Cow::Owned(Value::Array(out)),
+    }
+}
+
+/// Text as a person is shown it: without Unicode default-ignorable code
+/// points (zero-width spaces and joiners, the soft hyphen, variation
+/// selectors, tag characters, bidirectional controls…), without leading
+/// and trailing white space. Inner runs of white space are kept: a
+/// terminal, a code block or a line break shows them.
+pub fn presentation_text(text: &str) -> Cow<'_, str> {
+    let clean = !text.chars().any(is_default_ignorable);
+    let trimmed = text.trim();
+    if clean {
+        return Cow::Borrowed(trimmed);
+    }
+    let kept: String = text.chars().filter(|c| !is_default_ignorable(*c)).collect();
+    let trimmed = kept.trim();
+    Cow::Owned(trimmed.to_owned())
+}
+
+/// Unicode's `Default_Ignorable_Code_Point` property
+/// (`DerivedCoreProperties.txt`, Unicode 15.1 and 16.0): characters a
+/// renderer shows as nothing.
+pub fn is_default_ignorable(c: char) -> bool {
+    const RANGES: &[(u32, u32)] = &[
+        (0x00AD, 0x00AD),
+        (0x034F, 0x034F),
+        (0x061C, 0x061C),
+        (0x115F, 0x1160),
+        (0x17B4, 0x17B5),
+        (0x180B, 0x180F),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x206F),
+        (0x3164, 0x3164),
+        (0xFE00, 0xFE0F),
+        (0xFEFF, 0xFEFF),
+        (0xFFA0, 0xFFA0),
+        (0xFFF0, 0xFFF8),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0000, 0xE0FFF),
+    ];
+    let c = u32::from(c);
+    c >= 0xAD
+        && RANGES
+            .binary_search_by(|&(lo, hi)| {
+                if hi < c {
+                    Ordering::Less
+                } else if lo > c {
+                    Ordering::Greater
+                } else {
+                    Ordering::Equal
+                }
+            })
+            .is_ok()
+}
+
+/// Every string in `value` as [`presentation_text`] (keys kept as
+/// written); borrowed when every string already is.
+fn normal_strings(value: &Value) -> Cow<'_, Value> {
+    match value {
+        Value::String(text) => match presentation_text(text) {
+            Cow::Borrowed(same) if same.len() == text.len() => Cow::Borrowed(value),
+            other => Cow::Owned(Value::String(other.into_owned())),
+        },
+        Value::Array(items) => normal_items(value, items, normal_strings),
+        Value::Object(map) => {
+            normal_members(value, map, |_| true, |_, item| Some(normal_strings(item)))
+        }
+        other => Cow::Borrowed(other),
+    }
+}
+
+/// The members of `map` that `keep` keeps, each normalised by `normal`
+/// (`None`: left out): borrowed when every member is kept and unchanged.
+fn normal_members<'a>(
+    whole: &'a Value,
+    map: &'a Map<String, Value>,
+    keep: impl Fn(&str) -> bool,
+    normal: impl Fn(&str, &'a Value) -> Option<Cow<'a, Value>>,
+) -> Cow<'a, Value> {
+    let mut borrowed = true;
+    let mut members: Vec<(&'a String, Cow<'a, Value>)> = Vec::with_capacity(map.len());
+    for (key, item) in map {
+        if !keep(key) {
+            borrowed = false;
+            continue;
+        }
+        match normal(key, item) {
+            None => borrowed = false,
+            Some(normal) => {
+                borrowed &= unchanged(&normal, item);
+                members.push((key, normal));
+            }
+        }
+    }
+    if borrowed {
+        return Cow::Borrowed(whole);
+    }
+    Cow::Owned(Value::Object(
+        members
+            .into_iter()
+            .map(|(key, item)| (key.clone(), item.into_owned()))
+            .collect(),
+    ))
+}
+
+/// Whether `normal` is `original` itself, unchanged (a normaliser may
+/// also borrow a part of its input, which is a change of shape).
+#[allow(
+    clippy::ptr_arg,
+    reason = "whether the Cow borrows is the question asked"
+)]
+fn unchanged(normal: &Cow<'_, Value>, original: &Value) -> bool {
+    matches!(normal, Cow::Borrowed(same) if std::ptr::eq(*same, original))
+}
+
+/// `messages`: each message's `role` and `content` (its `_meta` and any
+/// member the schema does not define left out); a content list of one
+/// block is that block.
+fn normal_messages(value: &Value) -> Cow<'_, Value> {
+    let Value::Array(messages) = value else {
+        return normal_strings(value);
+    };
+    normal_items(value, messages, |message| match message {
+        Value::Object(map) => normal_members(
+            message,
+            map,
+            |key| matches!(key, "role" | "content"),
+            |key, item| {
+                Some(match key {
+                    "role" => normal_strings(item),
+                    _ => normal_content(item),
+                })
+            },
+        ),
+        other => normal_strings(other),
+    })
+}
+
+/// A message's `content`: one block, or a list of blocks.
+fn normal_content(value: &Value) -> Cow<'_, Value> {
+    match value {
+        Value::Array(blocks) if blocks.len() == 1 => normal_block(&blocks[0]),
+        Value::Array(blocks) => normal_items(value, blocks, normal_block),
+        other => normal_block(other),
+    }
+}
+
+/// One content block: the members of its `type` that carry what the model
+/// or the user sees (MCP schema `TextContent`, `ImageContent`,
+/// `AudioContent`, `ToolUseContent`, `ToolResultContent`,
+/// `EmbeddedResource`, `ResourceLink`). `_meta`, `annotations`, the
+/// correlation ids of tool use (`id`, `toolUseId`) and members the schema
+/// does not define are left out; `isError: false` is the default. A block
+/// of a type this runtime does not know keeps every member but `_meta` and
+/// `annotations`.
+fn normal_block(value: &Value) -> Cow<'_, Value> {
+    let Value::Object(block) = value else {
+        return normal_strings(value);
+    };
+    let kept: &[&str] = match block.get("type").and_then(Value::as_str) {
+        Some("text") => &["type", "text"],
+        Some("image" | "audio") => &["type", "data", "mimeType"],
+        Some("tool_use") => &["type", "name", "input"],
+        Some("tool_result") => &["type", "content", "structuredContent", "isError"],
+        Some("resource") => &["type", "resource"],
+        Some("resource_link") => &["type", "uri", "name", "title", "description", "mimeType"],
+        _ => &[],
+    };
+    normal_members(
+        value,
+        block,
+        |key| {
+            if kept.is_empty() {
+                !matches!(key, "_meta" | "annotations")
+            } else {
+                kept.contains(&key)
+            }
+        },
+        |key, item| match key {
+            "content" if kept.contains(&"isError") => Some(match item {
+                Value::Array(blocks) => normal_items(item, blocks, normal_block),
+                other => normal_block(other),
+            }),
+            "isError" if *item == Value::Bool(false) => None,
+            "resource" => Some(match item {
+                Value::Object(resource) => normal_members(
+                    item,
+                    resource,
+                    |k| matches!(k, "uri" | "mimeType" | "text" | "blob"),
+                    |_, v| Some(normal_strings(v)),
+                ),
+                other => normal_strings(other),
+            }),
+            _ => Some(normal_strings(item)),
+        },
+    )
+}
+
+/// `modelPreferences`: the hints' names, in order. The priorities are
+/// left out (the user is shown no number, and two priorities a rounding
+/// apart would otherwise be two requests), and so are `_meta` and members
+/// the schema does not define. `hints: []` and `{}` are what an absent
+/// field means: `None`.
+fn normal_preferences(value: &Value) -> Option<Cow<'_, Value>> {
+    let Value::Object(preferences) = value else {
+        return Some(normal_strings(value));
+    };
+    let given = preferences.get("hints")?;
+    let hints = match given {
+        Value::Array(hints) if hints.is_empty() => return None,
+        Value::Array(hints) => normal_items(given, hints, |hint| match hint {
+            Value::Object(map) => normal_members(
+                hint,
+                map,
+                |key| key == "name",
+                |_, name| Some(normal_strings(name)),
+            ),
+            other => normal_strings(other),
+        }),
+        other => normal_strings(other),
+    };
+    if preferences.len() == 1 && unchanged(&hints, given) {
+        return Some(Cow::Borrowed(value));
+    }
+    let mut out = Map::new();
+    out.insert("hints".to_owned(), hints.into_owned());
+    Some(Cow::Owned(Value::Object(out)))
+}
