@@ -386,18 +386,7 @@ impl Sess {
             return;
         }
         self.wake.notify_one();
-        let captured = self
-            .call(|session| {
-                session.close_unanswered();
-                let owed = session.record_unrecorded();
-                if owed > 0 {
-                    session.log().line(format_args!(
-                        "{owed} user refusal(s) could not be recorded at the session's end: the store is still failing"
-                    ));
-                }
-                session.flush_store();
-            })
-            .await;
+        let captured = self.call(|session| session.end()).await;
         if !captured.to_server.is_empty() || !captured.to_client.is_empty() {
             self.log.line(format_args!(
                 "dropped {} frame(s) emitted as the session ended",

@@ -13,7 +13,7 @@ mod support;
 
 use hyper::StatusCode;
 use mcpolicy_gateway::Limits;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{Upstream, events, initialize, send, setup, stateful};
 
 fn sampling(id: &str, max_tokens: u32) -> String {
@@ -177,6 +177,12 @@ async fn framings_that_read_two_ways_are_decided_as_the_client_reads_them() {
     )
     .await;
     assert_eq!(data(&shown), Vec::<Value>::new(), "{shown:?}");
+    // The refusal is the gateway's own POST, which may land after the
+    // stream the client read has ended.
+    up.wait_for("the refusal of id 1.0", |b| {
+        b["id"] == json!(1.0) && b.get("error").is_some()
+    })
+    .await;
     let received = up.received.lock().unwrap().clone();
     assert!(
         received

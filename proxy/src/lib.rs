@@ -381,16 +381,8 @@ pub fn run(
     pump_server(&session, child_out, &wake);
     session.finish_decisions();
     drop(wake);
-    // Consents the user never answered: each gets its closing audit line.
-    session.close_unanswered();
-    // The user's refusals the store could not take yet: a last try.
-    let owed = session.record_unrecorded();
-    if owed > 0 {
-        session.log().line(format_args!(
-            "{owed} user refusal(s) could not be recorded before exit: the store is still failing"
-        ));
-    }
-    session.flush_store();
+    // Consents closed, owed refusals retried, batched counts written.
+    session.end();
     // Reaped under the lock, polling: the signal thread may need the lock
     // to signal the child meanwhile.
     let status = loop {

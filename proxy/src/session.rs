@@ -548,6 +548,22 @@ impl Session {
         }
     }
 
+    /// The session ends, on any transport (`docs/spec/transports.md`):
+    /// every consent still waiting gets its closing audit line, the user's
+    /// refusals the store could not take yet get a last try (a log line
+    /// says how many are still owed), and the store's batched counts are
+    /// written.
+    pub fn end(&self) {
+        self.close_unanswered();
+        let owed = self.record_unrecorded();
+        if owed > 0 {
+            self.log.line(format_args!(
+                "{owed} user refusal(s) could not be recorded at the session's end: the store is still failing"
+            ));
+        }
+        self.flush_store();
+    }
+
     /// Records the user's refusals the store failed to take, oldest first,
     /// until one fails again (the store is still down). Runs before every
     /// store call a server or client line causes, and at exit. Returns how
