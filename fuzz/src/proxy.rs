@@ -8,8 +8,9 @@
 //! tokens the proxy gave another call), `inputRequests` keys and task ids
 //! come from small pools.
 //!
-//! Thin on purpose: it drives only `Session::new`, `from_server`,
-//! `from_client` and `expire`, so it follows the session's refactoring.
+//! Thin on purpose: it drives only `Session::new`, `from_server` (and
+//! `from_server_again`), `from_client` and `expire`, so it follows the
+//! session's refactoring.
 
 use mcpolicy_proxy::capture::Captured as Buf;
 use std::collections::HashSet;
@@ -434,7 +435,12 @@ pub fn run(data: &[u8]) {
             0..=3 => {
                 let (to_server_side, text) = line(&mut bytes, &states);
                 if to_server_side {
-                    session.from_server(&text);
+                    // Sometimes as a message sent again on a resumed stream.
+                    if bytes.below(4) == 0 {
+                        session.from_server_again(&text);
+                    } else {
+                        session.from_server(&text);
+                    }
                 } else {
                     from_client.insert(trim(&text).to_vec());
                     polls.extend(poll_id(trim(&text)));

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::server::{Body, jsonrpc_error};
-use crate::sessions::{Gw, Sess, request_key};
+use crate::sessions::{Gw, Place, Sess, request_key};
 use crate::sse::{self, Item, Parser};
 use crate::{headers, upstream};
 
@@ -69,8 +69,26 @@ pub(crate) async fn from_server(
     data: String,
     authorization: Option<HeaderValue>,
 ) -> Vec<Vec<u8>> {
+    from_server_read(gw, sess, data, authorization, false).await
+}
+
+/// [`from_server`], or, `again`, a message replayed on a resumed stream
+/// after the client's last event (`Session::from_server_again`).
+async fn from_server_read(
+    gw: &Arc<Gw>,
+    sess: &Arc<Sess>,
+    data: String,
+    authorization: Option<HeaderValue>,
+    again: bool,
+) -> Vec<Vec<u8>> {
     let captured = sess
-        .call(move |session| session.from_server(data.as_bytes()))
+        .call(move |session| {
+            if again {
+                session.from_server_again(data.as_bytes());
+            } else {
+                session.from_server(data.as_bytes());
+            }
+        })
         .await;
     post_all(gw, sess, captured.to_server, authorization);
     captured.to_client
@@ -115,26 +133,39 @@ async fn refuse_overlong(
 }
 
 /// Relays an upstream SSE response: returns the client's response at once
-/// and pumps the events into it on a task of its own.
+/// and pumps the events into it on a task of its own. `resumed`: the
+/// place of the client's `Last-Event-ID` when it resumes a stream
+/// (`docs/spec/transports.md`, "Resumed streams").
 pub(crate) fn sse(
     gw: &Arc<Gw>,
     sess: &Arc<Sess>,
     upstream: Response<Incoming>,
     authorization: Option<HeaderValue>,
     get: bool,
+    resumed: Option<Place>,
     permit: Option<OwnedSemaphorePermit>,
 ) -> Response<Body> {
     let (parts, body) = upstream.into_parts();
     let parts = relayed_parts(parts, "text/event-stream");
     let (tx, rx) = mpsc::channel(32);
     let stream = sess.open_stream(tx.clone(), get);
+    let pumped = Pumped {
+        stream,
+        resumed,
+        authorization,
+    };
+    // A resumed stream continues the one it resumes: its events are placed
+    // after the client's last event there, so that a stream resumed again
+    // from the same event finds what this one delivered.
+    let (lineage, placed) = resumed.unwrap_or((stream, 0));
+    let from = (lineage, placed);
     tokio::spawn(pump(
         Arc::clone(gw),
         Arc::clone(sess),
-        stream,
+        pumped,
+        from,
         body,
         tx,
-        authorization,
     ));
     let body = ChannelBody {
         rx,
@@ -143,14 +174,26 @@ pub(crate) fn sse(
     Response::from_parts(parts, BodyExt::map_err(body, |e| match e {}).boxed())
 }
 
+/// One relayed stream: its id on the session, where its client resumed
+/// from, and the client's credentials for the gateway's own POSTs.
+struct Pumped {
+    stream: u64,
+    resumed: Option<Place>,
+    authorization: Option<HeaderValue>,
+}
+
+/// Pumps the upstream's events to the client; `(lineage, place)`: where
+/// the stream's events are placed, after `place` on `lineage` (its own id
+/// and 0 for a new stream).
 async fn pump(
     gw: Arc<Gw>,
     sess: Arc<Sess>,
-    stream: u64,
+    pumped: Pumped,
+    (lineage, mut place): Place,
     mut body: Incoming,
     tx: mpsc::Sender<Bytes>,
-    authorization: Option<HeaderValue>,
 ) {
+    let stream = pumped.stream;
     let mut parser = Parser::new(gw.limits.max_event);
     let mut items = Vec::new();
     'read: loop {
@@ -173,7 +216,8 @@ async fn pump(
         };
         parser.feed(&chunk, &mut items);
         for item in std::mem::take(&mut items) {
-            let out = event(&gw, &sess, stream, item, &authorization).await;
+            place += 1;
+            let out = event(&gw, &sess, &pumped, (lineage, place), item).await;
             if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
                 break 'read;
             }
@@ -182,14 +226,10 @@ async fn pump(
     sess.close_stream(stream);
 }
 
-/// One parsed item of an upstream stream, as the client receives it.
-async fn event(
-    gw: &Arc<Gw>,
-    sess: &Arc<Sess>,
-    stream: u64,
-    item: Item,
-    authorization: &Option<HeaderValue>,
-) -> Vec<u8> {
+/// One parsed item of an upstream stream, at `at` on it, as the client
+/// receives it.
+async fn event(gw: &Arc<Gw>, sess: &Arc<Sess>, pumped: &Pumped, at: Place, item: Item) -> Vec<u8> {
+    let (stream, authorization) = (pumped.stream, &pumped.authorization);
     let mut out = Vec::new();
     match item {
         Item::Retry(retry) => sse::write_retry(&mut out, &retry),
@@ -202,21 +242,36 @@ async fn event(
             // Its id still moves the client's last event id.
             if let Some(id) = id {
                 sse::write_event(&mut out, Some(&id), None, None);
+                sess.event_written(&id, at);
             }
         }
         Item::Event(event) => {
             let Some(data) = event.data else {
                 sse::write_event(&mut out, event.id.as_deref(), event.event.as_deref(), None);
+                if let Some(id) = &event.id {
+                    sess.event_written(id, at);
+                }
                 return out;
             };
             let key = request_key(&data);
-            let frames = from_server(gw, sess, data, authorization.clone()).await;
+            // Replayed after the client's last event, and first delivered
+            // after it too: the client never received it.
+            let again = pumped
+                .resumed
+                .zip(key.as_deref())
+                .is_some_and(|(from, key)| sess.unseen_since(key, from));
+            let frames = from_server_read(gw, sess, data, authorization.clone(), again).await;
             if let Some(key) = key
                 && !frames.is_empty()
             {
                 // Forwarded: what the session later says about this request
-                // (a deadline's cancellation) goes to this stream.
-                sess.routed(key, stream);
+                // (a deadline's cancellation) goes to this stream, and a
+                // stream resumed ahead of this event gets it again.
+                sess.routed(key.clone(), stream);
+                sess.delivered(key, event.id.is_some().then_some(at));
+            }
+            if let Some(id) = &event.id {
+                sess.event_written(id, at);
             }
             let last = frames.len().checked_sub(1);
             for (i, frame) in frames.iter().enumerate() {

@@ -550,7 +550,15 @@ async fn respond(
             );
         }
         if kind == "text/event-stream" {
-            return relay::sse(gw, sess, response, authorization, get, permit);
+            // A GET with `Last-Event-ID` resumes a stream: where that
+            // event stands, if this session wrote it.
+            let resumed = request
+                .headers
+                .get("last-event-id")
+                .filter(|_| get)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|id| sess.resume_point(id));
+            return relay::sse(gw, sess, response, authorization, get, resumed, permit);
         }
         return relay::json(gw, sess, response, authorization, id).await;
     }

@@ -3,7 +3,7 @@
 //! its unsolicited frames; and the streams a session's frames for the
 //! client can go to (`docs/spec/transports.md`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -65,7 +65,25 @@ pub(crate) struct Streams {
     by_request: HashMap<String, u64>,
     /// The standalone GET stream, if one is open.
     get: Option<u64>,
+    /// Where each event id the client was sent stands: the stream and the
+    /// event's place on it (the latest, for an id written twice), oldest
+    /// forgotten first past [`MAX_EVENT_IDS`] ([`Sess::resume_point`]).
+    events: HashMap<String, Place>,
+    event_order: VecDeque<String>,
+    /// Where each server request the client has not answered was
+    /// delivered, when the event carrying it had an id: kept after its
+    /// stream closes, for the stream that resumes it.
+    delivered: HashMap<String, Place>,
 }
+
+/// An event's place: the stream it went out on (for a resumed stream, the
+/// stream it continues), and its position among that stream's events.
+pub(crate) type Place = (u64, u64);
+
+/// The most event ids remembered per session for resumption; a
+/// `Last-Event-ID` older than them resumes with nothing delivered again
+/// (`docs/spec/transports.md`, "Resumed streams").
+const MAX_EVENT_IDS: usize = 4096;
 
 /// The most server request ids remembered per session for routing; past
 /// it the oldest stream's entries are forgotten (frames then go to the GET
@@ -206,7 +224,56 @@ impl Sess {
 
     /// The client answered the server request `key`.
     pub fn answered(&self, key: &str) {
-        lock(&self.streams).by_request.remove(key);
+        let mut streams = lock(&self.streams);
+        streams.by_request.remove(key);
+        streams.delivered.remove(key);
+    }
+
+    /// The event with the id `id` went to the client at `place`.
+    pub fn event_written(&self, id: &str, place: Place) {
+        let mut streams = lock(&self.streams);
+        if streams.events.insert(id.to_owned(), place).is_none() {
+            streams.event_order.push_back(id.to_owned());
+            if streams.event_order.len() > MAX_EVENT_IDS
+                && let Some(oldest) = streams.event_order.pop_front()
+            {
+                streams.events.remove(&oldest);
+            }
+        }
+    }
+
+    /// The server request `key` went to the client at `place`, in an event
+    /// with an id (`None`: in one without, which no `Last-Event-ID` can
+    /// place: it is never delivered again).
+    pub fn delivered(&self, key: String, place: Option<Place>) {
+        let mut streams = lock(&self.streams);
+        match place {
+            Some(place) => {
+                if streams.delivered.len() >= MAX_ROUTED && !streams.delivered.contains_key(&key) {
+                    streams.delivered.clear();
+                }
+                streams.delivered.insert(key, place);
+            }
+            None => {
+                streams.delivered.remove(&key);
+            }
+        }
+    }
+
+    /// Where the event a client resumes after (`Last-Event-ID`) stands, if
+    /// the session wrote it.
+    pub fn resume_point(&self, last_event_id: &str) -> Option<Place> {
+        lock(&self.streams).events.get(last_event_id).copied()
+    }
+
+    /// Whether the server request `key` was delivered on the stream a
+    /// client resumes after `from`, in an event after it: the client never
+    /// received it.
+    pub fn unseen_since(&self, key: &str, from: Place) -> bool {
+        lock(&self.streams)
+            .delivered
+            .get(key)
+            .is_some_and(|&(stream, at)| stream == from.0 && at > from.1)
     }
 
     /// Where a frame for the client with no stream of its own goes: the

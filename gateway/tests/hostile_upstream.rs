@@ -394,3 +394,110 @@ async fn a_loose_content_type_is_still_decided_and_a_redirect_is_refused() {
     let error: Value = serde_json::from_slice(&answer.body).unwrap();
     assert_eq!(error["id"], 9);
 }
+
+/// Resumes the session's stream after `last` with a GET on which the
+/// upstream replays `chunks`; returns the events the client read.
+async fn resume(
+    up: &Upstream,
+    gateway: std::net::SocketAddr,
+    sid: &str,
+    last: &str,
+    chunks: Vec<Vec<u8>>,
+) -> Vec<mcpolicy_gateway::sse::Event> {
+    *up.get_script.lock().unwrap() = Some(chunks);
+    let answer = send(
+        gateway,
+        "GET",
+        "/h/mcp",
+        &[
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", "2025-06-18"),
+            ("last-event-id", last),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    events(&answer.body)
+}
+
+/// `docs/spec/transports.md`, "Resumed streams": a sampling request the
+/// upstream replays on a stream resumed from before the event that
+/// carried it (the client never received it) reaches the client again as
+/// first forwarded, decided once; replayed after that event (the client
+/// had it), or with another text under its id, it is a reused id: refused
+/// to the server, never shown to the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_stream_delivers_again_only_what_the_client_never_received() {
+    let (up, gateway) = stateful(Limits::default()).await;
+    let sid = initialize(gateway.addr, "h").await;
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+    let request = sampling("21", 50);
+    let replay = || vec![format!("id: e2\ndata: {request}\n\n").into_bytes()];
+    let first = call(
+        &up,
+        gateway.addr,
+        "h",
+        &sid,
+        vec![
+            format!("id: e1\ndata: {note}\n\n").into_bytes(),
+            format!("id: e2\ndata: {request}\n\n").into_bytes(),
+        ],
+    )
+    .await;
+    let frames = data(&first);
+    assert_eq!(frames.len(), 2, "{first:?}");
+    let forwarded = frames[1].clone();
+    assert_eq!(forwarded["params"]["maxTokens"], 20, "trimmed");
+
+    // The client had only e1: e2 again, exactly as first forwarded.
+    for round in 0..2 {
+        let again = resume(&up, gateway.addr, &sid, "e1", replay()).await;
+        assert_eq!(
+            data(&again),
+            std::slice::from_ref(&forwarded),
+            "round {round}"
+        );
+        assert_eq!(again[0].id.as_deref(), Some("e2"));
+    }
+    let refused = |b: &Value| error_for(b, &json!(21));
+    assert!(!up.bodies().iter().any(refused), "{:?}", up.bodies());
+
+    // The client had e2: the replay is a reused id.
+    let again = resume(&up, gateway.addr, &sid, "e2", replay()).await;
+    assert_eq!(data(&again), Vec::<Value>::new(), "{again:?}");
+    let answer = up.wait_for("the -32600 for the replay", refused).await;
+    assert_eq!(answer["error"]["code"], -32600);
+
+    // Another text under the id, replayed after e1: a reused id too.
+    up.received.lock().unwrap().clear();
+    let other = vec![format!("id: e2\ndata: {}\n\n", sampling("21", 40)).into_bytes()];
+    let again = resume(&up, gateway.addr, &sid, "e1", other).await;
+    assert_eq!(data(&again), Vec::<Value>::new(), "{again:?}");
+    up.wait_for("the -32600 for the other text", refused).await;
+
+    // An event id the gateway never wrote places nothing: a reused id.
+    up.received.lock().unwrap().clear();
+    let again = resume(&up, gateway.addr, &sid, "e0", replay()).await;
+    assert_eq!(data(&again), Vec::<Value>::new(), "{again:?}");
+    up.wait_for("the -32600 for an unknown resumption", refused)
+        .await;
+
+    // The client answers once: settled, and the id is free again.
+    let answer = send(
+        gateway.addr,
+        "POST",
+        "/h/mcp",
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+        r#"{"jsonrpc":"2.0","id":21,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"ok"}}}"#,
+    )
+    .await;
+    assert!(answer.status.is_success(), "{:?}", answer.status);
+    up.wait_for("the client's result", |b| {
+        b["id"] == 21 && b.get("result").is_some()
+    })
+    .await;
+}

@@ -10,6 +10,8 @@
 //!     ▼
 //!  forwarded (Passthrough | Sampling: Grant or Consent)
 //!     ├─ client answers ────────────────────────► answered (consent resolved, settled)
+//!     ├─ the same text again, on a stream the ──► forwarded (the same frame again;
+//!     │  client resumed before it (HTTP)             nothing decided or counted)
 //!     ├─ server cancels ──► cancelled ─ client answers / linger ─► gone (answer dropped,
 //!     │                                   consent still resolved; a consent the linger
 //!     │                                   ends unanswered is closed `unanswered`)
@@ -96,7 +98,18 @@ pub struct Sampling {
     /// The length of the request's line: what it is charged against
     /// [`MAX_RETAINED_BYTES`].
     pub bytes: usize,
+    /// The client was sent a re-serialised request (a trim, or a text
+    /// the runtime reads in a rewritten form), not the server's bytes.
+    pub rewritten: bool,
 }
+
+/// The SHA-256 of a forwarded request's text as the server wrote it: what
+/// a message delivered again must repeat to be the same request
+/// ([`InFlight::redeliverable`]).
+pub type TextDigest = [u8; 32];
+
+/// The text of an entry that is never delivered again (an expired one).
+const NO_TEXT: TextDigest = [0; 32];
 
 /// Which task request the server sent about a task the proxy follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,6 +340,8 @@ struct Held<T> {
     item: T,
     /// Charged against [`MAX_RETAINED_BYTES`].
     bytes: usize,
+    /// The server's text of a request ([`InFlight::redeliverable`]).
+    text: TextDigest,
 }
 
 #[derive(Debug)]
@@ -415,23 +430,38 @@ impl InFlight {
         Some(held.item)
     }
 
-    fn insert_request(&mut self, key: String, flight: Flight, bytes: usize) {
+    fn insert_request(&mut self, key: String, flight: Flight, bytes: usize, text: TextDigest) {
         self.retained += bytes;
         if let Some(old) = self.requests.insert(
             key,
             Held {
                 item: flight,
                 bytes,
+                text,
             },
         ) {
             self.retained -= old.bytes;
         }
     }
 
-    /// `forwarded`: the request, `bytes` long, went to the client. Call
-    /// [`InFlight::admit`] first.
-    pub fn forward(&mut self, key: String, flight: Flight, bytes: usize) {
-        self.insert_request(key, flight, bytes);
+    /// `forwarded`: the request, `bytes` long, with the text `text`, went
+    /// to the client. Call [`InFlight::admit`] first.
+    pub fn forward(&mut self, key: String, flight: Flight, bytes: usize, text: TextDigest) {
+        self.insert_request(key, flight, bytes, text);
+    }
+
+    /// `forwarded`, delivered again: the request `key` when it is
+    /// forwarded and unanswered (not cancelled, not expired, not a task)
+    /// and its server's text was `text`. The transport judged that the
+    /// client never received it (`docs/spec/transports.md`, "Resumed
+    /// streams"); the entry stays as it is.
+    pub fn redeliverable(&self, key: &str, text: &TextDigest) -> Option<&Flight> {
+        let held = self.requests.get(key)?;
+        let forwarded = matches!(
+            held.item,
+            Flight::Passthrough | Flight::Sampling(_) | Flight::TaskQuery { .. }
+        );
+        (forwarded && held.text == *text).then_some(&held.item)
     }
 
     /// The client answered `key`: the entry leaves the table, whatever its
@@ -447,7 +477,7 @@ impl InFlight {
         let Some(held) = self.requests.get(key) else {
             return false;
         };
-        let bytes = held.bytes;
+        let (bytes, text) = (held.bytes, held.text);
         let Some(flight) = self.remove_request(key) else {
             return false;
         };
@@ -464,7 +494,7 @@ impl InFlight {
             // Already answered by the proxy, or already cancelled.
             other @ (Flight::Cancelled { .. } | Flight::Expired { .. }) => other,
         };
-        self.insert_request(key.to_owned(), next, bytes);
+        self.insert_request(key.to_owned(), next, bytes, text);
         true
     }
 
@@ -649,6 +679,7 @@ impl InFlight {
                         until: now + EXPIRED_LINGER,
                     },
                     bytes,
+                    NO_TEXT,
                 );
                 swept.expired.push(sampling);
             }
@@ -829,7 +860,7 @@ mod tests {
         let now = Instant::now();
         let mut table = InFlight::default();
         assert_eq!(table.admit("5", 1, now), Ok(()));
-        table.forward("5".into(), Flight::Passthrough, 1);
+        table.forward("5".into(), Flight::Passthrough, 1, NO_TEXT);
         assert_eq!(table.admit("5", 1, now), Err(Refusal::InFlight));
         assert!(table.cancel("5", now));
         assert_eq!(table.state("5"), Some("cancelled"));
@@ -849,7 +880,7 @@ mod tests {
         for i in 0..MAX_TRACKED {
             let key = i.to_string();
             assert_eq!(table.admit(&key, 1, now), Ok(()));
-            table.forward(key, Flight::Passthrough, 1);
+            table.forward(key, Flight::Passthrough, 1, NO_TEXT);
         }
         assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
         // A cancelled request lingers, then its slot is free again.
@@ -863,13 +894,14 @@ mod tests {
     fn an_answer_leaves_the_table_whatever_the_state() {
         let now = Instant::now();
         let mut table = InFlight::default();
-        table.forward("1".into(), Flight::Passthrough, 1);
+        table.forward("1".into(), Flight::Passthrough, 1, NO_TEXT);
         table.forward(
             "2".into(),
             Flight::Expired {
                 until: now + EXPIRED_LINGER,
             },
             1,
+            NO_TEXT,
         );
         assert!(table.cancel("1", now));
         assert!(matches!(
@@ -886,6 +918,7 @@ mod tests {
                 until: now + EXPIRED_LINGER,
             },
             1,
+            NO_TEXT,
         );
         assert_eq!(table.admit("3", 1, now), Err(Refusal::InFlight));
         let swept = table.sweep(now + EXPIRED_LINGER);
@@ -902,7 +935,7 @@ mod tests {
         for i in 0..fit {
             let key = i.to_string();
             assert_eq!(table.admit(&key, mib, now), Ok(()));
-            table.forward(key, Flight::Passthrough, mib);
+            table.forward(key, Flight::Passthrough, mib, NO_TEXT);
         }
         assert_eq!(table.held().1, MAX_RETAINED_BYTES);
         assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
@@ -935,5 +968,27 @@ mod tests {
         let swept = table.sweep(now + ROUND_LINGER);
         assert_eq!(swept.lapsed, ["the input requests of round t2"]);
         assert_eq!(table.held(), (0, 0));
+    }
+
+    #[test]
+    fn only_a_forwarded_request_with_the_same_text_is_delivered_again() {
+        let now = Instant::now();
+        let mut table = InFlight::default();
+        let (text, other) = ([1; 32], [2; 32]);
+        table.forward("1".into(), Flight::Passthrough, 1, text);
+        assert!(table.redeliverable("1", &text).is_some());
+        assert!(table.redeliverable("1", &other).is_none(), "another text");
+        assert!(table.redeliverable("2", &text).is_none(), "another id");
+        assert!(table.cancel("1", now));
+        assert!(
+            table.redeliverable("1", &text).is_none(),
+            "the server cancelled it"
+        );
+        table.forward("3".into(), Flight::Passthrough, 1, text);
+        assert!(table.answer("3").is_some());
+        assert!(
+            table.redeliverable("3", &text).is_none(),
+            "the client answered it"
+        );
     }
 }

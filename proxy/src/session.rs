@@ -62,10 +62,12 @@ mod ext_tasks;
 mod from_client;
 mod from_server;
 mod input_required;
+mod resumed;
 #[cfg(test)]
 mod tests;
 
 use decider::{Decider, Job};
+use resumed::text_digest;
 
 /// A line sink: the child's stdin or the proxy's stdout.
 pub type Sink = Box<dyn Write + Send>;

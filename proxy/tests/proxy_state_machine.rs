@@ -102,6 +102,11 @@ enum Op {
     Again {
         pick: u8,
     },
+    /// The server sends the `pick`-th request the client received again,
+    /// as on a stream resumed ahead of it (`Session::from_server_again`).
+    Resend {
+        pick: u8,
+    },
     /// The client announces a status for the `pick`-th of its tasks.
     Status {
         pick: u8,
@@ -133,6 +138,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<u8>().prop_map(|pick| Op::Cancel { pick }),
         6 => (any::<u8>(), how()).prop_map(|(pick, how)| Op::Answer { pick, how }),
         1 => any::<u8>().prop_map(|pick| Op::Again { pick }),
+        1 => any::<u8>().prop_map(|pick| Op::Resend { pick }),
         1 => (any::<u8>(), how()).prop_map(|(pick, how)| Op::Status { pick, how }),
         // Up to 10 min per step and at most 60 steps: the case stays in
         // one calendar day (budget windows are item 9's, tested in the store).
@@ -175,6 +181,10 @@ struct Sent {
     held_until: Option<Duration>,
     /// Its proxy process is gone (restart).
     gone: bool,
+    /// Its text, as the server wrote it.
+    text: String,
+    /// The frame the client received for it.
+    shown: Option<String>,
 }
 
 /// A task the client runs.
@@ -340,6 +350,8 @@ impl World {
             client_answered: false,
             held_until: None,
             gone: false,
+            text: frame.to_string(),
+            shown: None,
         });
         // The proxy must refuse the id while it holds another request with it.
         let blocked = (0..tag).any(|t| self.sent[t].id == id && self.held(t));
@@ -358,6 +370,61 @@ impl World {
             blocked == in_flight,
             "request #{tag} (id {id}): the id is held: {blocked}, refused as in flight: {in_flight}"
         );
+        Ok(())
+    }
+
+    /// The server sends request `pick` of those the client received
+    /// again, on a stream resumed ahead of it: while the proxy holds it
+    /// forwarded (not cancelled, not answered at its deadline), the client
+    /// gets the very frame it got first, and nothing is decided, answered
+    /// or audited; while the proxy holds it otherwise, the id is refused as
+    /// in flight. (An id the proxy no longer holds makes a new request,
+    /// which `Op::Sample` covers.)
+    fn resend(&mut self, pick: u8) -> Result<(), TestCaseError> {
+        if self.received.is_empty() {
+            return Ok(());
+        }
+        let tag = self.received[pick as usize % self.received.len()];
+        let id = self.sent[tag].id;
+        let again = self.held(tag)
+            && !self.sent[tag].cancelled
+            && self.sent[tag].held_until.is_none()
+            && self.live.get(&id) == Some(&tag);
+        let blocked = (0..self.sent.len()).any(|t| self.sent[t].id == id && self.held(t));
+        if !again && !blocked {
+            return Ok(());
+        }
+        self.trace.push(format!(
+            "server sends #{tag} (id {id}) again on a resumed stream{}",
+            if again { "" } else { ", the id held otherwise" }
+        ));
+        let text = self.sent[tag].text.clone();
+        self.session.from_server_again(text.as_bytes());
+        let (to_server, to_client, audit) =
+            (self.server.take(), self.client.take(), self.audit.take());
+        check!(
+            self,
+            audit.is_empty(),
+            "#{tag} sent again was decided again: {audit:?}"
+        );
+        if again {
+            let shown: Vec<String> = self.sent[tag].shown.iter().cloned().collect();
+            check!(
+                self,
+                to_client == shown && to_server.is_empty(),
+                "#{tag} sent again: the client got {to_client:?} (first {shown:?}), the server {to_server:?}"
+            );
+        } else {
+            let refused = to_server.len() == 1 && {
+                let frame: Value = serde_json::from_str(&to_server[0]).unwrap();
+                frame["id"] == id && frame["error"]["code"] == -32600
+            };
+            check!(
+                self,
+                refused && to_client.is_empty(),
+                "#{tag} sent again while its id is held otherwise: the server got {to_server:?}, the client {to_client:?}"
+            );
+        }
         Ok(())
     }
 
@@ -527,6 +594,7 @@ impl World {
                 "request #{tag} forwarded twice"
             );
             self.sent[tag].forwarded = true;
+            self.sent[tag].shown = Some(line);
             self.received.push(tag);
         }
         Ok(answered)
@@ -867,6 +935,7 @@ impl World {
                 self.session.expire(now);
                 self.observe(None, None)?;
             }
+            Op::Resend { pick } => self.resend(pick)?,
             Op::Restart => {
                 self.trace
                     .push("proxy restarts (the server and client with it)".into());

@@ -64,6 +64,9 @@ pub struct Upstream {
     pub received: Mutex<Vec<Received>>,
     /// The SSE chunks it answers the next `tools/call` with.
     pub script: Mutex<Vec<Vec<u8>>>,
+    /// The SSE chunks it answers the next GET with (`None`: 405, no GET
+    /// stream).
+    pub get_script: Mutex<Option<Vec<Vec<u8>>>>,
     /// Assign `Mcp-Session-Id: sN` on each `initialize` (false: a stateless server).
     pub stateful: bool,
     /// Keep a `tools/call` stream open this long after its last chunk.
@@ -135,6 +138,11 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             .body(full(format!("{{\"served\":\"{path}\"}}")))
             .unwrap();
     }
+    if method == "GET"
+        && let Some(chunks) = up.get_script.lock().unwrap().take()
+    {
+        return sse_response("text/event-stream", chunks, Duration::ZERO);
+    }
     if method != "POST" {
         let mut response = Response::new(full(""));
         *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -181,22 +189,7 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
                 "text/event-stream"
             };
             let chunks = std::mem::take(&mut *up.script.lock().unwrap());
-            let (tx, rx) = mpsc::channel(4);
-            let hold = up.hold;
-            tokio::spawn(async move {
-                for chunk in chunks {
-                    if tx.send(Bytes::from(chunk)).await.is_err() {
-                        return;
-                    }
-                    // Each chunk its own read at the gateway.
-                    tokio::time::sleep(Duration::from_millis(15)).await;
-                }
-                tokio::time::sleep(hold).await;
-            });
-            Response::builder()
-                .header("content-type", content_type)
-                .body(Chunks(rx).boxed())
-                .unwrap()
+            sse_response(content_type, chunks, up.hold)
         }
         Some(_) if message.get("id").is_some() => Response::builder()
             .header("content-type", "application/json")
@@ -211,6 +204,25 @@ async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Respo
             response
         }
     }
+}
+
+/// A response streaming `chunks`, each its own read at the gateway, then
+/// held open for `hold`.
+fn sse_response(content_type: &str, chunks: Vec<Vec<u8>>, hold: Duration) -> Response<Body> {
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        for chunk in chunks {
+            if tx.send(Bytes::from(chunk)).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        tokio::time::sleep(hold).await;
+    });
+    Response::builder()
+        .header("content-type", content_type)
+        .body(Chunks(rx).boxed())
+        .unwrap()
 }
 
 /// An upstream that assigns session ids, and a gateway in front of it.

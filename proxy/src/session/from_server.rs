@@ -267,7 +267,9 @@ impl Session {
                 method: task_method,
             };
         }
-        lock(&self.state).flights.forward(key, flight, bytes);
+        lock(&self.state)
+            .flights
+            .forward(key, flight, bytes, text_digest(line));
         self.send_client(raw);
     }
 
@@ -364,7 +366,8 @@ impl Session {
                     .deadline_ms()
                     .map(|ms| self.now() + Duration::from_millis(ms));
                 let forward = (trimmed || rewritten).then(|| rewrite_request(&id, applied));
-                self.remember(key, id, Awaiting::Grant(grant), deadline, params, raw.len());
+                let awaiting = Awaiting::Grant(grant);
+                self.remember(key, id, awaiting, deadline, params, raw, rewritten);
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
             Decision::NeedsConsent(pending) => {
@@ -386,13 +389,17 @@ impl Session {
                     .then(|| rewrite_request(&id, shown));
                 // No deadline while the user decides: the client's approval
                 // dialog and the completion are one round trip to us.
-                self.remember(key, id, Awaiting::Consent(pending), None, params, raw.len());
+                let awaiting = Awaiting::Consent(pending);
+                self.remember(key, id, awaiting, None, params, raw, rewritten);
                 self.send_client(forward.as_deref().unwrap_or(raw));
             }
         }
     }
 
-    /// `forwarded`: tracks a sampling request sent on to the client.
+    /// `forwarded`: tracks a sampling request sent on to the client
+    /// (`raw`: as the server wrote it; `rewritten`: the client was sent a
+    /// re-serialised form).
+    #[allow(clippy::too_many_arguments, reason = "one flight's fields")]
     pub(super) fn remember(
         &self,
         key: String,
@@ -400,8 +407,10 @@ impl Session {
         awaiting: Awaiting,
         deadline: Option<Instant>,
         requested: Map<String, Value>,
-        bytes: usize,
+        raw: &[u8],
+        rewritten: bool,
     ) {
+        let bytes = raw.len();
         if key.is_empty() {
             // A request without id is never answered; nothing to wait for.
             return;
@@ -419,8 +428,10 @@ impl Session {
                 deadline,
                 task,
                 bytes,
+                rewritten,
             }),
             bytes,
+            text_digest(body(raw)),
         );
     }
 }

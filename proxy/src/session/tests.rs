@@ -1349,3 +1349,88 @@ fn usage_is_read_from_the_usual_spellings() {
     );
     assert_eq!(usage_tokens(&json!({"model": "m"})), None);
 }
+
+/// `docs/spec/transports.md`, "Resumed streams": a request the server
+/// sends again on a stream the client resumed ahead of it reaches the
+/// client as it did the first time (the same trim, the same consent
+/// request), and nothing is decided, stored or audited again.
+#[test]
+fn a_request_sent_again_goes_to_the_client_as_first_forwarded() {
+    let wide = SAMPLE.replace(
+        "\"maxTokens\":100",
+        "\"maxTokens\":5000,\"includeContext\":\"allServers\"",
+    );
+    let odd = "{ \"jsonrpc\" : \"2.0\", \"id\":1 ,\"method\":\"roots/list\" }";
+    let cases = [
+        ("any", format!("{SAMPLE}\n"), "allowed as written"),
+        ("any", wide.clone(), "trimmed"),
+        ("asks", sample(5, "a"), "consent asked"),
+        ("asks", wide, "consent asked, trimmed"),
+        ("first", sample(5, "a"), "consent asked once"),
+        ("any", odd.to_owned(), "not sampling"),
+    ];
+    for (server, frame, what) in cases {
+        let rig = rig(server);
+        rig.session.from_server(frame.as_bytes());
+        let first = rig.client.take();
+        assert_eq!(first.len(), 1, "{what}");
+        let audited = rig.audit.take();
+        rig.session.from_server_again(frame.as_bytes());
+        assert_eq!(rig.client.take(), first, "{what}");
+        assert!(rig.server.take().is_empty(), "{what}");
+        assert!(rig.audit.take().is_empty(), "{what}: decided again");
+        // Still one request in flight: one answer settles it.
+        assert_eq!(lock(&rig.session.state).flights.len().0, 1, "{what}");
+        if !audited.is_empty() {
+            let id = parse(&first[0])["id"].as_u64().unwrap();
+            rig.session
+                .from_client(result_frame(id, COMPLETION).as_bytes());
+            assert_eq!(rig.server.take().len(), 1, "{what}");
+            assert_eq!(lock(&rig.session.state).flights.len().0, 0, "{what}");
+        }
+    }
+}
+
+/// What is not the same request still forwarded is read as any server
+/// message: another text under the id is a reused id (-32600), an id the
+/// server cancelled stays refused, an id the client answered is free and
+/// its request is decided afresh.
+#[test]
+fn only_the_same_unanswered_request_is_delivered_again() {
+    let rig = rig("asks");
+    rig.session.from_server(sample(5, "a").as_bytes());
+    assert_eq!(rig.client.take().len(), 1);
+    rig.audit.take();
+    rig.session.from_server_again(sample(5, "b").as_bytes());
+    assert!(rig.client.take().is_empty(), "another text");
+    assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+    // A different spelling of the same request is another text.
+    let spaced = sample(5, "a").replace(",", ", ");
+    rig.session.from_server_again(spaced.as_bytes());
+    assert!(rig.client.take().is_empty(), "another spelling");
+    assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+
+    rig.session.from_server(
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#,
+    );
+    rig.client.take();
+    rig.session.from_server_again(sample(5, "a").as_bytes());
+    assert!(rig.client.take().is_empty(), "cancelled");
+    assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
+
+    let rig = self::rig("any");
+    rig.session.from_server(sample(6, "a").as_bytes());
+    rig.session
+        .from_client(result_frame(6, COMPLETION).as_bytes());
+    rig.client.take();
+    rig.server.take();
+    assert_eq!(rig.audit.take().len(), 1);
+    rig.session.from_server_again(sample(6, "a").as_bytes());
+    assert_eq!(rig.client.take().len(), 1, "answered: a new request");
+    assert_eq!(rig.audit.take().len(), 1, "decided afresh");
+
+    // A notification or a response sent again is read as ever.
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+    rig.session.from_server_again(note.as_bytes());
+    assert_eq!(rig.client.take(), [note]);
+}
