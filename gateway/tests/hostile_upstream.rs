@@ -501,3 +501,91 @@ async fn a_resumed_stream_delivers_again_only_what_the_client_never_received() {
     })
     .await;
 }
+
+/// MCP 2026-07-28 over HTTP: an `input_required` result on a POST's
+/// stream has its sampling entry decided (trimmed) and its `requestState`
+/// replaced by the gateway's own; the client's retry goes upstream with
+/// the server's state restored; a retry past the entry's deadline is
+/// answered by the gateway itself, as the POST's own JSON response, and
+/// never reaches the server (`docs/spec/transports.md`, `to_client`
+/// "during a POST").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_required_round_is_decided_and_a_late_retry_answered_by_the_gateway() {
+    let (up, gateway) = stateful(Limits::default()).await;
+    let ask = |state: &str| {
+        let result = json!({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "input_required",
+            "inputRequests": {"s": serde_json::from_str::<Value>(&sampling("1", 50)).unwrap()},
+            "requestState": state}});
+        vec![format!("id: r-{state}\ndata: {result}\n\n").into_bytes()]
+    };
+    let retry = |id: u64, token: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "t", "arguments": {}, "requestState": token,
+            "inputResponses": {"s": {"role": "assistant", "model": "m",
+                "content": {"type": "text", "text": "ok"}}}}})
+        .to_string()
+    };
+    let post = |sid: String, route: &'static str, body: String| async move {
+        send(
+            gateway.addr,
+            "POST",
+            &format!("/{route}/mcp"),
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", "2025-06-18"),
+            ],
+            &body,
+        )
+        .await
+    };
+
+    for (route, late) in [("h", false), ("slow", true)] {
+        let sid = initialize(gateway.addr, route).await;
+        let state = format!("server-state-{route}");
+        let shown = data(&call(&up, gateway.addr, route, &sid, ask(&state)).await);
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        let entry = &shown[0]["result"]["inputRequests"]["s"];
+        assert_eq!(entry["params"]["maxTokens"], 20, "trimmed: {entry}");
+        let token = shown[0]["result"]["requestState"].as_str().unwrap();
+        assert_ne!(token, state, "the gateway's own token");
+        if late {
+            // `slow`: deadline 300ms.
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        }
+        let done = json!({"jsonrpc": "2.0", "id": 8, "result": {"content": []}});
+        *up.script.lock().unwrap() = vec![format!("data: {done}\n\n").into_bytes()];
+        let answer = post(sid.clone(), route, retry(8, token)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{route}");
+        if late {
+            assert_eq!(
+                answer.headers.get("content-type").unwrap(),
+                "application/json"
+            );
+            let refusal: Value = serde_json::from_slice(&answer.body).unwrap();
+            assert_eq!(refusal["id"], 8, "{refusal}");
+            assert_eq!(
+                refusal["error"]["data"]["reason"], "policy.deadline",
+                "{refusal}"
+            );
+            assert!(
+                !up.bodies()
+                    .iter()
+                    .any(|b| b["method"] == "tools/call" && b["params"]["requestState"] == state),
+                "the late retry reached the server: {:?}",
+                up.bodies()
+            );
+        } else {
+            let sent = up
+                .wait_for("the retry", |b| {
+                    b["method"] == "tools/call" && b["params"]["requestState"] == state
+                })
+                .await;
+            assert_eq!(sent["id"], 8);
+            assert_eq!(
+                sent["params"]["inputResponses"]["s"]["_meta"]["maxTokens"]["requested"], 50,
+                "annotated: {sent}"
+            );
+            assert_eq!(data(&events(&answer.body)), [done.clone()]);
+        }
+    }
+}
