@@ -585,7 +585,7 @@ async fn an_input_required_round_is_decided_and_a_late_retry_answered_by_the_gat
                 sent["params"]["inputResponses"]["s"]["_meta"]["maxTokens"]["requested"], 50,
                 "annotated: {sent}"
             );
-            assert_eq!(data(&events(&answer.body)), [done.clone()]);
+            assert_eq!(data(&events(&answer.body)), [done]);
         }
     }
 }
