@@ -25,6 +25,13 @@
 //!                         └─ deadline passes ──► task missed ─── tasks/result ─► answered (policy frame)
 //! ```
 //!
+//! Beside the server's requests: each 2026-07-28 round of `inputRequests`
+//! remembered under the proxy's `requestState` token until the client's
+//! retry (`ask` ─ retry ─► settled ─ linger ─► gone), each extension task
+//! with entries decided (`put_ext_task` … `take_ext_task`), and each of the
+//! client's `tasks/get` calls until the server answers it (`poll` ─►
+//! `polled`).
+//!
 //! At the session's end every consent still held is closed `unanswered`
 //! ([`InFlight::unanswered`]), as is one whose linger, or whose 2026-07-28
 //! round's, ends first: nothing is stored or refunded, the prompt stays
@@ -362,6 +369,10 @@ pub struct InFlight {
     rounds: HashMap<String, HeldRound>,
     /// Tasks of the 2026-07-28 tasks extension with entries decided.
     ext_tasks: HashMap<String, HeldTask>,
+    /// The client's own `tasks/get` calls (tasks extension) the server has
+    /// not answered, by the call's key: the task each one polls, so that
+    /// the entries in the answer are read as that task's.
+    polls: HashMap<String, String>,
     /// Bytes charged by everything held.
     retained: usize,
     /// [`MAX_RETAINED_BYTES`], lowered by tests.
@@ -387,6 +398,7 @@ impl InFlight {
             tasks: HashMap::new(),
             rounds: HashMap::new(),
             ext_tasks: HashMap::new(),
+            polls: HashMap::new(),
             retained: 0,
             max_bytes,
             abandoned: Vec::new(),
@@ -639,6 +651,27 @@ impl InFlight {
             self.retained -= old.bytes;
         }
         Ok(())
+    }
+
+    /// The client polls `task_id` with its `tasks/get` call `call`: held
+    /// until the server answers it ([`InFlight::polled`]), at most
+    /// [`MAX_TRACKED`] at once (past it the call is refused, nothing
+    /// evicted).
+    pub fn poll(&mut self, call: String, task_id: String) -> Result<(), Refusal> {
+        if self.polls.len() >= MAX_TRACKED && !self.polls.contains_key(&call) {
+            return Err(Refusal::Full);
+        }
+        self.polls.insert(call, task_id);
+        Ok(())
+    }
+
+    /// The server answered the client's call `call`: the task it polled,
+    /// if it was a `tasks/get` held by [`InFlight::poll`].
+    pub fn polled(&mut self, call: &str) -> Option<String> {
+        if self.polls.is_empty() {
+            return None;
+        }
+        self.polls.remove(call)
     }
 
     /// The earliest deadline of a request or task still running under a grant.

@@ -51,8 +51,8 @@ use serde_json::{Map, Value};
 use super::wire::{self, IdKey};
 
 use super::inflight::{
-    Awaiting, ExtTask, Flight, InFlight, InputEntry, MAX_TRACKED, Refusal, Sampling,
-    TASK_TTL_DEFAULT, Task, TaskInput, TaskMethod, TaskState, Unanswered,
+    Awaiting, ExtTask, Flight, InFlight, InputEntry, Refusal, Sampling, TASK_TTL_DEFAULT, Task,
+    TaskInput, TaskMethod, TaskState, Unanswered,
 };
 use super::log::{Audit, Entry, Log, alert_message};
 
@@ -173,12 +173,10 @@ fn mint_state_token() -> Option<String> {
 #[derive(Debug, Default)]
 struct State {
     /// Every server request forwarded to the client, every task followed,
-    /// and every MCP 2026-07-28 round of entries remembered (by the
-    /// `requestState` token the proxy minted for it).
+    /// every MCP 2026-07-28 round of entries remembered (by the
+    /// `requestState` token the proxy minted for it), and every `tasks/get`
+    /// of the client's the server has not answered.
     flights: InFlight,
-    /// The client's pending `tasks/get` calls (2026-07-28 tasks extension),
-    /// by the call id's text: the task each one polls.
-    task_polls: HashMap<String, String>,
 }
 
 /// How the client answered a sampling request (or its task's result).

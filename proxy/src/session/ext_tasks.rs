@@ -17,14 +17,7 @@ impl Session {
         created: bool,
     ) {
         let key = call_key(call_id);
-        let polled = {
-            let mut state = lock(&self.state);
-            if state.task_polls.is_empty() {
-                None
-            } else {
-                state.task_polls.remove(&key)
-            }
-        };
+        let polled = lock(&self.state).flights.polled(&key);
         if !created && polled.is_none() {
             // Sampling entries in an answer the proxy cannot tie to a task
             // it follows (a `tasks/get` keyed otherwise, say): a client may
@@ -355,15 +348,8 @@ impl Session {
             .unwrap_or_default();
         match method {
             "tasks/get" => {
-                let full = {
-                    let mut state = lock(&self.state);
-                    let full = state.task_polls.len() >= MAX_TRACKED;
-                    if !full {
-                        state.task_polls.insert(call_key(call_id), task_id);
-                    }
-                    full
-                };
-                if full {
+                let held = lock(&self.state).flights.poll(call_key(call_id), task_id);
+                if held.is_err() {
                     // Its answer could not be read: it does not go out.
                     self.send_client(&self.refusal_frame(Some(call_id), Refusal::Full));
                 } else {
