@@ -18,10 +18,10 @@ use mcpolicy_runtime::jsonrpc;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
+use crate::headers;
 use crate::server::{Body, jsonrpc_error};
 use crate::sessions::{Gw, Place, Sess, request_key};
 use crate::sse::{self, Item, Parser};
-use crate::{headers, upstream};
 
 /// A response body fed by a channel: the relay writes events into it, and
 /// so may the session's task (a frame with no stream of its own).
@@ -59,23 +59,13 @@ fn relayed_parts(
     parts
 }
 
-/// Feeds one message from the server to the session; returns what the
-/// client receives for it. Frames for the server go upstream in order, in a
-/// POST of their own with `authorization` (the client's, from the request
+/// Feeds one message from the server to the session, or, `again`, one
+/// replayed on a resumed stream after the client's last event
+/// (`Session::from_server_again`); returns what the client receives for
+/// it. Frames for the server go upstream in order, in POSTs of the
+/// gateway's own with `authorization` (the client's, from the request
 /// whose stream carried the message).
-pub(crate) async fn from_server(
-    gw: &Arc<Gw>,
-    sess: &Arc<Sess>,
-    data: String,
-    authorization: Option<HeaderValue>,
-) -> Vec<Vec<u8>> {
-    from_server_read(gw, sess, data, authorization, false).await
-}
-
-/// [`from_server`], or, `again`, a message replayed on a resumed stream
-/// after the client's last event (`Session::from_server_again`).
-async fn from_server_read(
-    gw: &Arc<Gw>,
+async fn from_server(
     sess: &Arc<Sess>,
     data: String,
     authorization: Option<HeaderValue>,
@@ -90,26 +80,20 @@ async fn from_server_read(
             }
         })
         .await;
-    post_all(gw, sess, captured.to_server, authorization);
+    post_all(sess, captured.to_server, authorization).await;
     captured.to_client
 }
 
-/// POSTs the gateway's own frames upstream, in order, off the caller's task.
-pub(crate) fn post_all(
-    gw: &Arc<Gw>,
-    sess: &Arc<Sess>,
+/// Queues the gateway's own frames for the server, in order
+/// ([`Sess::post_own`]), with `authorization`.
+pub(crate) async fn post_all(
+    sess: &Sess,
     frames: Vec<Vec<u8>>,
     authorization: Option<HeaderValue>,
 ) {
-    if frames.is_empty() {
-        return;
+    for frame in frames {
+        sess.post_own(frame, authorization.clone()).await;
     }
-    let (gw, sess) = (Arc::clone(gw), Arc::clone(sess));
-    tokio::spawn(async move {
-        for frame in frames {
-            upstream::post_frame(&gw, &sess, frame, authorization.clone()).await;
-        }
-    });
 }
 
 /// Answers the server for a message too long to read (`what`: an event, a
@@ -129,7 +113,7 @@ async fn refuse_overlong(
             );
         })
         .await;
-    post_all(gw, sess, captured.to_server, authorization);
+    post_all(sess, captured.to_server, authorization).await;
 }
 
 /// Relays an upstream SSE response: returns the client's response at once
@@ -260,7 +244,7 @@ async fn event(gw: &Arc<Gw>, sess: &Arc<Sess>, pumped: &Pumped, at: Place, item:
                 .resumed
                 .zip(key.as_deref())
                 .is_some_and(|(from, key)| sess.unseen_since(key, from));
-            let frames = from_server_read(gw, sess, data, authorization.clone(), again).await;
+            let frames = from_server(sess, data, authorization.clone(), again).await;
             if let Some(key) = key
                 && !frames.is_empty()
             {
@@ -322,7 +306,7 @@ pub(crate) async fn json(
         }
     };
     let data = String::from_utf8_lossy(&bytes).into_owned();
-    let frames = from_server(gw, sess, data, authorization).await;
+    let frames = from_server(sess, data, authorization, false).await;
     match frames.len() {
         0 => jsonrpc_error(
             StatusCode::BAD_GATEWAY,

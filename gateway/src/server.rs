@@ -401,11 +401,11 @@ async fn post(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Respon
     // POST's body: the client's own bytes when the session forwarded them
     // unchanged.
     relay::post_all(
-        gw,
         &sess,
         to_server,
         parts.headers.get(header::AUTHORIZATION).cloned(),
-    );
+    )
+    .await;
     let upstream_body = if last == text {
         body
     } else {

@@ -85,6 +85,15 @@ pub(crate) type Place = (u64, u64);
 /// (`docs/spec/transports.md`, "Resumed streams").
 const MAX_EVENT_IDS: usize = 4096;
 
+/// A frame the gateway writes to the server itself, with the credentials
+/// to send it with.
+pub(crate) type OwnPost = (Vec<u8>, Option<HeaderValue>);
+
+/// How many of a session's own POSTs may wait to go out; past it whoever
+/// produces one waits (a server flooding frames the gateway must answer
+/// slows its own stream).
+const MAX_OWN_POSTS: usize = 256;
+
 /// The most server request ids remembered per session for routing; past
 /// it the oldest stream's entries are forgotten (frames then go to the GET
 /// stream).
@@ -108,6 +117,9 @@ pub(crate) struct Sess {
     requests: std::sync::atomic::AtomicUsize,
     wake: Arc<Notify>,
     ended: AtomicBool,
+    /// The gateway's own POSTs to the server, sent one at a time in the
+    /// order the session wrote them ([`Sess::post_own`]).
+    own_posts: mpsc::Sender<OwnPost>,
 }
 
 /// A client request in progress on a session ([`Sess::busy`]).
@@ -197,6 +209,17 @@ impl Sess {
 
     pub fn has_streams(&self) -> bool {
         !lock(&self.streams).open.is_empty()
+    }
+
+    /// Queues a frame of the gateway's own for the server (a denial, a
+    /// refusal): the session's own POSTs go out one at a time, in the order
+    /// the session wrote them (`docs/spec/transports.md`).
+    pub async fn post_own(&self, frame: Vec<u8>, authorization: Option<HeaderValue>) {
+        if self.own_posts.send((frame, authorization)).await.is_err() {
+            self.log.line(format_args!(
+                "dropped a frame for the server: the session's POSTs have stopped"
+            ));
+        }
     }
 
     /// Marks a client request in progress until the guard drops.
@@ -349,6 +372,7 @@ impl Gw {
             self.audit.clone(),
         );
         let wake = Arc::new(Notify::new());
+        let (own_posts, own_posts_rx) = mpsc::channel(MAX_OWN_POSTS);
         let sess = Arc::new(Sess {
             route: route.clone(),
             session: Arc::new(session),
@@ -361,8 +385,14 @@ impl Gw {
             requests: std::sync::atomic::AtomicUsize::new(0),
             wake: Arc::clone(&wake),
             ended: AtomicBool::new(false),
+            own_posts,
         });
-        tokio::spawn(unsolicited(Arc::clone(self), Arc::downgrade(&sess), rx));
+        tokio::spawn(unsolicited(Arc::downgrade(&sess), rx));
+        tokio::spawn(poster(
+            Arc::clone(self),
+            Arc::downgrade(&sess),
+            own_posts_rx,
+        ));
         tokio::spawn(timer(Arc::downgrade(&sess), wake));
         sess
     }
@@ -482,15 +512,25 @@ pub(crate) fn short(id: &str) -> String {
 }
 
 /// Routes a session's unsolicited frames until the session is gone.
-async fn unsolicited(gw: Arc<Gw>, sess: Weak<Sess>, mut rx: mpsc::UnboundedReceiver<Unsolicited>) {
+async fn unsolicited(sess: Weak<Sess>, mut rx: mpsc::UnboundedReceiver<Unsolicited>) {
     while let Some(message) = rx.recv().await {
         let Some(sess) = sess.upgrade() else {
             return;
         };
         match message {
-            Unsolicited::ToServer(frame) => upstream::post_frame(&gw, &sess, frame, None).await,
+            Unsolicited::ToServer(frame) => sess.post_own(frame, None).await,
             Unsolicited::ToClient(frame) => sess.to_client_elsewhere(vec![frame]).await,
         }
+    }
+}
+
+/// Sends a session's own POSTs, one at a time, until the session is gone.
+async fn poster(gw: Arc<Gw>, sess: Weak<Sess>, mut rx: mpsc::Receiver<OwnPost>) {
+    while let Some((frame, authorization)) = rx.recv().await {
+        let Some(sess) = sess.upgrade() else {
+            return;
+        };
+        upstream::post_frame(&gw, &sess, frame, authorization).await;
     }
 }
 

@@ -1004,6 +1004,17 @@ pub fn run_seeded<S: Strategy>(strategy: &S, test: impl Fn(S::Value) -> Result<(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
         });
+    run_from_seed(strategy, seed, cases, test);
+}
+
+/// Runs `test` over `cases` values of `strategy` drawn from `seed`; a
+/// failure prints the seed and the shrunk case.
+pub fn run_from_seed<S: Strategy>(
+    strategy: &S,
+    seed: u64,
+    cases: u32,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
