@@ -53,7 +53,9 @@ pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemText<'db>) -> Chu
 /// Item by item suits an editor: the next revision reuses every item an
 /// edit did not touch. A batch run (`mcpc check`) has no next revision and
 /// would only pay for a second copy of the tree (the items' memos), so it
-/// keeps the one-pass parse. Both give equal results
+/// keeps the whole-file parse, which a large file
+/// ([`parse::PARALLEL_FROM`]) spreads over the machine's cores
+/// ([`parse::parse_parallel`]). All give equal results
 /// (`compiler/tests/incremental.rs`).
 #[salsa::input(singleton, debug)]
 pub struct ParseMode {
@@ -70,7 +72,15 @@ pub struct ParseMode {
 pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
     match piece_parses(db, source) {
         Some(pieces) => parse::assemble(&pieces),
-        None => parse::parse(source.text(db)),
+        None => {
+            let text = source.text(db);
+            if text.len() >= parse::PARALLEL_FROM {
+                let threads = std::thread::available_parallelism().map_or(1, usize::from);
+                parse::parse_parallel(text, threads)
+            } else {
+                parse::parse(text)
+            }
+        }
     }
 }
 

@@ -307,6 +307,107 @@ pub fn parse_by_items(text: &str) -> Parsed {
     assemble(&pieces)
 }
 
+/// Files at least this long are parsed on several threads by
+/// [`parse_parallel`] (below it, a thread costs more than it saves).
+pub const PARALLEL_FROM: usize = 256 << 10;
+
+/// [`parse`] on up to `threads` threads: the file cut at item boundaries
+/// ([`item_starts`]) into runs of about equal length, each parsed on its
+/// own ([`parse_chunk`]), then joined with their spans shifted as
+/// [`assemble`] joins pieces. Equal to [`parse`] (held by
+/// `compiler/tests/incremental.rs`); a text with one item, or `threads`
+/// below 2, is parsed in one pass.
+pub fn parse_parallel(text: &str, threads: usize) -> Parsed {
+    let starts = item_starts(text);
+    let mut cuts = vec![0];
+    for k in 1..threads.max(1) {
+        let target = text.len() / threads * k;
+        let last = cuts.last().copied().unwrap_or(0);
+        if let Some(&cut) = starts.iter().find(|&&s| s >= target && s > last) {
+            cuts.push(cut);
+        }
+    }
+    if cuts.len() < 2 {
+        return parse(text);
+    }
+    let ranges: Vec<(usize, usize)> = cuts
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| (start, cuts.get(i + 1).copied().unwrap_or(text.len())))
+        .collect();
+    let mut chunks: Vec<(usize, ChunkParse)> = Vec::with_capacity(ranges.len());
+    std::thread::scope(|scope| {
+        // The caller's thread parses the first run; each other run gets a
+        // thread with the main thread's usual stack.
+        let spawned: Vec<_> = ranges[1..]
+            .iter()
+            .map(|&(start, end)| {
+                std::thread::Builder::new()
+                    .stack_size(8 << 20)
+                    .spawn_scoped(scope, move || parse_chunk(&text[start..end]))
+                    .map_err(|_| (start, end))
+            })
+            .collect();
+        let (start, end) = ranges[0];
+        chunks.push((start, parse_chunk(&text[start..end])));
+        for (handle, &(start, end)) in spawned.into_iter().zip(&ranges[1..]) {
+            let chunk = match handle {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had: parsed here.
+                Err(_) => parse_chunk(&text[start..end]),
+            };
+            chunks.push((start, chunk));
+        }
+    });
+    assemble_owned(chunks)
+}
+
+/// [`assemble`], taking the pieces: their items and comments are moved,
+/// not copied.
+fn assemble_owned(pieces: Vec<(usize, ChunkParse)>) -> Parsed {
+    let mut file = SourceFile {
+        items: Vec::with_capacity(pieces.iter().map(|(_, p)| p.parsed.file.items.len()).sum()),
+        comments: Vec::with_capacity(
+            pieces
+                .iter()
+                .map(|(_, p)| p.parsed.file.comments.len())
+                .sum(),
+        ),
+    };
+    let mut controls = Vec::new();
+    let mut rest = Vec::new();
+    for (offset, piece) in pieces {
+        let ChunkParse {
+            parsed,
+            controls: count,
+        } = piece;
+        file.items
+            .extend(parsed.file.items.into_iter().map(|mut item| {
+                item.shift(offset);
+                item
+            }));
+        file.comments
+            .extend(parsed.file.comments.into_iter().map(|mut comment| {
+                comment.shift(offset);
+                comment
+            }));
+        let mut diagnostics = parsed.diagnostics;
+        for diagnostic in &mut diagnostics {
+            diagnostic.shift(offset);
+        }
+        let later = diagnostics.split_off(count.min(diagnostics.len()));
+        controls.extend(diagnostics);
+        rest.extend(later);
+    }
+    controls.extend(rest);
+    Parsed {
+        file,
+        diagnostics: controls,
+    }
+}
+
 #[derive(Default)]
 struct Builder {
     items: Vec<Item>,

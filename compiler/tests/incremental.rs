@@ -192,6 +192,13 @@ fn assert_same(name: &str, text: &str, db: &mut Database, source: SourceText) {
         "{name}: item-by-item parse differs from the whole-file parse\n--- text ---\n{text:?}\n\
          --- whole ---\n{reference:#?}\n--- by items ---\n{by_items:#?}"
     );
+    for threads in [2, 5] {
+        let parallel = parse::parse_parallel(text, threads);
+        assert!(
+            parallel == reference,
+            "{name}: the parse on {threads} threads differs from the whole-file parse\n--- text ---\n{text:?}"
+        );
+    }
     source.set_text(db).to(text.to_owned());
     let through_db = db::parse_file(db, source);
     assert!(
@@ -323,6 +330,39 @@ fn batch_database_parses_in_one_pass() {
     let source = SourceText::new(&db, "p.mcpolicy".into(), text.into());
     assert_eq!(*db::parse_file(&db, source), parse::parse(text));
     assert!(db::ParseMode::try_get(&db).is_none());
+}
+
+/// A batch database parses a file past `parse::PARALLEL_FROM` on several
+/// threads: the same tree and findings as one pass, for the file as
+/// generated and after random edits (which break it in places, some
+/// across the cuts between threads).
+#[test]
+fn a_large_file_parsed_on_several_threads_is_parsed_as_in_one_pass() {
+    let text = gen_policy::generate(gen_policy::Options {
+        servers: 2_000,
+        seed: 7,
+        globs_percent: 5,
+    });
+    assert!(text.len() >= parse::PARALLEL_FROM, "{} bytes", text.len());
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut edited = text;
+    for step in 0..6 {
+        let db = Database::default();
+        let source = SourceText::new(&db, "big.mcpolicy".into(), edited.clone());
+        let reference = parse::parse(&edited);
+        assert!(
+            *db::parse_file(&db, source) == reference,
+            "edit {step}: the batch parse differs from one pass"
+        );
+        assert_eq!(
+            db::diagnostics(&db, source),
+            db::analyze_parsed(&reference).diagnostics.as_slice(),
+            "edit {step}"
+        );
+        for _ in 0..20 {
+            edited = edit(&edited, &mut rng);
+        }
+    }
 }
 
 /// An edit inside one `server` block of a 1,111-server policy re-parses
