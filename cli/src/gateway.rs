@@ -1,6 +1,7 @@
 //! `mcpc gateway --policy FILE --route NAME=URL … [--listen ADDR] [--store
 //! SPEC] [--audit FILE] [--log FILE] [--allow-origin ORIGIN …]
-//! [--idle-timeout DURATION]`, or the same in a TOML file (`--config`).
+//! [--idle-timeout DURATION] [--tls-cert FILE --tls-key FILE] [--upstream-ca
+//! FILE …]`, or the same in a TOML file (`--config`).
 //!
 //! The Streamable HTTP transport of the policy (`mcpolicy-gateway`): a
 //! reverse proxy in front of remote MCP servers, one route per server,
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcpolicy_gateway::{Config, Limits, Route};
+use mcpolicy_gateway::{Config, Limits, ListenTls, Route};
 use mcpolicy_proxy::log::{Audit, Log};
 use mcpolicy_runtime::Engine;
 use mcpolicy_runtime::clock::SystemClock;
@@ -35,7 +36,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     policy: Option<String>,
     /// A TOML file with any of these settings (`policy`, `listen`, `store`, `audit`, `log`,
-    /// `allow_origins`, `idle_timeout`, the limits, and a `[routes]` table of NAME = "URL");
+    /// `allow_origins`, `idle_timeout`, the limits, `tls_cert`, `tls_key`, `upstream_ca`,
+    /// and a `[routes]` table of NAME = "URL");
     /// flags given as well win, and `--route`s add to its routes.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -85,6 +87,16 @@ pub struct Args {
     /// SSE streams (and requests that may open one) at once (503 past it) [default: 128].
     #[arg(long, value_name = "N")]
     max_streams: Option<usize>,
+    /// Listen on TLS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// A PEM file of CA certificates trusted for https:// upstreams besides the system's
+    /// roots (repeatable): a private CA.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
     /// Colour for policy diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
@@ -108,6 +120,10 @@ struct FileConfig {
     max_header_bytes: Option<usize>,
     max_connections: Option<usize>,
     max_streams: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    #[serde(default)]
+    upstream_ca: Vec<PathBuf>,
     #[serde(default)]
     routes: BTreeMap<String, String>,
 }
@@ -138,6 +154,9 @@ fn read_config(path: &Path) -> Result<FileConfig, String> {
         }
     });
     config.log = config.log.as_deref().map(near);
+    config.tls_cert = config.tls_cert.as_deref().map(near);
+    config.tls_key = config.tls_key.as_deref().map(near);
+    config.upstream_ca = config.upstream_ca.iter().map(|p| near(p)).collect();
     Ok(config)
 }
 
@@ -240,12 +259,32 @@ fn settings(args: &Args, file: &FileConfig) -> Result<(Config, String), String> 
     } else {
         args.allow_origins.clone()
     };
+    let tls = match (
+        args.tls_cert.as_ref().or(file.tls_cert.as_ref()),
+        args.tls_key.as_ref().or(file.tls_key.as_ref()),
+    ) {
+        (Some(cert), Some(key)) => Some(ListenTls {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(
+                "gateway.tls: a TLS listener needs both a certificate and its key (--tls-cert FILE --tls-key FILE)"
+                    .to_owned(),
+            );
+        }
+    };
+    let mut upstream_ca = file.upstream_ca.clone();
+    upstream_ca.extend(args.upstream_ca.iter().cloned());
     Ok((
         Config {
             listen,
             routes,
             allow_origins,
             limits,
+            tls,
+            upstream_ca,
         },
         policy,
     ))
@@ -326,10 +365,15 @@ pub fn run(args: Args) -> ExitCode {
     let engine = Engine::new(policy, store, Arc::new(SystemClock));
     let to_file = log_path.is_some();
     let ready_log = log.clone();
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let outcome = mcpolicy_gateway::run(config, engine, log.clone(), audit, move |addr| {
-        ready_log.line(format_args!("listening on http://{addr}"));
+        ready_log.line(format_args!("listening on {scheme}://{addr}"));
         if to_file {
-            sayln!("mcpc gateway: listening on http://{addr}");
+            sayln!("mcpc gateway: listening on {scheme}://{addr}");
         }
     });
     match outcome {

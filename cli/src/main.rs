@@ -96,9 +96,9 @@ enum Command {
     Proxy(proxy::Args),
     /// Put remote MCP servers (Streamable HTTP) behind a policy: a reverse proxy, one route per server.
     #[command(
-        after_help = "Exit codes: 0 when SIGINT or SIGTERM stopped the gateway (every session ended first: decisions in flight settled or refunded, the store's counts written); 2 when the gateway cannot start (usage, config, policy, store, listen address)."
+        after_help = "Exit codes: 0 when SIGINT or SIGTERM stopped the gateway (every session ended first: decisions in flight settled or refunded, the store's counts written); 2 when the gateway cannot start (usage, config, policy, store, listen address, TLS files)."
     )]
-    Gateway(gateway::Args),
+    Gateway(Box<gateway::Args>),
     /// Run policy unit tests (TOML cases) and report coverage.
     #[command(
         after_help = "Exit codes: 0 every case passed (and coverage met --threshold); 1 a case failed, coverage fell short, or a policy has errors; 2 usage, I/O or a malformed test file."
@@ -228,7 +228,7 @@ fn main() -> ExitCode {
         Command::Identity(args) => identity::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Proxy(args) => proxy::run(args),
-        Command::Gateway(args) => gateway::run(args),
+        Command::Gateway(args) => gateway::run(*args),
         Command::Test(args) => test::run(args),
         Command::Store(args) => store::run(args),
         Command::Show(args) => show::run(args),

@@ -25,7 +25,8 @@ fn bad_settings_are_refused_with_their_codes() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.sqlite3");
     let policy = example("personal-laptop.mcpolicy");
-    let cases: [(&[&str], &str); 8] = [
+    let missing = dir.path().join("missing.pem").display().to_string();
+    let cases: [(&[&str], &str); 11] = [
         (
             &["--route", "no/slash=http://127.0.0.1:1/mcp"],
             "gateway.route: route name `no/slash`",
@@ -64,6 +65,30 @@ fn bad_settings_are_refused_with_their_codes() {
                 "http://x/path",
             ],
             "gateway.origin: `http://x/path` is not an origin",
+        ),
+        (
+            &["--route", "notes=http://127.0.0.1:1/mcp", "--tls-cert", &missing],
+            "--tls-key",
+        ),
+        (
+            &[
+                "--route",
+                "notes=http://127.0.0.1:1/mcp",
+                "--tls-cert",
+                &missing,
+                "--tls-key",
+                &missing,
+            ],
+            "gateway.tls: cannot read certificates from",
+        ),
+        (
+            &[
+                "--route",
+                "notes=http://127.0.0.1:1/mcp",
+                "--upstream-ca",
+                &missing,
+            ],
+            "gateway.tls: cannot read certificates from",
         ),
     ];
     for (args, expected) in cases {

@@ -45,12 +45,13 @@ pub fn forwarded(from: &HeaderMap) -> HeaderMap {
 }
 
 /// The origins allowed when none are configured: the loopback origins of
-/// the port the gateway listens on.
-pub fn default_origins(port: u16) -> Vec<String> {
+/// the port the gateway listens on, in its scheme (`http`, or `https` on
+/// TLS).
+pub fn default_origins(scheme: &str, port: u16) -> Vec<String> {
     vec![
-        format!("http://127.0.0.1:{port}"),
-        format!("http://localhost:{port}"),
-        format!("http://[::1]:{port}"),
+        format!("{scheme}://127.0.0.1:{port}"),
+        format!("{scheme}://localhost:{port}"),
+        format!("{scheme}://[::1]:{port}"),
     ]
 }
 
@@ -165,7 +166,7 @@ mod tests {
 
     #[test]
     fn origin_rules() {
-        let allowed = default_origins(8080);
+        let allowed = default_origins("http", 8080);
         assert!(origin_allowed(&map(&[]), &allowed));
         assert!(origin_allowed(
             &map(&[("origin", "http://localhost:8080")]),

@@ -19,7 +19,10 @@ mod relay;
 mod server;
 mod sessions;
 pub mod sse;
+mod tls;
 mod upstream;
+
+pub use tls::ListenTls;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -65,6 +68,9 @@ pub enum GatewayError {
     /// An `--allow-origin` that is not an origin.
     #[error("gateway.origin: {0}")]
     Origin(String),
+    /// A certificate, key or CA file that cannot be used.
+    #[error("gateway.tls: {0}")]
+    Tls(String),
 }
 
 impl GatewayError {
@@ -75,6 +81,7 @@ impl GatewayError {
             GatewayError::Listen { .. } => "gateway.listen",
             GatewayError::Runtime(_) => "gateway.runtime",
             GatewayError::Origin(_) => "gateway.origin",
+            GatewayError::Tls(_) => "gateway.tls",
         }
     }
 }
@@ -177,6 +184,11 @@ pub struct Config {
     pub allow_origins: Vec<String>,
     /// The bounds.
     pub limits: Limits,
+    /// Listen on TLS with this certificate and key (`None`: plain HTTP).
+    pub tls: Option<ListenTls>,
+    /// PEM files of CA certificates trusted for upstreams besides the
+    /// system's roots (a private CA).
+    pub upstream_ca: Vec<std::path::PathBuf>,
 }
 
 /// Runs the gateway until SIGINT or SIGTERM: binds `config.listen`, calls

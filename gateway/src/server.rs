@@ -86,8 +86,10 @@ pub(crate) async fn serve(
             )));
         }
     }
+    let acceptor = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
     let allow_origins = if config.allow_origins.is_empty() {
-        headers::default_origins(listen.port())
+        headers::default_origins(scheme, listen.port())
     } else {
         config.allow_origins.clone()
     };
@@ -100,7 +102,7 @@ pub(crate) async fn serve(
         engine,
         log: log.clone(),
         audit,
-        client: upstream::client()?,
+        client: upstream::client(&config.upstream_ca)?,
         limits: config.limits.clone(),
         allow_origins,
         listen,
@@ -145,42 +147,71 @@ pub(crate) async fn serve(
         }
         let permit = Arc::clone(&connections).try_acquire_owned().ok();
         let gw = Arc::clone(&gw);
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(gw.limits.header_read_timeout)
-                // hyper's floor is 8 KiB.
-                .max_buf_size(gw.limits.max_header_bytes.max(8192));
-            let full = permit.is_none();
-            let service = hyper::service::service_fn(move |request| {
-                let gw = Arc::clone(&gw);
-                async move {
-                    if full {
-                        let mut response = jsonrpc_error(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            None,
-                            jsonrpc::INTERNAL_ERROR,
-                            "the gateway is serving its maximum number of connections",
-                        );
-                        response
-                            .headers_mut()
-                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                        return Ok::<_, Infallible>(response);
+            match acceptor {
+                None => serve_connection(gw, stream, permit).await,
+                Some(acceptor) => {
+                    // A handshake is bounded like a request head (slowloris).
+                    let timeout = gw.limits.header_read_timeout;
+                    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_connection(gw, stream, permit).await,
+                        // Not TLS, a bad handshake, or too slow: nothing
+                        // was read, nothing to answer (logged, no detail a
+                        // client chose).
+                        Ok(Err(_)) | Err(_) => {
+                            gw.log.line(format_args!(
+                                "a TLS handshake failed or took over {} ms; connection closed",
+                                timeout.as_millis()
+                            ));
+                        }
                     }
-                    Ok::<_, Infallible>(handle(gw, request).await)
                 }
-            });
-            let _ = builder
-                .keep_alive(!full)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            drop(permit);
+            }
         });
     }
     log.line(format_args!("stopping: ending every session"));
     gw.end_all().await;
     Ok(())
+}
+
+/// Serves one client connection (plain TCP, or TLS once its handshake is
+/// done) with the gateway's limits; `permit` is `None` past
+/// `--max-connections` (503, and the connection closed).
+async fn serve_connection<I>(gw: Arc<Gw>, io: I, permit: Option<tokio::sync::OwnedSemaphorePermit>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(gw.limits.header_read_timeout)
+        // hyper's floor is 8 KiB.
+        .max_buf_size(gw.limits.max_header_bytes.max(8192));
+    let full = permit.is_none();
+    let service = hyper::service::service_fn(move |request| {
+        let gw = Arc::clone(&gw);
+        async move {
+            if full {
+                let mut response = jsonrpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    jsonrpc::INTERNAL_ERROR,
+                    "the gateway is serving its maximum number of connections",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return Ok::<_, Infallible>(response);
+            }
+            Ok::<_, Infallible>(handle(gw, request).await)
+        }
+    });
+    let _ = builder
+        .keep_alive(!full)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    drop(permit);
 }
 
 /// SIGINT or SIGTERM.
@@ -275,15 +306,37 @@ fn upstream_request(
     Ok(request)
 }
 
-fn bad_gateway(sess: &Sess, error: &dyn std::fmt::Display, id: Option<&Value>) -> Response<Body> {
-    sess.log
-        .line(format_args!("the server could not be reached: {error}"));
+fn bad_gateway(
+    sess: &Sess,
+    error: &(dyn std::error::Error + 'static),
+    id: Option<&Value>,
+) -> Response<Body> {
+    sess.log.line(format_args!(
+        "the server could not be reached: {}",
+        with_causes(error)
+    ));
     jsonrpc_error(
         StatusCode::BAD_GATEWAY,
         id,
         jsonrpc::INTERNAL_ERROR,
         "the gateway could not reach the server",
     )
+}
+
+/// An error and every error under it, `: `-separated: the connector's
+/// "client error (Connect)" alone hides a refused certificate or a reset.
+pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// What the gateway needs to know of a client's message.
@@ -645,8 +698,10 @@ async fn delete(gw: &Arc<Gw>, route: &Route, request: Request<Incoming>) -> Resp
     match response {
         Ok(response) => passthrough(response),
         Err(error) => {
-            gw.log
-                .line(format_args!("forwarding a DELETE failed: {error}"));
+            gw.log.line(format_args!(
+                "forwarding a DELETE failed: {}",
+                with_causes(&error)
+            ));
             empty(StatusCode::BAD_GATEWAY)
         }
     }

@@ -15,10 +15,10 @@ use crate::sessions::{Gw, Sess};
 use crate::{GatewayError, Route};
 
 /// The upstream client: HTTP/1.1, `https://` through rustls (ring) with the
-/// system's roots.
+/// system's roots and any private CA (`tls::client_config`).
 pub(crate) type Client = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-pub(crate) fn client() -> Result<Client, GatewayError> {
+pub(crate) fn client(private_cas: &[std::path::PathBuf]) -> Result<Client, GatewayError> {
     // Small messages in both directions (a sampling answer, a denial):
     // without TCP_NODELAY each waits for the peer's delayed ACK (40 ms on
     // Linux), measured in `cli/benches/gateway.rs`.
@@ -26,8 +26,7 @@ pub(crate) fn client() -> Result<Client, GatewayError> {
     tcp.set_nodelay(true);
     tcp.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map_err(|e| GatewayError::Runtime(format!("cannot load the system's TLS roots: {e}")))?
+        .with_tls_config(crate::tls::client_config(private_cas)?)
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp);
@@ -109,7 +108,8 @@ pub(crate) async fn post_frame(
             }
         }
         Err(error) => sess.log.line(format_args!(
-            "the gateway's own POST to the server failed: {error}"
+            "the gateway's own POST to the server failed: {}",
+            crate::server::with_causes(&error)
         )),
     }
 }

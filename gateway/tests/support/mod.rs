@@ -98,13 +98,14 @@ impl Upstream {
     }
 }
 
-type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Response<Body> {
+/// What the upstream answers `request` with.
+pub async fn upstream_handle(up: Arc<Upstream>, request: Request<Incoming>) -> Response<Body> {
     let method = request.method().to_string();
     let path = request.uri().path().to_owned();
     let mut headers: Vec<(String, String)> = request
@@ -299,11 +300,6 @@ impl SharedLog {
 
 /// Starts a gateway with routes `h`, `tiny` and `slow` to `upstream`.
 pub async fn start_gateway(upstream: SocketAddr, limits: Limits) -> Gateway {
-    let db = Database::default();
-    let source = SourceText::new(&db, "t.mcpolicy".into(), POLICY.into());
-    let table = db::lower_file(&db, source).clone().unwrap();
-    let policy = mcpolicy_runtime::Policy::verify(table).unwrap();
-    let engine = Engine::new(policy, Arc::new(MemoryStore::new()), Arc::new(SystemClock));
     let url = format!("http://{upstream}/mcp");
     let config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -314,10 +310,23 @@ pub async fn start_gateway(upstream: SocketAddr, limits: Limits) -> Gateway {
         ],
         allow_origins: Vec::new(),
         limits,
+        tls: None,
+        upstream_ca: Vec::new(),
     };
+    start_gateway_with(config).await.unwrap()
+}
+
+/// A gateway serving `config` with the test policy, or why it did not start.
+pub async fn start_gateway_with(config: Config) -> Result<Gateway, mcpolicy_gateway::GatewayError> {
+    let db = Database::default();
+    let source = SourceText::new(&db, "t.mcpolicy".into(), POLICY.into());
+    let table = db::lower_file(&db, source).clone().unwrap();
+    let policy = mcpolicy_runtime::Policy::verify(table).unwrap();
+    let engine = Engine::new(policy, Arc::new(MemoryStore::new()), Arc::new(SystemClock));
     let log = SharedLog::default();
     let (stop, stopped) = oneshot::channel::<()>();
     let (ready, bound) = oneshot::channel();
+    let (failed, failure) = oneshot::channel();
     let sink = log.clone();
     tokio::spawn(async move {
         let result = mcpolicy_gateway::serve_until(
@@ -333,13 +342,18 @@ pub async fn start_gateway(upstream: SocketAddr, limits: Limits) -> Gateway {
             },
         )
         .await;
-        result.unwrap();
+        if let Err(error) = result {
+            let _ = failed.send(error);
+        }
     });
-    let addr = bound.await.unwrap();
-    Gateway {
-        addr,
-        log,
-        _stop: stop,
+    // The ready callback is dropped unsent when the gateway fails to start.
+    match bound.await {
+        Ok(addr) => Ok(Gateway {
+            addr,
+            log,
+            _stop: stop,
+        }),
+        Err(_) => Err(failure.await.unwrap()),
     }
 }
 
