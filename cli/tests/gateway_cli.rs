@@ -67,7 +67,12 @@ fn bad_settings_are_refused_with_their_codes() {
             "gateway.origin: `http://x/path` is not an origin",
         ),
         (
-            &["--route", "notes=http://127.0.0.1:1/mcp", "--tls-cert", &missing],
+            &[
+                "--route",
+                "notes=http://127.0.0.1:1/mcp",
+                "--tls-cert",
+                &missing,
+            ],
             "--tls-key",
         ),
         (
