@@ -12,29 +12,25 @@
 //! a note, except under `MCPOLICY_REQUIRE_POSTGRES=1` (CI), where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-use std::convert::Infallible;
+mod http_upstream;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use http_upstream::{Body, full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 const BUDGET: usize = 10;
 const REPLICAS: usize = 2;
 const SESSIONS: usize = 6;
 const PER_CALL: usize = 3;
-
-type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
-}
 
 /// The upstream: a session per `initialize`; every `tools/call` answered
 /// with an event stream of `PER_CALL` sampling requests, each with a text
@@ -93,29 +89,6 @@ async fn handle(up: Arc<Upstream>, request: Request<Incoming>) -> Response<Body>
             accepted
         }
     }
-}
-
-async fn serve(up: Arc<Upstream>) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let up = Arc::clone(&up);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let up = Arc::clone(&up);
-                    async move { Ok::<_, Infallible>(handle(up, request).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
 }
 
 /// One replica: `mcpc gateway` on the shared store; its address.
@@ -236,7 +209,7 @@ fn replicas_on_one_store_spend_the_budget_exactly() {
         .build()
         .unwrap();
     let up = Arc::new(Upstream::default());
-    let upstream = rt.block_on(serve(Arc::clone(&up)));
+    let upstream = rt.block_on(http_upstream::serve(Arc::clone(&up), handle));
     let mut replicas: Vec<(Child, String)> = (0..REPLICAS)
         .map(|n| replica(dir.path(), n, upstream, &store))
         .collect();

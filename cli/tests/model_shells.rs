@@ -20,6 +20,8 @@
 #[path = "../../proxy/tests/model/mod.rs"]
 mod model;
 
+mod http_upstream;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -333,18 +335,13 @@ mod http {
     use std::task::{Context, Poll};
 
     use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
+    use http_body_util::BodyExt;
     use hyper::body::{Frame, Incoming};
     use hyper::{Request, Response, StatusCode};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     use serde_json::Value;
     use tokio::sync::{Notify, mpsc};
 
-    pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-    pub fn full(bytes: impl Into<Bytes>) -> Body {
-        Full::new(bytes.into()).boxed()
-    }
+    pub use super::http_upstream::{Body, full};
 
     /// A body fed by a channel: an SSE stream.
     struct Channel(mpsc::UnboundedReceiver<Bytes>);
@@ -415,26 +412,7 @@ mod http {
 
     /// Serves `up` on a loopback port.
     pub async fn serve(up: Arc<Upstream>) -> std::net::SocketAddr {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let up = Arc::clone(&up);
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let up = Arc::clone(&up);
-                        async move { Ok::<_, Infallible>(handle(up, request).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        addr
+        super::http_upstream::serve(up, handle).await
     }
 }
 
