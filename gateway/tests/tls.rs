@@ -12,7 +12,6 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -21,11 +20,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use mcpolicy_gateway::{Config, Limits, ListenTls, Route};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use support::{Upstream, start_gateway_with, upstream_handle};
+use support::{Upstream, start_gateway_with};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
@@ -124,29 +123,7 @@ async fn tls_upstream(dir: &Path) -> std::net::SocketAddr {
         stateful: true,
         ..Upstream::default()
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (acceptor, up) = (acceptor.clone(), Arc::clone(&up));
-            tokio::spawn(async move {
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let service = hyper::service::service_fn(move |request| {
-                    let up = Arc::clone(&up);
-                    async move { Ok::<_, Infallible>(upstream_handle(up, request).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    support::start_upstream_on(up, Some(acceptor)).await
 }
 
 fn config(url: &str, tls: Option<ListenTls>, upstream_ca: Vec<PathBuf>) -> Config {

@@ -248,6 +248,15 @@ pub async fn setup(up: Upstream, limits: Limits) -> (Arc<Upstream>, Gateway) {
 
 /// Starts the upstream on a loopback port.
 pub async fn start_upstream(up: Arc<Upstream>) -> SocketAddr {
+    start_upstream_on(up, None).await
+}
+
+/// Starts the upstream on a loopback port, over TLS with `tls`'s
+/// certificate when given.
+pub async fn start_upstream_on(
+    up: Arc<Upstream>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -255,15 +264,20 @@ pub async fn start_upstream(up: Arc<Upstream>) -> SocketAddr {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let up = Arc::clone(&up);
+            let (up, tls) = (Arc::clone(&up), tls.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
                     let up = Arc::clone(&up);
                     async move { Ok::<_, Infallible>(upstream_handle(up, request).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                let _ = match tls {
+                    None => http.serve_connection(TokioIo::new(stream), service).await,
+                    Some(tls) => match tls.accept(stream).await {
+                        Ok(stream) => http.serve_connection(TokioIo::new(stream), service).await,
+                        Err(_) => return,
+                    },
+                };
             });
         }
     });
