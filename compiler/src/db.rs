@@ -75,7 +75,11 @@ pub fn parse_file(db: &dyn salsa::Database, source: SourceText) -> Parsed {
         None => {
             let text = source.text(db);
             if text.len() >= parse::PARALLEL_FROM {
-                let threads = std::thread::available_parallelism().map_or(1, usize::from);
+                // More threads than this cut a file into runs too short to
+                // pay for their thread.
+                let threads = std::thread::available_parallelism()
+                    .map_or(1, usize::from)
+                    .min(8);
                 parse::parse_parallel(text, threads)
             } else {
                 parse::parse(text)
