@@ -3,8 +3,11 @@
 //! a client written with the official TypeScript SDK's
 //! `StreamableHTTPClientTransport` (`tests/e2e/typescript/gateway.mjs`):
 //! the server's `trigger-sampling-request` tool is allowed, trimmed, denied
-//! and refused once its budget runs out, each on a route of its own, and a
-//! DELETE ends the session (`docs/spec/transports.md`).
+//! and refused once its budget runs out; the user's refusal is remembered
+//! across sessions, a rate refuses without asking, a model slower than the
+//! deadline is answered by the deadline, and a budget holds across a server
+//! restart; each on a route of its own, and a DELETE ends every session
+//! (`docs/spec/transports.md`).
 //!
 //! Needs node (≥ 20) and `tests/e2e/typescript/setup.sh` (`npm ci`) run:
 //! without them the test fails (it never skips).
@@ -52,6 +55,9 @@ server "allowed" { }
 server "trimmed" { max_tokens 20 }
 server "denied" { max_input 16 B }
 server "budgeted" { budget 1 requests per day }
+server "consented" { consent first }
+server "rated" { rate 1 per 1m }
+server "slow" { deadline 300ms }
 "#;
 
 /// A child killed (by its own pid) when the test ends, however it ends.
@@ -100,7 +106,8 @@ fn free_port() -> u16 {
 }
 
 struct Fixture {
-    _server: Killed,
+    server: Killed,
+    port: u16,
     _gateway: Killed,
     log: Arc<Mutex<String>>,
     base: String,
@@ -108,10 +115,9 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
-fn start(routes: &[&str]) -> Fixture {
-    let node = node();
-    let port = free_port();
-    let mut server = Command::new(&node)
+/// server-everything in `streamableHttp` mode on `port`, once it listens.
+fn server_everything(port: u16) -> Killed {
+    let mut server = Command::new(node())
         .arg(suite().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
         .arg("streamableHttp")
         .env("PORT", port.to_string())
@@ -122,6 +128,12 @@ fn start(routes: &[&str]) -> Fixture {
     let stderr = server.stderr.take().unwrap();
     let server = Killed(server);
     let _ = watch(stderr, "listening on port");
+    server
+}
+
+fn start(routes: &[&str]) -> Fixture {
+    let port = free_port();
+    let server = server_everything(port);
 
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("gateway.mcpolicy");
@@ -152,7 +164,8 @@ fn start(routes: &[&str]) -> Fixture {
     let gateway = Killed(gateway);
     let (log, base) = watch(stderr, "listening on ");
     Fixture {
-        _server: server,
+        server,
+        port,
         _gateway: gateway,
         log,
         base,
@@ -163,12 +176,27 @@ fn start(routes: &[&str]) -> Fixture {
 
 impl Fixture {
     fn drive(&self, route: &str, calls: usize) -> Value {
+        self.drive_with(route, calls, &[])
+    }
+
+    /// Restarts server-everything on its port: the gateway's sessions on
+    /// it are gone, the store is not.
+    fn restart_server(&mut self) {
+        let _ = self.server.0.kill();
+        let _ = self.server.0.wait();
+        self.server = server_everything(self.port);
+    }
+
+    /// `drive`, with more of the driver's options (`--answer refuse`,
+    /// `--delay-ms MS`).
+    fn drive_with(&self, route: &str, calls: usize, options: &[&str]) -> Value {
         let output = Command::new(node())
             .arg(suite().join("gateway.mjs"))
             .arg("--url")
             .arg(format!("{}/{route}/mcp", self.base))
             .arg("--calls")
             .arg(calls.to_string())
+            .args(options)
             .current_dir(suite())
             .output()
             .expect("the driver starts");
@@ -297,4 +325,70 @@ fn sampling_through_the_gateway_is_allowed_trimmed_denied_and_budgeted() {
     let log = fixture.log.lock().unwrap().clone();
     let ended = log.matches("ended: the client deleted it").count();
     assert_eq!(ended, 4, "{log}");
+}
+
+/// Consent refused and remembered, a rate, a missed deadline, and a
+/// server restart, each on a route of its own, through the gateway with
+/// the TypeScript SDK's client.
+#[test]
+fn consent_rate_deadline_and_a_server_restart_through_the_gateway() {
+    let mut fixture = start(&["consented", "rated", "slow", "budgeted"]);
+
+    // `consent first`: the user refuses; the server's tool gets the
+    // policy's user.denied. In a new session the same request is refused
+    // from the store, and the user is not asked again.
+    let report = fixture.drive_with("consented", 1, &["--answer", "refuse"]);
+    assert_eq!(report["asked"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["calls"][0]["result"]["isError"], true, "{report}");
+    assert!(
+        text_of(&report["calls"][0]).contains("MCP error -1"),
+        "{report}"
+    );
+    let report = fixture.drive("consented", 1);
+    assert_eq!(report["asked"], Value::Array(vec![]), "{report}");
+    assert!(
+        text_of(&report["calls"][0]).contains("MCP error -1"),
+        "{report}"
+    );
+
+    // `rate 1 per 1m`: the second call is refused without asking.
+    let report = fixture.drive("rated", 2);
+    assert_eq!(report["asked"].as_array().unwrap().len(), 1, "{report}");
+    assert!(
+        text_of(&report["calls"][0]).contains("answer 1"),
+        "{report}"
+    );
+    assert_eq!(report["calls"][1]["result"]["isError"], true, "{report}");
+    assert!(
+        text_of(&report["calls"][1]).to_lowercase().contains("rate"),
+        "{report}"
+    );
+
+    // `deadline 300ms`, a model that answers after 1.5 s: the server's
+    // tool gets the deadline's refusal; the late answer goes nowhere.
+    let report = fixture.drive_with("slow", 1, &["--delay-ms", "1500"]);
+    assert_eq!(report["asked"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["calls"][0]["result"]["isError"], true, "{report}");
+    assert!(
+        text_of(&report["calls"][0])
+            .to_lowercase()
+            .contains("deadline"),
+        "{report}"
+    );
+
+    // `budget 1 requests per day`, spent before the server restarts: still
+    // spent after it (the store outlives the server's sessions).
+    let report = fixture.drive("budgeted", 1);
+    assert_eq!(report["asked"].as_array().unwrap().len(), 1, "{report}");
+    fixture.restart_server();
+    let report = fixture.drive("budgeted", 1);
+    assert_eq!(report["asked"], Value::Array(vec![]), "{report}");
+    assert!(text_of(&report["calls"][0]).contains("budget"), "{report}");
+
+    let audit = fixture.audit();
+    let consents = audit
+        .iter()
+        .filter(|l| l["server"] == "consented" && l["event"] == "consent")
+        .count();
+    assert_eq!(consents, 1, "one prompt, refused once: {audit:?}");
 }

@@ -7,19 +7,25 @@
 // the server forgot it.
 //
 //   node gateway.mjs --url http://127.0.0.1:PORT/NAME/mcp --calls N --max-tokens M
+//                    [--answer complete|refuse] [--delay-ms MS]
+//
+// `--answer refuse`: the user refuses every request shown (MCP's -1);
+// `--delay-ms`: the answer comes that much later (a slow model).
 //
 // Prints one JSON report on stdout.
 import { parseArgs } from "node:util";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { CreateMessageRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { CreateMessageRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
 
 const { values: args } = parseArgs({
   options: {
     url: { type: "string" },
     calls: { type: "string", default: "1" },
     "max-tokens": { type: "string", default: "50" },
+    answer: { type: "string", default: "complete" },
+    "delay-ms": { type: "string", default: "0" },
   },
 });
 
@@ -30,6 +36,13 @@ const client = new Client({ name: "mcpolicy-gateway-e2e", version: "1.0.0" }, { 
 const asked = [];
 client.setRequestHandler(CreateMessageRequestSchema, async (request) => {
   asked.push(request.params);
+  const delay = Number(args["delay-ms"]);
+  if (delay > 0) {
+    await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+  if (args.answer === "refuse") {
+    throw new McpError(-1, "User rejected sampling request");
+  }
   return {
     model: "test-model",
     role: "assistant",
