@@ -20,57 +20,23 @@
 //! 13,000 pairs in one shuffled order (the engines' order rotates per
 //! round) and prints the per-round ratios; a last table gives medians.
 
-use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::Command;
 use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Instant;
 
 use cedar_policy::{
     Authorizer, Context, Entities, EntityId, EntityTypeName, EntityUid, PolicySet, Request,
     RestrictedExpression,
 };
-use mcpolicy_compiler::db::{self, Database, SourceText};
-use mcpolicy_runtime::Policy;
-use mcpolicy_runtime::clock::ManualClock;
-use mcpolicy_runtime::engine::{Answer, ClientContext, Decision, Engine};
-use mcpolicy_runtime::store::MemoryStore;
+use mcpolicy_peers_alone::{
+    REQUESTS, Rule, SERVERS, mcpolicy_decide, mcpolicy_engine, mcpolicy_policy, median, pairs,
+    request_bytes, rules, time_per_pair,
+};
+use mcpolicy_runtime::engine::ClientContext;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-const SERVERS: usize = 1_000;
-const REQUESTS: usize = 13;
 const ROUNDS: usize = 7;
-
-/// One server's rules, the single source of all three policies.
-struct Rule {
-    id: String,
-    sampling: bool,
-    max_messages: usize,
-}
-
-fn rules() -> Vec<Rule> {
-    (0..SERVERS)
-        .map(|i| Rule {
-            id: format!("server-{i:04}"),
-            sampling: i % 7 != 3,
-            max_messages: 2 + i % 6,
-        })
-        .collect()
-}
-
-fn mcpolicy_source(rules: &[Rule]) -> String {
-    let mut text = String::from(
-        "mcpolicy 1\nprotocol 2025-11-25\n\ndefaults {\n  sampling on\n  consent never\n}\n",
-    );
-    for rule in rules {
-        let sampling = if rule.sampling { "on" } else { "off" };
-        text.push_str(&format!(
-            "\nserver \"{}\" {{\n  sampling {sampling}\n  max_messages {}\n}}\n",
-            rule.id, rule.max_messages
-        ));
-    }
-    text
-}
 
 /// One Cedar policy over the servers' attributes (one `permit` per server
 /// would be evaluated one by one: Cedar does not index policies by
@@ -117,79 +83,6 @@ fn rego_data(rules: &[Rule]) -> Value {
         })
         .collect();
     serde_json::json!({ "servers": servers })
-}
-
-/// Request `k`: `1 + (5k mod 9)` messages of chat prose, some with a system
-/// prompt and an `includeContext`; 0.5–2 KB.
-fn request_bytes(k: usize) -> Vec<u8> {
-    const WORDS: &[&str] = &[
-        "the",
-        "release",
-        "notes",
-        "should",
-        "mention",
-        "every",
-        "change",
-        "since",
-        "version",
-        "1.2,",
-        "including",
-        "the",
-        "café",
-        "fix",
-        "and",
-        "its",
-        "tests",
-        "—",
-        "please",
-        "keep",
-    ];
-    let count = 1 + (5 * k) % 9;
-    let words_per_message = 8 + (k * 37) % 40;
-    let messages: Vec<Value> = (0..count)
-        .map(|m| {
-            let text: Vec<&str> = (0..words_per_message)
-                .map(|w| WORDS[(w * 7 + m * 3 + k) % WORDS.len()])
-                .collect();
-            let role = if m % 2 == 0 { "user" } else { "assistant" };
-            serde_json::json!({"role": role, "content": {"type": "text", "text": text.join(" ")}})
-        })
-        .collect();
-    let mut params = serde_json::json!({"messages": messages, "maxTokens": 200 + 50 * k});
-    if k.is_multiple_of(2) {
-        params["systemPrompt"] = "You are a careful release-notes writer.".into();
-    }
-    if let Some(scope) = ["none", "thisServer", "allServers"].get(k % 4) {
-        params["includeContext"] = (*scope).into();
-    }
-    let frame = serde_json::json!({
-        "jsonrpc": "2.0", "id": k, "method": "sampling/createMessage", "params": params,
-    });
-    serde_json::to_vec(&frame).expect("a JSON value serialises")
-}
-
-fn mcpolicy_engine(policy: &Policy) -> Engine {
-    let clock = Arc::new(ManualClock::new(mcpolicy_runtime::clock::timestamp(
-        2026, 3, 10, 15, 0, 0,
-    )));
-    Engine::new(policy.clone(), Arc::new(MemoryStore::new()), clock)
-}
-
-/// mcpolicy's answer: allowed, or, for a denial, whether it was replayed.
-fn mcpolicy_decide(engine: &Engine, server: &str, bytes: &[u8], ctx: &ClientContext) -> bool {
-    match engine.decide(server, bytes, ctx) {
-        Answer::Decided {
-            decision: Decision::Allow(_),
-            ..
-        } => true,
-        Answer::Decided {
-            decision: Decision::Deny(_),
-            ..
-        } => false,
-        Answer::Decided { decision, .. } => panic!("unexpected decision {decision:?}"),
-        Answer::Invalid(rejection) => panic!("request refused as invalid: {rejection:?}"),
-        Answer::Failed { error, .. } => panic!("store failed: {error}"),
-    }
 }
 
 struct Cedar {
@@ -288,37 +181,41 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// A fixed permutation of `0..n` (a linear congruential shuffle), so every
-/// run visits the pairs in the same order without a random-number crate.
-fn shuffled(n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-    for i in (1..n).rev() {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        order.swap(i, (state >> 33) as usize % (i + 1));
-    }
-    order
+/// Builds the `mcpolicy-peers-alone` binary on its own (so that its
+/// `serde_json` has mcpolicy's features, not Cedar's) with the cargo that
+/// built this one; its path.
+fn build_alone() -> PathBuf {
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--manifest-path", manifest])
+        .args(["-p", "mcpolicy-peers-alone"])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building mcpolicy-peers-alone failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
+    target.join("release/mcpolicy-peers-alone")
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
-}
-
-/// Nanoseconds per call of `f` over `pairs`.
-fn time_per_pair(pairs: &[(usize, usize)], mut f: impl FnMut(usize, usize) -> bool) -> f64 {
-    let start = Instant::now();
-    for &(server, request) in pairs {
-        black_box(f(server, request));
-    }
-    start.elapsed().as_nanos() as f64 / pairs.len() as f64
+/// One round of mcpolicy's timings from its own build: ns per fresh
+/// decision and per replayed denial. It must have allowed `allowed` pairs.
+fn alone_round(alone: &PathBuf, allowed: usize) -> (f64, f64) {
+    let output = Command::new(alone)
+        .output()
+        .expect("mcpolicy-peers-alone runs");
+    assert!(output.status.success(), "mcpolicy-peers-alone failed");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let fields: Vec<f64> = text
+        .split_whitespace()
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    assert_eq!(fields.len(), 3, "{text}");
+    assert_eq!(
+        fields[2] as usize, allowed,
+        "mcpolicy alone decided otherwise"
+    );
+    (fields[0], fields[1])
 }
 
 fn main() {
@@ -334,12 +231,8 @@ fn main() {
         load_average()
     );
 
-    let database = Database::default();
-    let source = SourceText::new(&database, "peers.mcpolicy".into(), mcpolicy_source(&rules));
-    let table = db::lower_file(&database, source)
-        .clone()
-        .expect("the mcpolicy policy compiles");
-    let policy = Policy::verify(table).expect("the compiled table verifies");
+    let policy = mcpolicy_policy(&rules);
+    let alone = build_alone();
     let ctx = ClientContext::with_sampling_context(true);
     let cedar = Cedar::new(&rules);
     let mut rego = rego_engine(&rules);
@@ -367,8 +260,11 @@ fn main() {
         pairs.len(),
         pairs.len() - allowed
     );
-    let order = shuffled(pairs.len());
-    let pairs: Vec<(usize, usize)> = order.iter().map(|&i| pairs[i]).collect();
+    let pairs = {
+        let shuffled = self::pairs();
+        assert_eq!(shuffled.len(), pairs.len());
+        shuffled
+    };
     let denied: Vec<(usize, usize)> = pairs
         .iter()
         .copied()
@@ -379,7 +275,7 @@ fn main() {
         .map(|&(s, r)| cedar.request(&rules[s].id, message_count(&requests[r])))
         .collect();
 
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 9] = [
         "SHA-256 of the request bytes",
         "mcpolicy decide, fresh",
         "Cedar from bytes",
@@ -387,6 +283,8 @@ fn main() {
         "mcpolicy decide, replayed denial",
         "Cedar, same denied pairs",
         "Cedar is_authorized, request prebuilt",
+        "mcpolicy decide, fresh, in this binary (Cedar's serde_json features)",
+        "mcpolicy decide, replayed denial, in this binary",
     ];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); NAMES.len()];
     let mut ratios: [Vec<f64>; 4] = Default::default();
@@ -404,7 +302,10 @@ fn main() {
                         time_per_pair(&pairs, |_, r| Sha256::digest(&requests[r])[0] & 1 == 0)
                 }
                 1 => {
-                    round_times[1] = time_per_pair(&pairs, |s, r| {
+                    let (fresh, replay) = alone_round(&alone, allowed);
+                    round_times[1] = fresh;
+                    round_times[4] = replay;
+                    round_times[7] = time_per_pair(&pairs, |s, r| {
                         mcpolicy_decide(&engine, &rules[s].id, &requests[r], &ctx)
                     })
                 }
@@ -420,7 +321,7 @@ fn main() {
             }
         }
         // Every denial is stored now: the same denied pairs again.
-        round_times[4] = time_per_pair(&denied, |s, r| {
+        round_times[8] = time_per_pair(&denied, |s, r| {
             mcpolicy_decide(&engine, &rules[s].id, &requests[r], &ctx)
         });
         round_times[5] = time_per_pair(&denied, |s, r| cedar.decide(&rules[s].id, &requests[r]));
