@@ -94,12 +94,36 @@ impl Shape {
     }
 }
 
+/// Where a checked value stands, as a chain on the stack: its JSON path is
+/// written out only for an error, so a valid request costs no allocation
+/// per member checked.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    /// The checked object's own path (`$.params`).
+    Root(&'a str),
+    /// A member of the value at the parent.
+    Member(&'a At<'a>, &'a str),
+    /// An element of the array at the parent.
+    Index(&'a At<'a>, usize),
+}
+
+impl At<'_> {
+    /// The path, as [`member_path`] and `[index]` write it.
+    fn path(&self) -> String {
+        match *self {
+            At::Root(root) => root.to_owned(),
+            At::Member(parent, name) => member_path(&parent.path(), name),
+            At::Index(parent, index) => format!("{}[{index}]", parent.path()),
+        }
+    }
+}
+
 /// Checks `value` against `shape`; the error names the innermost member
 /// that is wrong, by its JSON path.
-pub(super) fn check(shape: &Shape, value: &Value, path: &str) -> Result<(), RequestError> {
+fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> {
     let wrong = || {
         Err(RequestError::InvalidParams {
-            path: path.to_owned(),
+            path: at.path(),
             expected: shape.expected(),
             found: Some(describe(value)),
         })
@@ -120,7 +144,7 @@ pub(super) fn check(shape: &Shape, value: &Value, path: &str) -> Result<(), Requ
                 return wrong();
             };
             for (index, element) in items.iter().enumerate() {
-                check(item, element, &format!("{path}[{index}]"))?;
+                check(item, element, &At::Index(at, index))?;
             }
             true
         }
@@ -128,7 +152,7 @@ pub(super) fn check(shape: &Shape, value: &Value, path: &str) -> Result<(), Requ
             let Value::Object(members) = value else {
                 return wrong();
             };
-            return check_object(object, members, path);
+            return check_object(object, members, at);
         }
         Shape::Tagged(branches, _) => {
             let Value::Object(members) = value else {
@@ -137,24 +161,24 @@ pub(super) fn check(shape: &Shape, value: &Value, path: &str) -> Result<(), Requ
             let tag = members.get("type").and_then(Value::as_str);
             let Some(branch) = branches.iter().find(|b| b.tag.is_some() && b.tag == tag) else {
                 return Err(RequestError::InvalidParams {
-                    path: member_path(path, "type"),
+                    path: At::Member(at, "type").path(),
                     expected: shape.expected(),
                     found: members.get("type").map(describe),
                 });
             };
-            return check_object(branch, members, path);
+            return check_object(branch, members, at);
         }
         Shape::AnyOf(branches, _) => branches
             .iter()
-            .any(|branch| check(branch, value, path).is_ok()),
+            .any(|branch| check(branch, value, at).is_ok()),
         Shape::OneOrMany(item, _) => {
             if let Value::Array(items) = value {
                 for (index, element) in items.iter().enumerate() {
-                    check(item, element, &format!("{path}[{index}]"))?;
+                    check(item, element, &At::Index(at, index))?;
                 }
                 true
             } else if value.is_object() {
-                return check(item, value, path);
+                return check(item, value, at);
             } else {
                 false
             }
@@ -167,14 +191,14 @@ pub(super) fn check(shape: &Shape, value: &Value, path: &str) -> Result<(), Requ
 fn check_object(
     object: &ObjectShape,
     members: &Map<String, Value>,
-    path: &str,
+    at: &At<'_>,
 ) -> Result<(), RequestError> {
     for (name, shape) in object.members {
         match members.get(*name) {
-            Some(value) => check(shape, value, &member_path(path, name))?,
+            Some(value) => check(shape, value, &At::Member(at, name))?,
             None if object.required.contains(name) => {
                 return Err(RequestError::InvalidParams {
-                    path: member_path(path, name),
+                    path: At::Member(at, name).path(),
                     expected: shape.expected(),
                     found: None,
                 });
@@ -185,7 +209,7 @@ fn check_object(
     if let Some(others) = object.others {
         for (name, value) in members {
             if !object.members.iter().any(|(known, _)| known == name) {
-                check(others, value, &member_path(path, name))?;
+                check(others, value, &At::Member(at, name))?;
             }
         }
     }
@@ -711,5 +735,5 @@ pub(super) fn check_params(
     revision: ProtocolRevision,
     at: &str,
 ) -> Result<(), RequestError> {
-    check_object(self::params(revision), params, at)
+    check_object(self::params(revision), params, &At::Root(at))
 }
