@@ -420,7 +420,9 @@ pub fn run(data: &[u8]) {
         Box::new(client.clone()),
         Log::to(Box::new(log.clone()), server_id),
         Some(Audit::to(Box::new(audit.clone()))),
-    );
+    )
+    // As the gateway's: lines sent again are known (`from_server_again`).
+    .resumable();
     let mut from_client: HashSet<Vec<u8>> = HashSet::new();
     // `requestState`s the proxy gave the client: retries reuse them on any call.
     let mut states: Vec<String> = Vec::new();

@@ -370,7 +370,8 @@ impl Gw {
             Box::new(Gate { unsolicited: tx }),
             log.clone(),
             self.audit.clone(),
-        );
+        )
+        .resumable();
         let wake = Arc::new(Notify::new());
         let (own_posts, own_posts_rx) = mpsc::channel(MAX_OWN_POSTS);
         let sess = Arc::new(Sess {

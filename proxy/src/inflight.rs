@@ -115,9 +115,6 @@ pub struct Sampling {
 /// ([`InFlight::redeliverable`]).
 pub type TextDigest = [u8; 32];
 
-/// The text of an entry that is never delivered again (an expired one).
-const NO_TEXT: TextDigest = [0; 32];
-
 /// Which task request the server sent about a task the proxy follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskMethod {
@@ -347,8 +344,9 @@ struct Held<T> {
     item: T,
     /// Charged against [`MAX_RETAINED_BYTES`].
     bytes: usize,
-    /// The server's text of a request ([`InFlight::redeliverable`]).
-    text: TextDigest,
+    /// The server's text of a request, kept when its transport resumes
+    /// streams ([`InFlight::redeliverable`]).
+    text: Option<TextDigest>,
 }
 
 #[derive(Debug)]
@@ -442,7 +440,13 @@ impl InFlight {
         Some(held.item)
     }
 
-    fn insert_request(&mut self, key: String, flight: Flight, bytes: usize, text: TextDigest) {
+    fn insert_request(
+        &mut self,
+        key: String,
+        flight: Flight,
+        bytes: usize,
+        text: Option<TextDigest>,
+    ) {
         self.retained += bytes;
         if let Some(old) = self.requests.insert(
             key,
@@ -456,9 +460,10 @@ impl InFlight {
         }
     }
 
-    /// `forwarded`: the request, `bytes` long, with the text `text`, went
-    /// to the client. Call [`InFlight::admit`] first.
-    pub fn forward(&mut self, key: String, flight: Flight, bytes: usize, text: TextDigest) {
+    /// `forwarded`: the request, `bytes` long, went to the client; `text`:
+    /// the digest of its text, for a transport that resumes streams. Call
+    /// [`InFlight::admit`] first.
+    pub fn forward(&mut self, key: String, flight: Flight, bytes: usize, text: Option<TextDigest>) {
         self.insert_request(key, flight, bytes, text);
     }
 
@@ -473,7 +478,7 @@ impl InFlight {
             held.item,
             Flight::Passthrough | Flight::Sampling(_) | Flight::TaskQuery { .. }
         );
-        (forwarded && held.text == *text).then_some(&held.item)
+        (forwarded && held.text.as_ref() == Some(text)).then_some(&held.item)
     }
 
     /// The client answered `key`: the entry leaves the table, whatever its
@@ -712,7 +717,7 @@ impl InFlight {
                         until: now + EXPIRED_LINGER,
                     },
                     bytes,
-                    NO_TEXT,
+                    None,
                 );
                 swept.expired.push(sampling);
             }
@@ -893,7 +898,7 @@ mod tests {
         let now = Instant::now();
         let mut table = InFlight::default();
         assert_eq!(table.admit("5", 1, now), Ok(()));
-        table.forward("5".into(), Flight::Passthrough, 1, NO_TEXT);
+        table.forward("5".into(), Flight::Passthrough, 1, None);
         assert_eq!(table.admit("5", 1, now), Err(Refusal::InFlight));
         assert!(table.cancel("5", now));
         assert_eq!(table.state("5"), Some("cancelled"));
@@ -913,7 +918,7 @@ mod tests {
         for i in 0..MAX_TRACKED {
             let key = i.to_string();
             assert_eq!(table.admit(&key, 1, now), Ok(()));
-            table.forward(key, Flight::Passthrough, 1, NO_TEXT);
+            table.forward(key, Flight::Passthrough, 1, None);
         }
         assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
         // A cancelled request lingers, then its slot is free again.
@@ -927,14 +932,14 @@ mod tests {
     fn an_answer_leaves_the_table_whatever_the_state() {
         let now = Instant::now();
         let mut table = InFlight::default();
-        table.forward("1".into(), Flight::Passthrough, 1, NO_TEXT);
+        table.forward("1".into(), Flight::Passthrough, 1, None);
         table.forward(
             "2".into(),
             Flight::Expired {
                 until: now + EXPIRED_LINGER,
             },
             1,
-            NO_TEXT,
+            None,
         );
         assert!(table.cancel("1", now));
         assert!(matches!(
@@ -951,7 +956,7 @@ mod tests {
                 until: now + EXPIRED_LINGER,
             },
             1,
-            NO_TEXT,
+            None,
         );
         assert_eq!(table.admit("3", 1, now), Err(Refusal::InFlight));
         let swept = table.sweep(now + EXPIRED_LINGER);
@@ -968,7 +973,7 @@ mod tests {
         for i in 0..fit {
             let key = i.to_string();
             assert_eq!(table.admit(&key, mib, now), Ok(()));
-            table.forward(key, Flight::Passthrough, mib, NO_TEXT);
+            table.forward(key, Flight::Passthrough, mib, None);
         }
         assert_eq!(table.held().1, MAX_RETAINED_BYTES);
         assert_eq!(table.admit("x", 1, now), Err(Refusal::Full));
@@ -1008,7 +1013,7 @@ mod tests {
         let now = Instant::now();
         let mut table = InFlight::default();
         let (text, other) = ([1; 32], [2; 32]);
-        table.forward("1".into(), Flight::Passthrough, 1, text);
+        table.forward("1".into(), Flight::Passthrough, 1, Some(text));
         assert!(table.redeliverable("1", &text).is_some());
         assert!(table.redeliverable("1", &other).is_none(), "another text");
         assert!(table.redeliverable("2", &text).is_none(), "another id");
@@ -1017,7 +1022,7 @@ mod tests {
             table.redeliverable("1", &text).is_none(),
             "the server cancelled it"
         );
-        table.forward("3".into(), Flight::Passthrough, 1, text);
+        table.forward("3".into(), Flight::Passthrough, 1, Some(text));
         assert!(table.answer("3").is_some());
         assert!(
             table.redeliverable("3", &text).is_none(),

@@ -67,7 +67,6 @@ mod resumed;
 mod tests;
 
 use decider::{Decider, Job};
-use resumed::text_digest;
 
 /// A line sink: the child's stdin or the proxy's stdout.
 pub type Sink = Box<dyn Write + Send>;
@@ -428,6 +427,8 @@ pub struct Session {
     /// The user's refusals the store failed to take, oldest first: retried
     /// before every later store call and at exit.
     unrecorded: Mutex<VecDeque<UnrecordedRefusal>>,
+    /// The transport resumes streams ([`Session::resumable`]).
+    resumable: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -486,6 +487,7 @@ impl Session {
             monotonic: Box::new(Instant::now),
             decider: OnceLock::new(),
             unrecorded: Mutex::new(VecDeque::new()),
+            resumable: false,
         }
     }
 

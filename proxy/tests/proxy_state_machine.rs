@@ -112,6 +112,7 @@ impl Core {
             Some(Audit::to(Box::new(audit.clone()))),
         )
         .with_monotonic(move || base + *mono.lock().unwrap())
+        .resumable()
     }
 }
 

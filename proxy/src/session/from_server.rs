@@ -269,7 +269,7 @@ impl Session {
         }
         lock(&self.state)
             .flights
-            .forward(key, flight, bytes, text_digest(line));
+            .forward(key, flight, bytes, self.text_of(line));
         self.send_client(raw);
     }
 
@@ -431,7 +431,7 @@ impl Session {
                 rewritten,
             }),
             bytes,
-            text_digest(body(raw)),
+            self.text_of(body(raw)),
         );
     }
 }

@@ -21,16 +21,31 @@ use super::*;
 use crate::inflight::TextDigest;
 
 /// The SHA-256 of a server message's text (without its line terminator).
-pub(super) fn text_digest(line: &[u8]) -> TextDigest {
+fn text_digest(line: &[u8]) -> TextDigest {
     Sha256::digest(line).into()
 }
 
 impl Session {
+    /// The session's transport resumes streams (Streamable HTTP): the text
+    /// of every request forwarded is kept (its SHA-256) so that one sent
+    /// again can be known ([`Session::from_server_again`]). Without it no
+    /// request is hashed and a message sent again is read as any other.
+    pub fn resumable(mut self) -> Self {
+        self.resumable = true;
+        self
+    }
+
+    /// What a forwarded request keeps of its text: its digest, on a
+    /// resumable transport.
+    pub(super) fn text_of(&self, line: &[u8]) -> Option<TextDigest> {
+        self.resumable.then(|| text_digest(line))
+    }
+
     /// Handles a message the server sent again on a resumed stream, ahead
-    /// of which the client's last event stands: a request the session
-    /// forwarded and the client has not answered goes to the client again
-    /// as it went the first time; anything else is read as
-    /// [`Session::from_server`] reads it.
+    /// of which the client's last event stands: on a [`Session::resumable`]
+    /// session, a request the session forwarded and the client has not
+    /// answered goes to the client again as it went the first time;
+    /// anything else is read as [`Session::from_server`] reads it.
     pub fn from_server_again(&self, raw: &[u8]) {
         match self.redelivery(raw) {
             Some((key, frame)) => {
@@ -53,7 +68,7 @@ impl Session {
         }
         probe.method.as_ref()?;
         let key = flight_key(&wire::admit_id(probe.id?).ok()?);
-        let text = text_digest(line);
+        let text = self.text_of(line)?;
         let state = lock(&self.state);
         let frame = match state.flights.redeliverable(&key, &text)? {
             Flight::Sampling(sampling) => forwarded_sampling(raw, sampling),

@@ -1370,7 +1370,8 @@ fn a_request_sent_again_goes_to_the_client_as_first_forwarded() {
         ("any", odd.to_owned(), "not sampling"),
     ];
     for (server, frame, what) in cases {
-        let rig = rig(server);
+        let mut rig = rig(server);
+        rig.session = rig.session.resumable();
         rig.session.from_server(frame.as_bytes());
         let first = rig.client.take();
         assert_eq!(first.len(), 1, "{what}");
@@ -1397,7 +1398,8 @@ fn a_request_sent_again_goes_to_the_client_as_first_forwarded() {
 /// its request is decided afresh.
 #[test]
 fn only_the_same_unanswered_request_is_delivered_again() {
-    let rig = rig("asks");
+    let mut rig = rig("asks");
+    rig.session = rig.session.resumable();
     rig.session.from_server(sample(5, "a").as_bytes());
     assert_eq!(rig.client.take().len(), 1);
     rig.audit.take();
@@ -1418,7 +1420,8 @@ fn only_the_same_unanswered_request_is_delivered_again() {
     assert!(rig.client.take().is_empty(), "cancelled");
     assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
 
-    let rig = self::rig("any");
+    let mut rig = self::rig("any");
+    rig.session = rig.session.resumable();
     rig.session.from_server(sample(6, "a").as_bytes());
     rig.session
         .from_client(result_frame(6, COMPLETION).as_bytes());
@@ -1433,4 +1436,17 @@ fn only_the_same_unanswered_request_is_delivered_again() {
     let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
     rig.session.from_server_again(note.as_bytes());
     assert_eq!(rig.client.take(), [note]);
+}
+
+/// A session whose transport resumes nothing (stdio) keeps no text of what
+/// it forwards: a request sent again is read as any other, so its id, still
+/// in flight, is refused.
+#[test]
+fn without_resumption_a_request_sent_again_is_a_reused_id() {
+    let rig = rig("any");
+    rig.session.from_server(SAMPLE.as_bytes());
+    assert_eq!(rig.client.take().len(), 1);
+    rig.session.from_server_again(SAMPLE.as_bytes());
+    assert!(rig.client.take().is_empty());
+    assert_eq!(parse(&rig.server.take()[0])["error"]["code"], -32600);
 }
