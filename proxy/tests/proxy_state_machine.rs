@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 
 mod model;
 
-use model::{How, Op, POLICY, START_MS, Shell, op, run, run_seeded};
+use model::{How, Op, POLICY, START_MS, Shell, check, op, run, run_seeded};
 
 use mcpolicy_proxy::capture::Captured as Buf;
 
@@ -387,18 +387,6 @@ struct Mrtr {
     trace: Vec<String>,
 }
 
-macro_rules! mcheck {
-    ($world:expr, $cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(TestCaseError::fail(format!(
-                "{}\ntrace:\n  {}",
-                format!($($msg)+),
-                $world.trace.join("\n  ")
-            )));
-        }
-    };
-}
-
 fn mrtr_policy() -> Policy {
     let db = Database::default();
     let source = SourceText::new(&db, "m.mcpolicy".into(), MRTR_POLICY.into());
@@ -529,25 +517,25 @@ impl Mrtr {
                 let frame = json!({"jsonrpc": "2.0", "id": call, "result": result});
                 self.session.from_server(frame.to_string().as_bytes());
                 let out = self.client.take();
-                mcheck!(self, out.len() == 1, "one frame for call {call}: {out:?}");
+                check!(self, out.len() == 1, "one frame for call {call}: {out:?}");
                 let frame: Value = serde_json::from_str(&out[0]).unwrap();
-                mcheck!(
+                check!(
                     self,
                     frame["id"] == call,
                     "the answer is the call's: {frame}"
                 );
                 let (_, asked) = self.audited();
                 if frame.get("result").is_none() {
-                    mcheck!(
+                    check!(
                         self,
                         self.allowed_refusal(&frame),
                         "only the budget (or the consent cooldown) refuses here: {frame}"
                     );
                     return Ok(());
                 }
-                mcheck!(self, asked == entries.len(), "every entry asked once");
+                check!(self, asked == entries.len(), "every entry asked once");
                 let client_state = frame["result"]["requestState"].clone();
-                mcheck!(
+                check!(
                     self,
                     self.outstanding
                         .iter()
@@ -555,7 +543,7 @@ impl Mrtr {
                     "two calls were given one requestState: {client_state}"
                 );
                 self.reserved += entries.len();
-                mcheck!(
+                check!(
                     self,
                     self.reserved <= MRTR_BUDGET,
                     "{} entries reserved under a budget of {MRTR_BUDGET}",
@@ -600,25 +588,25 @@ impl Mrtr {
                     "params": {"name": "t", "requestState": call.client_state, "inputResponses": responses}});
                 self.session.from_client(retry.to_string().as_bytes());
                 let sent = self.server.take();
-                mcheck!(
+                check!(
                     self,
                     sent.len() == 1,
                     "the retry reaches the server: {sent:?}"
                 );
                 let sent: Value = serde_json::from_str(&sent[0]).unwrap();
-                mcheck!(
+                check!(
                     self,
                     sent["params"].get("requestState").and_then(Value::as_str)
                         == call.server_state.as_deref(),
                     "the server's own state is restored: {sent}"
                 );
                 let (settled, _) = self.audited();
-                mcheck!(
+                check!(
                     self,
                     settled == expected,
                     "the retry settled {settled:?}, its own entries are {expected:?}"
                 );
-                mcheck!(
+                check!(
                     self,
                     self.completions <= MRTR_BUDGET,
                     "the client ran {} completions under a budget of {MRTR_BUDGET}",
@@ -653,11 +641,11 @@ impl Mrtr {
                     "params": {"name": "t", "requestState": state, "inputResponses": responses}});
                 self.session.from_client(retry.to_string().as_bytes());
                 let sent = self.server.take();
-                mcheck!(self, sent.len() == 1, "forwarded: {sent:?}");
+                check!(self, sent.len() == 1, "forwarded: {sent:?}");
                 let sent: Value = serde_json::from_str(&sent[0]).unwrap();
-                mcheck!(self, sent == retry, "unchanged: {sent}");
+                check!(self, sent == retry, "unchanged: {sent}");
                 let (settled, _) = self.audited();
-                mcheck!(self, settled.is_empty(), "settled nothing: {settled:?}");
+                check!(self, settled.is_empty(), "settled nothing: {settled:?}");
             }
             MrtrOp::Create { task } => {
                 let task_id = format!("t{task}");
@@ -671,7 +659,7 @@ impl Mrtr {
                 self.session.from_server(frame.to_string().as_bytes());
                 let out: Value = serde_json::from_str(&self.client.take()[0]).unwrap();
                 let known = self.tasks.contains_key(&task_id);
-                mcheck!(
+                check!(
                     self,
                     out.get("error").is_some() == known,
                     "a task id given to a second call is refused, the first accepted: {out}"
@@ -723,21 +711,21 @@ impl Mrtr {
                 let out: Value = serde_json::from_str(&self.client.take()[0]).unwrap();
                 let (_, asked) = self.audited();
                 if out.get("error").is_some() {
-                    mcheck!(
+                    check!(
                         self,
                         self.allowed_refusal(&out),
                         "only the budget (or the consent cooldown) refuses a poll: {out}"
                     );
                     return Ok(());
                 }
-                mcheck!(
+                check!(
                     self,
                     asked == new.len(),
                     "{asked} decisions for {} new entries: a repeated poll is not decided again",
                     new.len()
                 );
                 self.reserved += new.len();
-                mcheck!(
+                check!(
                     self,
                     self.reserved <= MRTR_BUDGET,
                     "{} entries reserved under a budget of {MRTR_BUDGET}",
@@ -774,7 +762,7 @@ impl Mrtr {
                     "params": {"taskId": task_id, "inputResponses": responses}});
                 self.next_call += 1;
                 self.session.from_client(update.to_string().as_bytes());
-                mcheck!(
+                check!(
                     self,
                     self.server.take().len() == 1,
                     "the update reaches the server"
@@ -783,12 +771,12 @@ impl Mrtr {
                 let mut expected: Vec<(String, bool)> =
                     approved.into_iter().map(|(_, p)| (p, true)).collect();
                 expected.sort();
-                mcheck!(
+                check!(
                     self,
                     settled == expected,
                     "tasks/update settled {settled:?}, it answered {expected:?}"
                 );
-                mcheck!(
+                check!(
                     self,
                     self.completions <= MRTR_BUDGET,
                     "the client ran {} completions under a budget of {MRTR_BUDGET}",

@@ -225,6 +225,8 @@ pub struct World {
     trace: Vec<String>,
 }
 
+/// Fails the case with `$msg` and the world's trace unless `$cond`
+/// (every model's worlds have a `trace`).
 macro_rules! check {
     ($world:expr, $cond:expr, $($msg:tt)+) => {
         if !$cond {
@@ -236,6 +238,8 @@ macro_rules! check {
         }
     };
 }
+#[allow(unused_imports, reason = "model_shells.rs uses only the World that calls it")]
+pub(crate) use check;
 
 impl World {
     pub fn new(shell: Box<dyn Shell>) -> World {
