@@ -13,8 +13,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod http_upstream;
+mod postgres_spec;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -112,14 +112,7 @@ fn replica(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut ready = String::new();
-    stderr.read_line(&mut ready).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    let at = ready
-        .find("listening on http://")
-        .unwrap_or_else(|| panic!("replica {n}: no listening line: {ready:?}"));
-    let addr = ready[at + "listening on http://".len()..].trim().to_owned();
+    let addr = http_upstream::gateway_address(&mut child);
     (child, addr)
 }
 
@@ -176,25 +169,9 @@ async fn session(gateway: String) -> usize {
 
 #[test]
 fn replicas_on_one_store_spend_the_budget_exactly() {
-    let spec = match std::env::var("MCPOLICY_TEST_POSTGRES") {
-        Ok(spec) if !spec.trim().is_empty() => spec,
-        _ => {
-            assert!(
-                std::env::var("MCPOLICY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                "MCPOLICY_REQUIRE_POSTGRES=1 but MCPOLICY_TEST_POSTGRES is not set"
-            );
-            eprintln!("note: MCPOLICY_TEST_POSTGRES is not set; the fleet test is not run");
-            return;
-        }
+    let Some(store) = postgres_spec::store_spec("gateway_fleet") else {
+        return;
     };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let store = format!(
-        "{spec} schema=t_gateway_fleet_{}_{nanos}",
-        std::process::id()
-    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("fleet.mcpolicy"),

@@ -501,20 +501,7 @@ impl Gateway {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // It says where it listens on stderr; the rest goes to its log.
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut ready = String::new();
-        stderr.read_line(&mut ready).unwrap();
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        let at = ready
-            .find("listening on http://")
-            .unwrap_or_else(|| panic!("no listening line: {ready:?}"));
-        self.addr = Some(
-            ready[at + "listening on http://".len()..]
-                .trim()
-                .parse()
-                .unwrap(),
-        );
+        self.addr = Some(http_upstream::gateway_address(&mut child).parse().unwrap());
         self.child = Some(child);
         let init = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"model","version":"1"}}}"#;
         let (status, headers, _) = self.post(init);

@@ -11,39 +11,16 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod postgres_spec;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use postgres_spec::store_spec;
 use serde_json::Value;
 
 fn mcpc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mcpc"))
-}
-
-/// The test database plus a fresh `schema=`, or None (the test returns).
-fn store_spec(prefix: &str) -> Option<String> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let spec = match std::env::var("MCPOLICY_TEST_POSTGRES") {
-        Ok(spec) if !spec.trim().is_empty() => spec,
-        _ => {
-            assert!(
-                std::env::var("MCPOLICY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                "MCPOLICY_REQUIRE_POSTGRES=1 but MCPOLICY_TEST_POSTGRES is not set"
-            );
-            eprintln!("note: MCPOLICY_TEST_POSTGRES is not set; PostgreSQL test not run");
-            return None;
-        }
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    Some(format!(
-        "{spec} schema=t_cli_{prefix}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
 }
 
 const NOW: &str = "2026-03-10T12:00:00Z";

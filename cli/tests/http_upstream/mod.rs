@@ -1,6 +1,7 @@
 //! A test upstream's plumbing, shared by `model_shells.rs` and
 //! `gateway_fleet.rs`: a handler served over HTTP/1.1 on a loopback port,
-//! and the body type it answers with.
+//! the body type it answers with, and where the `mcpc gateway` in front of
+//! it listens.
 #![allow(dead_code, reason = "each includer uses its part")]
 
 use std::convert::Infallible;
@@ -49,4 +50,19 @@ where
         }
     });
     addr
+}
+
+/// Where a `mcpc gateway` started with `--log FILE` and stderr piped
+/// listens (`ADDR` of its `listening on http://ADDR` line on stderr); the
+/// rest of its stderr is drained.
+pub fn gateway_address(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr piped"));
+    let mut ready = String::new();
+    stderr.read_line(&mut ready).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let at = ready
+        .find("listening on http://")
+        .unwrap_or_else(|| panic!("no listening line: {ready:?}"));
+    ready[at + "listening on http://".len()..].trim().to_owned()
 }

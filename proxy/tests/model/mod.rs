@@ -238,7 +238,10 @@ macro_rules! check {
         }
     };
 }
-#[allow(unused_imports, reason = "model_shells.rs uses only the World that calls it")]
+#[allow(
+    unused_imports,
+    reason = "model_shells.rs uses only the World that calls it"
+)]
 pub(crate) use check;
 
 impl World {
