@@ -82,6 +82,14 @@ fn accept(bytes: &[u8]) -> Result<request::SamplingRequest, RequestError> {
 /// without a panic.
 pub fn run(data: &[u8]) {
     let parsed = request::parse_strict(data);
+    // The fast path reads what serde_json reads, and refuses the rest with
+    // its error (`runtime/tests/strict_reader.rs`).
+    let limits = request::Limits::default();
+    assert_eq!(
+        parsed,
+        request::parse_strict_serde(data, &limits),
+        "the strict reader's two paths differ"
+    );
     let id = parsed.as_ref().ok().and_then(request::envelope_id).cloned();
     let validated = parsed.clone().and_then(request::validate_sampling);
     let sets = field_sets();

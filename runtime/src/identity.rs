@@ -1302,7 +1302,7 @@ fn next_ascii(bytes: &[u8], at: usize) -> usize {
 }
 
 /// Bytes scanned per step on the fast path.
-const CHUNK: usize = 32;
+pub(crate) const CHUNK: usize = 32;
 
 /// Lead bytes below this start characters up to U+02FF, all [`is_inert`]:
 /// a scan that checks NFC stops only at this byte and above.
@@ -1315,14 +1315,14 @@ const INERT_BELOW: u8 = 0xCC;
 /// [`dirty_mask_portable`].
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline]
-fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
+pub(crate) fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     dirty_mask_portable(chunk, limit)
 }
 
 /// Bit `i` set when `chunk[i]` needs escaping or is `>= limit`: see above.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline]
-fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
+pub(crate) fn dirty_mask(chunk: &[u8; CHUNK], limit: u8) -> u32 {
     use safe_arch::{
         add_i8_m128i, bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i,
         move_mask_i8_m128i, set_splat_i8_m128i,
@@ -1551,6 +1551,24 @@ mod tests {
         writer.value(value);
         writer.flush();
         out
+    }
+
+    #[test]
+    fn every_default_ignorable_begins_with_an_ignorable_lead() {
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let mut utf8 = [0u8; 4];
+            let lead = c.encode_utf8(&mut utf8).as_bytes()[0];
+            if normal::is_default_ignorable(c) {
+                assert!(
+                    normal::IGNORABLE_LEADS[usize::from(lead)],
+                    "U+{:04X}",
+                    u32::from(c)
+                );
+            }
+        }
+        // No continuation or ASCII byte is a lead: the scan decodes only
+        // at a character's first byte.
+        assert!((0..0xC2).all(|b| !normal::IGNORABLE_LEADS[b]));
     }
 
     #[test]

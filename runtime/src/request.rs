@@ -21,6 +21,7 @@ use crate::identity::nfc;
 use crate::jsonrpc;
 use crate::table::ProtocolRevision;
 
+mod fast;
 mod literal;
 mod recover;
 mod schema;
@@ -409,6 +410,34 @@ pub fn parse_strict_with(bytes: &[u8], limits: &Limits) -> Result<Value, Request
     let text = std::str::from_utf8(bytes).map_err(|e| RequestError::InvalidUtf8 {
         offset: e.valid_up_to(),
     })?;
+    let max_depth = limits.max_depth.min(SERDE_JSON_DEPTH);
+    if let Some(value) = fast::parse(text, max_depth) {
+        return Ok(value);
+    }
+    // Refused, or not read by the fast path: serde_json reads it again,
+    // for the error it reports (or, should the two ever differ, the value).
+    serde_path(text, limits)
+}
+
+/// [`parse_strict_with`] without its fast path: serde_json's reader with
+/// the same checks, which gives every refusal its error. Public only with
+/// the `bench` feature, for the tests and benches that hold the fast path
+/// to it.
+#[cfg(feature = "bench")]
+pub fn parse_strict_serde(bytes: &[u8], limits: &Limits) -> Result<Value, RequestError> {
+    if bytes.len() > limits.max_bytes {
+        return Err(RequestError::TooLarge {
+            size: bytes.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| RequestError::InvalidUtf8 {
+        offset: e.valid_up_to(),
+    })?;
+    serde_path(text, limits)
+}
+
+fn serde_path(text: &str, limits: &Limits) -> Result<Value, RequestError> {
     let context = Context {
         max_depth: limits.max_depth.min(SERDE_JSON_DEPTH),
         failure: RefCell::new(None),

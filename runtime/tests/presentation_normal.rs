@@ -9,8 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use mcpolicy_runtime::identity::{
-    approval_key, canonical_bytes, presentation_normal, presentation_text, refusal_key,
-    request_identity,
+    approval_key, canonical_bytes, is_default_ignorable, presentation_normal, presentation_text,
+    refusal_key, request_identity,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -331,6 +331,36 @@ fn params() -> impl Strategy<Value = Map<String, Value>> {
             put("maxTokens", tokens);
             params
         })
+}
+
+/// Text of ASCII runs and characters near and on every range of
+/// `Default_Ignorable_Code_Point`, whose UTF-8 forms share lead bytes with
+/// the ignorables': what the scan for them must not skip or mistake.
+fn ignorable_neighbourhood() -> impl Strategy<Value = String> {
+    let near = prop::sample::select(vec![
+        0x00AC, 0x00AD, 0x00AE, 0x034E, 0x034F, 0x0350, 0x061B, 0x061C, 0x061D, 0x115E, 0x115F,
+        0x1160, 0x1161, 0x17B3, 0x17B4, 0x17B5, 0x17B6, 0x180A, 0x180B, 0x180F, 0x1810, 0x200A,
+        0x200B, 0x200F, 0x2010, 0x2014, 0x2029, 0x202A, 0x202E, 0x202F, 0x205F, 0x2060, 0x206F,
+        0x2070, 0x3163, 0x3164, 0x3165, 0xFDFF, 0xFE00, 0xFE0F, 0xFE10, 0xFEFE, 0xFEFF, 0xFF00,
+        0xFF9F, 0xFFA0, 0xFFA1, 0xFFEF, 0xFFF0, 0xFFF8, 0xFFF9, 0x1BC9F, 0x1BCA0, 0x1BCA3, 0x1BCA4,
+        0x1D172, 0x1D173, 0x1D17A, 0x1D17B, 0xDFFFF, 0xE0000, 0xE0FFF, 0xE1000, 0xE9,
+    ])
+    .prop_map(|c| char::from_u32(c).map(String::from).unwrap_or_default());
+    let part = prop_oneof![near, "[ a-z]{0,11}", any::<char>().prop_map(String::from)];
+    prop::collection::vec(part, 0..12).prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// `presentation_text` is its definition: every character decoded and
+    /// the ignorable ones dropped, then the white space at either end.
+    #[test]
+    fn presentation_text_drops_exactly_the_ignorables(text in ignorable_neighbourhood()) {
+        let kept: String = text.chars().filter(|c| !is_default_ignorable(*c)).collect();
+        let shown = presentation_text(&text);
+        prop_assert_eq!(shown.as_ref(), kept.trim());
+    }
 }
 
 proptest! {

@@ -87,15 +87,62 @@ fn normal_items<'a>(
 /// and trailing white space. Inner runs of white space are kept: a
 /// terminal, a code block or a line break shows them.
 pub fn presentation_text(text: &str) -> Cow<'_, str> {
-    let clean = !text.chars().any(is_default_ignorable);
     let trimmed = text.trim();
-    if clean {
+    if !holds_default_ignorable(text) {
         return Cow::Borrowed(trimmed);
     }
     let kept: String = text.chars().filter(|c| !is_default_ignorable(*c)).collect();
     let trimmed = kept.trim();
     Cow::Owned(trimmed.to_owned())
 }
+
+/// Whether `text` holds an [`is_default_ignorable`] character. Every such
+/// character's UTF-8 form begins with one of [`IGNORABLE_LEADS`]; ASCII is
+/// skipped eight bytes at a time, and only a character that begins with
+/// such a lead is decoded and looked up (prose with accents and dashes is
+/// nearly all skipped). `identity::tests` holds the leads to the property,
+/// and `runtime/tests/presentation_normal.rs` this scan to the one that
+/// decodes every character.
+fn holds_default_ignorable(text: &str) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let bytes = text.as_bytes();
+    // Always at a character's first byte.
+    let mut at = 0;
+    while at < bytes.len() {
+        if let Some(word) = bytes[at..].first_chunk::<8>() {
+            let high = u64::from_le_bytes(*word) & HIGH;
+            if high == 0 {
+                at += 8;
+                continue;
+            }
+            // On to the first byte that is not ASCII: a character's first.
+            at += (high.trailing_zeros() / 8) as usize;
+        }
+        let Some(c) = text.get(at..).and_then(|rest| rest.chars().next()) else {
+            break;
+        };
+        if IGNORABLE_LEADS[usize::from(bytes[at])] && is_default_ignorable(c) {
+            return true;
+        }
+        at += c.len_utf8();
+    }
+    false
+}
+
+/// The lead bytes of the UTF-8 forms of [`is_default_ignorable`]'s
+/// characters: U+00AD (`C2`), U+034F (`CD`), U+061C (`D8`), U+115F–U+180F
+/// (`E1`), U+200B–U+206F (`E2`), U+3164 (`E3`), U+FE00–U+FFF8 (`EF`),
+/// U+1BCA0–U+1D17A (`F0`) and U+E0000–U+E0FFF (`F3`).
+pub(crate) const IGNORABLE_LEADS: [bool; 256] = {
+    let mut leads = [false; 256];
+    let mut i = 0;
+    let bytes = [0xC2, 0xCD, 0xD8, 0xE1, 0xE2, 0xE3, 0xEF, 0xF0, 0xF3];
+    while i < bytes.len() {
+        leads[bytes[i]] = true;
+        i += 1;
+    }
+    leads
+};
 
 /// Unicode's `Default_Ignorable_Code_Point` property
 /// (`DerivedCoreProperties.txt`, Unicode 15.1 and 16.0): characters a
@@ -159,30 +206,32 @@ fn normal_members<'a>(
     keep: impl Fn(&str) -> bool,
     normal: impl Fn(&str, &'a Value) -> Option<Cow<'a, Value>>,
 ) -> Cow<'a, Value> {
-    let mut borrowed = true;
-    let mut members: Vec<(&'a String, Cow<'a, Value>)> = Vec::with_capacity(map.len());
-    for (key, item) in map {
-        if !keep(key) {
-            borrowed = false;
-            continue;
-        }
-        match normal(key, item) {
-            None => borrowed = false,
-            Some(normal) => {
-                borrowed &= unchanged(&normal, item);
-                members.push((key, normal));
-            }
+    // Collected only from the first change on: a member already normal,
+    // nearly all of them, costs no allocation.
+    let mut changed: Option<Map<String, Value>> = None;
+    for (at, (key, item)) in map.iter().enumerate() {
+        let normal = if keep(key) { normal(key, item) } else { None };
+        let same = normal
+            .as_ref()
+            .is_some_and(|normal| unchanged(normal, item));
+        let out = match &mut changed {
+            None if same => continue,
+            None => changed.insert(
+                map.iter()
+                    .take(at)
+                    .map(|(key, item)| (key.clone(), item.clone()))
+                    .collect(),
+            ),
+            Some(out) => out,
+        };
+        if let Some(normal) = normal {
+            out.insert(key.clone(), normal.into_owned());
         }
     }
-    if borrowed {
-        return Cow::Borrowed(whole);
+    match changed {
+        None => Cow::Borrowed(whole),
+        Some(out) => Cow::Owned(Value::Object(out)),
     }
-    Cow::Owned(Value::Object(
-        members
-            .into_iter()
-            .map(|(key, item)| (key.clone(), item.into_owned()))
-            .collect(),
-    ))
 }
 
 /// Whether `normal` is `original` itself, unchanged (a normaliser may

@@ -1,0 +1,327 @@
+//! The strict reader's fast path: one hand-written pass from the text to
+//! the [`Value`] tree, with every check of [`super::parse_strict_with`]
+//! made on the way (`docs/spec/evaluation.md`, "Step 1: Validation").
+//!
+//! It decides acceptance only. Whatever it does not accept (a syntax error,
+//! a lone surrogate, a duplicate key, nesting too deep, a number out of
+//! range) it hands back as `None`, and the serde_json path reads the same
+//! text again for the error and its message, so every refusal is
+//! described exactly as before. What it accepts it must read as that path
+//! does, value for value: `runtime/tests/strict_reader.rs` holds the two
+//! equal on generated and mutated documents, and the `request` fuzz
+//! target on whatever the fuzzer finds.
+//!
+//! Why a reader of our own: serde_json's `Value` visitor allocates every
+//! key twice over (the key, then the map's), and its generic dispatch is
+//! most of the time it spends on a small request. This one looks every key
+//! up once, borrows strings until they are stored, and scans string bodies
+//! 32 bytes at a time with the canonicaliser's byte classifier.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde_json::map::Entry;
+use serde_json::{Map, Number, Value};
+
+use crate::identity::{CHUNK, dirty_mask, nfc};
+
+/// The document `text` as a [`Value`], if it is one JSON value (with white
+/// space around it) that nests at most `max_depth` containers deep, holds
+/// no object with two keys equal after NFC, no lone surrogate and no
+/// number a double cannot hold. `None` for anything else.
+pub(super) fn parse(text: &str, max_depth: usize) -> Option<Value> {
+    let mut reader = Reader {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+        max_depth,
+    };
+    let value = reader.value(0)?;
+    reader.space();
+    (reader.at == reader.bytes.len()).then_some(value)
+}
+
+struct Reader<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    /// The next byte to read.
+    at: usize,
+    max_depth: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Skips white space, then `byte`, which must come next.
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.space();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// The value starting after white space at `self.at`, inside `depth`
+    /// containers.
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        self.space();
+        match self.peek()? {
+            b'{' => self.object(depth + 1),
+            b'[' => self.array(depth + 1),
+            b'"' => Some(Value::String(self.string()?.into_owned())),
+            b't' => self.word(b"true", Value::Bool(true)),
+            b'f' => self.word(b"false", Value::Bool(false)),
+            b'n' => self.word(b"null", Value::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn word(&mut self, word: &[u8], value: Value) -> Option<Value> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| {
+            self.at = end;
+            value
+        })
+    }
+
+    fn array(&mut self, depth: usize) -> Option<Value> {
+        if depth > self.max_depth {
+            return None;
+        }
+        self.at += 1;
+        let mut items = Vec::new();
+        self.space();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(Value::Array(items));
+        }
+        loop {
+            items.push(self.value(depth)?);
+            self.space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(Value::Array(items));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<Value> {
+        if depth > self.max_depth {
+            return None;
+        }
+        self.at += 1;
+        let mut map = Map::new();
+        // The NFC forms of the keys that were not NFC as written, as in
+        // the serde path: hashed, so many of them cost linear time.
+        let mut renormalised: HashSet<String> = HashSet::new();
+        self.space();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(Value::Object(map));
+        }
+        loop {
+            self.space();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.string()?;
+            self.expect(b':')?;
+            // A key clashes with an earlier one written as its NFC form
+            // (the map holds it), or with one whose NFC form it is or
+            // shares (recorded below).
+            if let Cow::Owned(normal) = nfc(&key) {
+                if map.contains_key(&normal) || !renormalised.insert(normal) {
+                    return None;
+                }
+            } else if renormalised.contains(key.as_ref()) {
+                return None;
+            }
+            let Entry::Vacant(slot) = map.entry(key.into_owned()) else {
+                return None;
+            };
+            slot.insert(self.value(depth)?);
+            self.space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(Value::Object(map));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The string whose opening quote is at `self.at`, borrowed from the
+    /// text when it has no escape.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        self.at += 1;
+        let start = self.at;
+        let stop = self.stop()?;
+        if self.bytes[stop] == b'"' {
+            self.at = stop + 1;
+            return self.text.get(start..stop).map(Cow::Borrowed);
+        }
+        let mut owned = String::from(self.text.get(start..stop)?);
+        self.at = stop;
+        loop {
+            match self.bytes[self.at] {
+                b'"' => {
+                    self.at += 1;
+                    return Some(Cow::Owned(owned));
+                }
+                b'\\' => self.escape(&mut owned)?,
+                // A control character, which JSON does not allow raw.
+                _ => return None,
+            }
+            let from = self.at;
+            let stop = self.stop()?;
+            owned.push_str(self.text.get(from..stop)?);
+            self.at = stop;
+        }
+    }
+
+    /// The index of the first `"`, `\` or control character from
+    /// `self.at` on: a string body's next stop. `None` when there is none.
+    fn stop(&self) -> Option<usize> {
+        let mut at = self.at;
+        while let Some(chunk) = self
+            .bytes
+            .get(at..)
+            .and_then(|rest| rest.first_chunk::<CHUNK>())
+        {
+            // 0xFF never occurs in UTF-8: only the JSON specials stop.
+            let mask = dirty_mask(chunk, 0xFF);
+            if mask != 0 {
+                return Some(at + mask.trailing_zeros() as usize);
+            }
+            at += CHUNK;
+        }
+        let rest = self.bytes.get(at..)?;
+        rest.iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .map(|offset| at + offset)
+    }
+
+    /// The escape at `self.at` (its backslash), appended to `out`.
+    fn escape(&mut self, out: &mut String) -> Option<()> {
+        let letter = *self.bytes.get(self.at + 1)?;
+        self.at += 2;
+        let c = match letter {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let unit = self.hex()?;
+                match unit {
+                    0xD800..=0xDBFF => {
+                        // A high surrogate must be followed by `\u` and a low one.
+                        if self.bytes.get(self.at..self.at + 2)? != b"\\u" {
+                            return None;
+                        }
+                        self.at += 2;
+                        let low = self.hex()?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return None;
+                        }
+                        char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))?
+                    }
+                    _ => char::from_u32(unit)?,
+                }
+            }
+            _ => return None,
+        };
+        out.push(c);
+        Some(())
+    }
+
+    /// Four hex digits at `self.at`.
+    fn hex(&mut self) -> Option<u32> {
+        let digits = self.bytes.get(self.at..self.at + 4)?;
+        let mut unit = 0;
+        for &digit in digits {
+            unit = unit * 16 + char::from(digit).to_digit(16)?;
+        }
+        self.at += 4;
+        Some(unit)
+    }
+
+    /// The number at `self.at`, as serde_json holds it: an integer without
+    /// fraction or exponent that fits is a `u64` (or, negative and not
+    /// zero, an `i64`); every other number the double nearest its literal
+    /// (`-0` is the double −0), refused when that is infinite.
+    fn number(&mut self) -> Option<Value> {
+        let start = self.at;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.at += 1;
+        }
+        match self.peek()? {
+            b'0' => {
+                self.at += 1;
+                if self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+            }
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        let mut integer = true;
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if !self.peek()?.is_ascii_digit() {
+                return None;
+            }
+            self.digits();
+            integer = false;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            if !self.peek()?.is_ascii_digit() {
+                return None;
+            }
+            self.digits();
+            integer = false;
+        }
+        let literal = self.text.get(start..self.at)?;
+        if integer {
+            if negative {
+                if let Ok(n) = literal.parse::<i64>()
+                    && n != 0
+                {
+                    return Some(Value::Number(Number::from(n)));
+                }
+            } else if let Ok(n) = literal.parse::<u64>() {
+                return Some(Value::Number(Number::from(n)));
+            }
+        }
+        let double = literal.parse::<f64>().ok()?;
+        Number::from_f64(double)
+            .filter(|_| double.is_finite())
+            .map(Value::Number)
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+    }
+}
