@@ -188,13 +188,30 @@ fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> 
     if ok { Ok(()) } else { wrong() }
 }
 
+/// The most members an [`ObjectShape`] names: its constructors assert it,
+/// so a shape with more does not compile.
+const MAX_MEMBERS: usize = 24;
+
 fn check_object(
     object: &ObjectShape,
     members: &Map<String, Value>,
     at: &At<'_>,
 ) -> Result<(), RequestError> {
-    for (name, shape) in object.members {
-        match members.get(*name) {
+    // One walk of the object's members finds the known ones (an object
+    // holds few, and the names differ in length or first byte, so most
+    // comparisons end at once), instead of a lookup in the map for every
+    // member the shape names. The checks then run in the shape's order, so
+    // the error reported is the same.
+    let mut present: [Option<&Value>; MAX_MEMBERS] = [None; MAX_MEMBERS];
+    let mut others = false;
+    for (name, value) in members {
+        match object.members.iter().position(|(known, _)| known == name) {
+            Some(index) => present[index] = Some(value),
+            None => others = true,
+        }
+    }
+    for ((name, shape), value) in object.members.iter().zip(present) {
+        match value {
             Some(value) => check(shape, value, &At::Member(at, name))?,
             None if object.required.contains(name) => {
                 return Err(RequestError::InvalidParams {
@@ -206,10 +223,10 @@ fn check_object(
             None => {}
         }
     }
-    if let Some(others) = object.others {
+    if let (Some(shape), true) = (object.others, others) {
         for (name, value) in members {
             if !object.members.iter().any(|(known, _)| known == name) {
-                check(others, value, &At::Member(at, name))?;
+                check(shape, value, &At::Member(at, name))?;
             }
         }
     }
@@ -263,6 +280,10 @@ const fn object(
     members: &'static [(&'static str, Shape)],
     required: &'static [&'static str],
 ) -> ObjectShape {
+    assert!(
+        members.len() <= MAX_MEMBERS,
+        "a shape names more members than check_object holds"
+    );
     ObjectShape {
         tag: None,
         what,
@@ -278,6 +299,10 @@ const fn block(
     members: &'static [(&'static str, Shape)],
     required: &'static [&'static str],
 ) -> ObjectShape {
+    assert!(
+        members.len() <= MAX_MEMBERS,
+        "a shape names more members than check_object holds"
+    );
     ObjectShape {
         tag: Some(tag),
         what,
