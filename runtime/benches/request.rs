@@ -13,7 +13,9 @@
 //! CPU time, steadier on a shared machine: `REQUEST_LOOP=<MiB>/<shape>
 //! REQUEST_ITERS=n` decides one input `n` times and exits; run it under
 //! `perf stat -e task-clock` and subtract a run with `REQUEST_ITERS=0`
-//! (which only builds the input).
+//! (which only builds the input). `REQUEST_PHASE=parse` times the strict
+//! parse alone, `REQUEST_PHASE=serde` the same through serde_json's reader
+//! without the fast path.
 
 use std::hint::black_box;
 
@@ -157,11 +159,17 @@ fn main() {
             .find(|(name, _)| *name == shape)
             .map(|(_, bytes)| bytes)
             .expect("a shape name");
-        // REQUEST_PHASE=parse: the strict parse alone (value built and dropped).
-        let parse_only = std::env::var("REQUEST_PHASE").is_ok_and(|p| p == "parse");
+        // REQUEST_PHASE=parse: the strict parse alone (value built and
+        // dropped); REQUEST_PHASE=serde: the same through serde_json's
+        // reader alone, without the fast path (`request/fast.rs`), for an
+        // A/B of the two in one binary.
+        let phase = std::env::var("REQUEST_PHASE").unwrap_or_default();
+        let limits = Limits::default();
         for _ in 0..iters {
-            if parse_only {
+            if phase == "parse" {
                 black_box(request::parse_strict(black_box(&bytes)).is_ok());
+            } else if phase == "serde" {
+                black_box(request::parse_strict_serde(black_box(&bytes), &limits).is_ok());
             } else {
                 black_box(decide(black_box(&bytes), &fields));
             }
