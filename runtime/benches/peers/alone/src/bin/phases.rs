@@ -70,6 +70,9 @@ fn main() {
     time("strict parse (parse_strict)", &mut |i| {
         black_box(request::parse_strict(bytes(i)).is_ok());
     });
+    time("strict parse, serde_json's reader alone", &mut |i| {
+        black_box(request::parse_strict_serde(bytes(i), &limits).is_ok());
+    });
     time("parse and validate (parse_sampling_for)", &mut |i| {
         black_box(request::parse_sampling_for(bytes(i), &limits, protocol).is_ok());
     });
