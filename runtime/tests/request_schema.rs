@@ -10,6 +10,10 @@
 //! it); skipped without one unless `MCPOLICY_REQUIRE_PYTHON` is set. The
 //! seed is printed; `MCPOLICY_SCHEMA_SEED=N` replays it, and
 //! `MCPOLICY_SCHEMA_CASES=N` (default 1500 per revision) runs longer.
+//!
+//! On the same mutated requests, without Python: every refusal's JSON path
+//! names a node of the request, or a member missing from one of its
+//! objects (`an_error_path_names_a_node_of_the_request`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -797,5 +801,113 @@ fn the_cases_that_were_let_through_are_refused() {
     assert_eq!(
         error.to_string(),
         r#"$.params.messages[0].role must be "user" or "assistant", got "system""#
+    );
+}
+
+// ------------------------------------------------- error paths name a node
+
+/// A step of an error's JSON path as the runtime writes it: `.name`,
+/// `["name"]` (a JSON string with `\u` escapes) or `[index]`.
+fn parse_path(path: &str) -> Option<Vec<Step>> {
+    let mut rest = path.strip_prefix('$')?;
+    let mut steps = Vec::new();
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            steps.push(Step::Key(after[..end].to_owned()));
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix("[\"") {
+            // The key's JSON string: up to the first unescaped quote.
+            let mut end = 0;
+            let bytes = after.as_bytes();
+            while bytes.get(end)? != &b'"' {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            let key: String = serde_json::from_str(&format!("\"{}\"", &after[..end])).ok()?;
+            steps.push(Step::Key(key));
+            rest = after.get(end + 1..)?.strip_prefix(']')?;
+        } else {
+            let after = rest.strip_prefix('[')?;
+            let end = after.find(']')?;
+            steps.push(Step::Index(after[..end].parse().ok()?));
+            rest = &after[end + 1..];
+        }
+    }
+    Some(steps)
+}
+
+fn node<'v>(value: &'v Value, path: &[Step]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |node, step| match step {
+        Step::Key(key) => node.get(key.as_str()),
+        Step::Index(index) => node.get(*index),
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Every refusal of a request's params names a node of that request:
+    /// the member that is wrong (when the error says what was found), or a
+    /// member missing from an object the request has (when it says none
+    /// was). A path that names nothing would send a server's developer to
+    /// look for a member that is not there.
+    #[test]
+    fn an_error_path_names_a_node_of_the_request(params in cases()) {
+        let request = envelope(params);
+        for revision in ProtocolRevision::ALL {
+            let Err(error) = validate_sampling_for(request.clone(), revision) else {
+                continue;
+            };
+            let (path, found) = match &error {
+                mcpolicy_runtime::request::RequestError::InvalidParams { path, found, .. }
+                | mcpolicy_runtime::request::RequestError::InvalidEnvelope { path, found, .. } => {
+                    (path, found)
+                }
+                other => {
+                    prop_assert!(false, "a request parsed as JSON refused for {other}");
+                    unreachable!()
+                }
+            };
+            let steps = parse_path(path);
+            prop_assert!(steps.is_some(), "an unreadable path {path} ({error})");
+            let steps = steps.unwrap_or_default();
+            match found {
+                Some(_) => prop_assert!(
+                    node(&request, &steps).is_some(),
+                    "{path} names no node of {request} ({error})"
+                ),
+                None => {
+                    let (last, parent) = steps.split_last().unwrap_or((&Step::Index(0), &[]));
+                    let parent = node(&request, parent);
+                    prop_assert!(
+                        matches!((last, parent), (Step::Key(key), Some(Value::Object(members))) if !members.contains_key(key)),
+                        "{path} names no missing member of an object of {request} ({error})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_error_path_is_read_as_written() {
+    let steps = parse_path(r#"$.params.messages[2]["a.b"]["\u00e9\"x"].c"#).unwrap_or_default();
+    let keys: Vec<String> = steps
+        .iter()
+        .map(|step| match step {
+            Step::Key(key) => format!("k:{key}"),
+            Step::Index(index) => format!("i:{index}"),
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "k:params",
+            "k:messages",
+            "i:2",
+            "k:a.b",
+            "k:\u{e9}\"x",
+            "k:c"
+        ]
     );
 }
