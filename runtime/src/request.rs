@@ -401,15 +401,7 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, RequestError> {
 
 /// [`parse_strict`] under explicit limits.
 pub fn parse_strict_with(bytes: &[u8], limits: &Limits) -> Result<Value, RequestError> {
-    if bytes.len() > limits.max_bytes {
-        return Err(RequestError::TooLarge {
-            size: bytes.len(),
-            limit: limits.max_bytes,
-        });
-    }
-    let text = std::str::from_utf8(bytes).map_err(|e| RequestError::InvalidUtf8 {
-        offset: e.valid_up_to(),
-    })?;
+    let text = text_within(bytes, limits)?;
     let max_depth = limits.max_depth.min(SERDE_JSON_DEPTH);
     if let Some(value) = fast::parse(text, max_depth) {
         return Ok(value);
@@ -425,16 +417,20 @@ pub fn parse_strict_with(bytes: &[u8], limits: &Limits) -> Result<Value, Request
 /// to it.
 #[cfg(feature = "bench")]
 pub fn parse_strict_serde(bytes: &[u8], limits: &Limits) -> Result<Value, RequestError> {
+    serde_path(text_within(bytes, limits)?, limits)
+}
+
+/// `bytes` as text, if they are within the size limit and UTF-8.
+fn text_within<'b>(bytes: &'b [u8], limits: &Limits) -> Result<&'b str, RequestError> {
     if bytes.len() > limits.max_bytes {
         return Err(RequestError::TooLarge {
             size: bytes.len(),
             limit: limits.max_bytes,
         });
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| RequestError::InvalidUtf8 {
+    std::str::from_utf8(bytes).map_err(|e| RequestError::InvalidUtf8 {
         offset: e.valid_up_to(),
-    })?;
-    serde_path(text, limits)
+    })
 }
 
 fn serde_path(text: &str, limits: &Limits) -> Result<Value, RequestError> {

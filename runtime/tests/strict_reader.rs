@@ -14,18 +14,6 @@ use mcpolicy_runtime::request::{Limits, parse_strict_serde, parse_strict_with};
 use proptest::prelude::*;
 use serde_json::Value;
 
-/// `default_cases` cases, or `PROPTEST_CASES` from the environment.
-fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default_cases);
-    ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    }
-}
-
 /// A document as written.
 #[derive(Debug, Clone)]
 enum Doc {
@@ -225,7 +213,7 @@ fn same_bits(a: &Value, b: &Value) -> bool {
 }
 
 proptest! {
-    #![proptest_config(config(2048))]
+    #![proptest_config(ProptestConfig::with_cases(2048))]
 
     #[test]
     fn the_fast_path_reads_what_serde_json_reads(doc in doc(), space in spacing(), depth in 1usize..8) {

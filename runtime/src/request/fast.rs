@@ -103,14 +103,8 @@ impl<'a> Reader<'a> {
         }
         loop {
             items.push(self.value(depth)?);
-            self.space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(Value::Array(items));
-                }
-                _ => return None,
+            if !self.another(b']')? {
+                return Some(Value::Array(items));
             }
         }
     }
@@ -150,15 +144,22 @@ impl<'a> Reader<'a> {
                 return None;
             };
             slot.insert(self.value(depth)?);
-            self.space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(Value::Object(map));
-                }
-                _ => return None,
+            if !self.another(b'}')? {
+                return Some(Value::Object(map));
             }
+        }
+    }
+
+    /// After an item or a member, reads a `,` (`true`: another follows) or
+    /// `close` (`false`: the container ends).
+    fn another(&mut self, close: u8) -> Option<bool> {
+        self.space();
+        let byte = self.peek()?;
+        self.at += 1;
+        match byte {
+            b',' => Some(true),
+            _ if byte == close => Some(false),
+            _ => None,
         }
     }
 
