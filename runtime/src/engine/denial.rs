@@ -251,7 +251,7 @@ impl Denial {
 
     /// The alert the decision raised ([`Decision::alert`]).
     pub fn alert(&self) -> Option<&Alert> {
-        self.alert.as_ref()
+        self.alert.as_deref()
     }
 
     /// The server id (`data.server`, NFC).

@@ -334,17 +334,17 @@ impl Decision {
     /// operator (the proxy logs a warning and writes an `alert` audit line).
     pub fn alert(&self) -> Option<&Alert> {
         match self {
-            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert.as_ref(),
-            Decision::Deny(denial) => denial.alert.as_ref(),
-            Decision::NeedsConsent(pending) => pending.grant.alert.as_ref(),
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert.as_deref(),
+            Decision::Deny(denial) => denial.alert.as_deref(),
+            Decision::NeedsConsent(pending) => pending.grant.alert.as_deref(),
         }
     }
 
     fn set_alert(&mut self, alert: Alert) {
         match self {
-            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert = Some(alert),
-            Decision::Deny(denial) => denial.alert = Some(alert),
-            Decision::NeedsConsent(pending) => pending.grant.alert = Some(alert),
+            Decision::Allow(grant) | Decision::Trim(grant) => grant.alert = Some(Box::new(alert)),
+            Decision::Deny(denial) => denial.alert = Some(Box::new(alert)),
+            Decision::NeedsConsent(pending) => pending.grant.alert = Some(Box::new(alert)),
         }
     }
 
@@ -465,7 +465,9 @@ pub struct Grant {
     lowered: Lowered,
     annotations: Annotations,
     cause: Cause,
-    alert: Option<Alert>,
+    /// Boxed: an alert is rare, and a decision is moved whole several
+    /// times on its way out (an inline `Alert` is most of its size).
+    alert: Option<Box<Alert>>,
 }
 
 /// A request waiting for the user. It holds its rate and budget
@@ -518,7 +520,8 @@ pub struct Denial {
     origin: Origin,
     /// The request identity (moved from the decision's key, for alerts).
     identity: String,
-    alert: Option<Alert>,
+    /// Boxed, as [`Grant`]'s.
+    alert: Option<Box<Alert>>,
 }
 
 /// What a denial's message and cause are derived from.

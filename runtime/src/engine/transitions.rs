@@ -225,7 +225,7 @@ impl Grant {
 
     /// The alert the decision raised ([`Decision::alert`]).
     pub fn alert(&self) -> Option<&Alert> {
-        self.alert.as_ref()
+        self.alert.as_deref()
     }
 
     /// The request was allowed on a stored approval (consent not asked again).
