@@ -225,9 +225,14 @@ struct ServerProbe<'a> {
 }
 
 /// `result.resultType` when `result` is an object; any other `result`
-/// (JSON-RPC allows any value) probes as `None` rather than failing.
+/// (JSON-RPC allows any value) probes as `None` rather than failing. And
+/// whether the object has a member `inputRequests`, its key read as the
+/// client reads it (escapes decoded): a key spelt `input\u0052equests`
+/// is that member, which no search of the raw bytes would find.
+#[derive(Default)]
 struct ResultProbe<'a> {
     result_type: Option<Cow<'a, str>>,
+    input_requests: bool,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for ResultProbe<'a> {
@@ -246,6 +251,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ResultProbe<'a> {
                 mut map: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut result_type: Option<Option<Cow<'a, str>>> = None;
+                let mut input_requests = false;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     if key == "resultType" {
                         if result_type.is_some() {
@@ -253,11 +259,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for ResultProbe<'a> {
                         }
                         result_type = Some(map.next_value::<Option<Cow<'de, str>>>()?);
                     } else {
+                        input_requests |= key == "inputRequests";
                         map.next_value::<IgnoredAny>()?;
                     }
                 }
                 Ok(ResultProbe {
                     result_type: result_type.flatten(),
+                    input_requests,
                 })
             }
 
@@ -266,31 +274,31 @@ impl<'de: 'a, 'a> Deserialize<'de> for ResultProbe<'a> {
                 mut seq: A,
             ) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
 
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
 
             fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
 
             fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
 
             fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
 
             fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
 
             fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(ResultProbe { result_type: None })
+                Ok(ResultProbe::default())
             }
         }
 
@@ -831,8 +839,13 @@ fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
     .into_bytes()
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// Whether a JSON text may hold `needle` (a key or string written without
+/// escapes) as a JSON reader reads it: its bytes are there, or the text has
+/// an escape, and a string spelt another way (`sampling\/createMessage`,
+/// `\u0073ampling…`) always holds one. A filter before a parse, never a
+/// decision: `false` is certain, `true` means parse and see.
+fn may_contain(text: &[u8], needle: &[u8]) -> bool {
+    text.contains(&b'\\') || text.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The audit line for a request let through: what was asked, what goes on

@@ -8,13 +8,15 @@ use super::*;
 impl Session {
     /// A server response to a client call: the creation of an extension
     /// task (`resultType: "task"`), the answer to a `tasks/get` the client
-    /// sent, or anything else (forwarded unchanged).
+    /// sent, or anything else (forwarded unchanged). `input_requests`: the
+    /// result has a member `inputRequests`, as the probe read its keys.
     pub(super) fn ext_task_response(
         &self,
         raw: &[u8],
         line: &[u8],
         call_id: &Value,
         created: bool,
+        input_requests: bool,
     ) {
         let key = call_key(call_id);
         let polled = lock(&self.state).flights.polled(&key);
@@ -22,22 +24,20 @@ impl Session {
             // Sampling entries in an answer the proxy cannot tie to a task
             // it follows (a `tasks/get` keyed otherwise, say): a client may
             // still read them as its task's, so they do not pass undecided.
-            if contains(line, b"inputRequests") && contains(line, b"sampling/createMessage") {
-                let undecided = serde_json::from_slice::<Value>(line).ok().is_some_and(|v| {
-                    let terminal = matches!(
-                        v.pointer("/result/status").and_then(Value::as_str),
-                        Some("completed" | "failed" | "cancelled")
-                    );
-                    !terminal && v.pointer("/result/inputRequests").is_some()
-                });
-                if undecided {
-                    self.refuse_answer(
-                        call_id,
-                        format_args!("server answered call {key} with input requests of no task the proxy follows"),
-                        "input requests of no task this call polled",
-                    );
-                    return;
-                }
+            // Read from the parsed answer, never from its bytes: a method
+            // spelt `sampling\/createMessage` is the sampling method to
+            // every JSON reader.
+            let undecided = input_requests
+                && serde_json::from_slice::<Value>(line)
+                    .ok()
+                    .is_some_and(|v| undecided_sampling(&v));
+            if undecided {
+                self.refuse_answer(
+                    call_id,
+                    format_args!("server answered call {key} with input requests of no task the proxy follows"),
+                    "input requests of no task this call polled",
+                );
+                return;
             }
             self.send_client(raw);
             return;
@@ -441,4 +441,24 @@ impl Session {
             }
         }
     }
+}
+
+/// Whether a response's result is a task that is not over (no terminal
+/// `status`) and asks, among its `inputRequests`, for sampling: an entry
+/// whose `method` is `sampling/createMessage`, in an object of entries or,
+/// should a server send one, an array.
+fn undecided_sampling(response: &Value) -> bool {
+    let terminal = matches!(
+        response.pointer("/result/status").and_then(Value::as_str),
+        Some("completed" | "failed" | "cancelled")
+    );
+    let entries: Vec<&Value> = match response.pointer("/result/inputRequests") {
+        Some(Value::Object(entries)) => entries.values().collect(),
+        Some(Value::Array(entries)) => entries.iter().collect(),
+        _ => Vec::new(),
+    };
+    !terminal
+        && entries.iter().any(|entry| {
+            entry.get("method").and_then(Value::as_str) == Some(jsonrpc::SAMPLING_METHOD)
+        })
 }

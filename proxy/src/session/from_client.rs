@@ -67,13 +67,14 @@ impl Session {
                 self.send_server(raw);
             }
             (Some(method @ ("tasks/get" | "tasks/update" | "tasks/cancel")), Some(id)) => {
-                if contains(line, CLIENT_CAPABILITIES_META.as_bytes()) {
+                if may_contain(line, CLIENT_CAPABILITIES_META.as_bytes()) {
                     self.note_capabilities(line, false);
                 }
                 self.ext_task_call(raw, line, id, method);
             }
             (Some(method), _) => {
-                if method == "initialize" || contains(line, CLIENT_CAPABILITIES_META.as_bytes()) {
+                if method == "initialize" || may_contain(line, CLIENT_CAPABILITIES_META.as_bytes())
+                {
                     self.note_capabilities(line, method == "initialize");
                 }
                 let retry = probe

@@ -73,7 +73,7 @@ impl Session {
                 // A sampling request the probe could not read (two `method`
                 // members, say) gets the runtime's own refusal: the precise
                 // message, and the id when it can be read.
-                if contains(line, br#""sampling/createMessage""#)
+                if may_contain(line, br#""sampling/createMessage""#)
                     && let Err(rejection) = request::parse_sampling(line)
                     && self.answerable(rejection.id.as_ref())
                 {
@@ -100,7 +100,7 @@ impl Session {
                 let message = format!("Invalid frame from the server: {what} ({error})");
                 // Only a request is answered with its id; a response's id
                 // names one of the client's calls.
-                let id = contains(line, br#""method""#)
+                let id = may_contain(line, br#""method""#)
                     .then(|| request::recover_id(line))
                     .flatten()
                     .filter(|id| self.answerable(Some(id)));
@@ -220,6 +220,7 @@ impl Session {
             (Some(_), None) => self.send_client(raw),
             (None, _) => {
                 let result_type = probe.result.as_ref().and_then(|r| r.result_type.as_deref());
+                let input_requests = probe.result.as_ref().is_some_and(|r| r.input_requests);
                 let id = probe
                     .id
                     .and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
@@ -236,9 +237,13 @@ impl Session {
                     // An answer to a tracked `tasks/get` may carry sampling
                     // entries: decided here, on the reader (its store calls
                     // are bounded like every other, `docs/spec/store.md`).
-                    (Some(id), result_type) => {
-                        self.ext_task_response(raw, line, &id, result_type == Some("task"))
-                    }
+                    (Some(id), result_type) => self.ext_task_response(
+                        raw,
+                        line,
+                        &id,
+                        result_type == Some("task"),
+                        input_requests,
+                    ),
                     _ => self.send_client(raw),
                 }
             }

@@ -210,6 +210,85 @@ fn an_escaped_method_name_is_still_decided() {
     );
 }
 
+/// Found by the `proxy` fuzz target: an answer to a client's call whose
+/// result carries sampling entries in `inputRequests` of no task the proxy
+/// follows was found by a search of the raw bytes, and a method spelt
+/// `sampling\/createMessage` reached the client undecided under `sampling
+/// off`. The probe now reads the result's keys and the entries' methods
+/// as the client does, whatever their spelling.
+#[test]
+fn input_requests_of_no_followed_task_do_not_pass_however_spelt() {
+    let rig = rig("off");
+    let entry = r#"{"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":100}}"#;
+    let answer = |id: u32, key: &str, entry: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"taskId":"t1","status":"working","{key}":{{"k0":{entry}}}}}}}"#
+        )
+    };
+    let spellings = [
+        ("inputRequests", entry.to_owned()),
+        ("inputRequests", entry.replace("sampling/", "sampling\\/")),
+        (
+            "inputRequests",
+            entry.replace("sampling/", "\\u0073ampling/"),
+        ),
+        ("input\\u0052equests", entry.to_owned()),
+    ];
+    for (id, (key, entry)) in (1..).zip(spellings) {
+        rig.session.from_client(
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"t"}}}}"#
+            )
+            .as_bytes(),
+        );
+        rig.server.take();
+        rig.session.from_server(answer(id, key, &entry).as_bytes());
+        let out = rig.client.take();
+        assert_eq!(out.len(), 1, "{key} {entry}");
+        let refused = parse(&out[0]);
+        assert_eq!(refused["id"], id, "{key} {entry}");
+        assert_eq!(refused["error"]["code"], -32603, "{key} {entry}: {refused}");
+    }
+    // Entries that are not sampling, and a task that is over, pass.
+    let elicit = entry.replace("sampling/createMessage", "elicitation/create");
+    rig.session
+        .from_client(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t"}}"#);
+    rig.server.take();
+    let other = answer(9, "inputRequests", &elicit).replace("\"k0\"", "\"k\\u0030\"");
+    rig.session.from_server(other.as_bytes());
+    assert_eq!(rig.client.take(), [other]);
+}
+
+/// A client's per-request capabilities (`_meta` under
+/// `io.modelcontextprotocol/clientCapabilities`) are read whatever the
+/// spelling of the key: encoders that escape `/` write it
+/// `io.modelcontextprotocol\/clientCapabilities`, and a search of the raw
+/// bytes for the key missed it, keeping the capabilities of an earlier
+/// request.
+#[test]
+fn client_capabilities_are_read_however_the_key_is_spelt() {
+    let rig = rig("any");
+    let declared = || rig.session.sampling_context.load(Ordering::Relaxed);
+    let call = |id: u32, key: &str, capabilities: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"t","_meta":{{"{key}":{capabilities}}}}}}}"#
+        )
+    };
+    let with = r#"{"sampling":{"context":{}}}"#;
+    let without = r#"{"sampling":{}}"#;
+    for (id, key) in (1..).step_by(2).zip([
+        "io.modelcontextprotocol/clientCapabilities",
+        "io.modelcontextprotocol\\/clientCapabilities",
+        "io.modelcontextprotocol\\u002fclientCapabilities",
+    ]) {
+        rig.session.from_client(call(id, key, with).as_bytes());
+        assert!(declared(), "{key}");
+        rig.session
+            .from_client(call(id + 1, key, without).as_bytes());
+        assert!(!declared(), "{key}");
+    }
+}
+
 #[test]
 fn an_invalid_sampling_request_is_answered_with_its_id() {
     let rig = rig("any");
