@@ -148,9 +148,10 @@ applied.",
 than every other, the word is longer than one letter and it is not a unit
 of another quantity: `5Ms` is `5ms`, but `64 KB` (as near `KiB` as `B`),
 `5M` (`M` is a million, not a minute) and `5K` (one slip from `k` and from
-`M`) are offered as choices, since units differ in scale. A week is
-fixed to days (`2w` is `14d`), except `1w` in a budget's window, which may
-be the calendar `week`: a choice.",
+`M`) are offered as choices, since units differ in scale. A week written
+out is fixed to days (`2 weeks` and `2wk` are `14d`); the one letter `w` is
+one slip from `s`, `m`, `h` and `d`, so `2w` is offered as `14d`, not
+fixed, and `1w` in a budget's window also as the calendar `week`.",
     E0105 Error "value out of range" =>
 "The number is outside what the statement accepts: rates, budgets, windows and
 deadlines must be positive, limits must fit in 64 bits, and a rate or window of

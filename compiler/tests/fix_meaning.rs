@@ -439,6 +439,10 @@ fn a_window_keeps_its_kind_and_a_unit_its_scale() {
         ("budget 5 requests per hours", vec!["hour", "1h"]),
         ("budget 5 requests per weeks", vec!["week", "7d"]),
         ("budget 5 requests per 1w", vec!["7d", "week"]),
+        // `w` is one letter from `s`, `m`, `h` and `d`: weeks are offered,
+        // never applied (`60w` may be `60s` mistyped).
+        ("budget 5 requests per 2w", vec!["14d"]),
+        ("deadline 60w", vec!["420d"]),
         ("max_input 64 KB", vec!["KiB", "B"]),
         ("max_input 64", vec![" B", " KiB"]),
         ("deadline 5M", vec!["m"]),
@@ -455,7 +459,8 @@ fn a_window_keeps_its_kind_and_a_unit_its_scale() {
     // Where no other kind or scale exists, the fix is certain.
     for (statement, fixed) in [
         ("rate 5 per days", "1d"),
-        ("budget 5 requests per 2w", "14d"),
+        ("budget 5 requests per 2 weeks", "14d"),
+        ("deadline 3wk", "21d"),
         ("deadline 5Ms", "ms"),
         ("max_input 64 kib", "KiB"),
     ] {

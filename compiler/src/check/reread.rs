@@ -965,6 +965,13 @@ fn foreign_duration(
             ))
             .choice(format!("write `{instead}` (rolling)"), span, instead)
             .choice("write `week` (calendar)", span, "week")
+        } else if unit.len() == 1 {
+            // `w` is one slip from `s`, `m`, `h` and `d`: `60w` may be
+            // `60s` mistyped, and weeks would read it 10,080 times longer.
+            d.help(format!(
+                "write `{instead}` if `{unit}` means weeks: durations take `ms`, `s`, `m`, `h` or `d`, and `{unit}` is one letter from each, so `--fix` does not choose"
+            ))
+            .choice(format!("write `{instead}` (weeks)"), span, instead)
         } else {
             d.help(format!(
                 "write `{instead}`: durations take `ms`, `s`, `m`, `h` or `d`"
