@@ -318,26 +318,14 @@ fn a_password_on_the_command_line_is_refused_everywhere() {
 /// a fresh `schema=`, and its certificate directory; None (the test
 /// returns) unless configured, and a failure under `MCPOLICY_REQUIRE_POSTGRES=1`.
 fn tls_spec(prefix: &str) -> Option<(String, String)> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let (Some(tls), Some(certs)) = (
-        var("MCPOLICY_TEST_POSTGRES_TLS"),
-        var("MCPOLICY_TEST_POSTGRES_TLS_CERTS"),
-    ) else {
-        assert!(
-            std::env::var("MCPOLICY_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-            "MCPOLICY_REQUIRE_POSTGRES=1 but MCPOLICY_TEST_POSTGRES_TLS(_CERTS) is not set"
-        );
-        eprintln!("note: MCPOLICY_TEST_POSTGRES_TLS is not set; PostgreSQL TLS test not run");
-        return None;
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    Some((
-        format!("{tls} schema=t_cli_{prefix}_{}_{nanos}", std::process::id()),
-        certs,
-    ))
+    let [tls, certs] = postgres_spec::configured(
+        [
+            "MCPOLICY_TEST_POSTGRES_TLS",
+            "MCPOLICY_TEST_POSTGRES_TLS_CERTS",
+        ],
+        "PostgreSQL TLS test",
+    )?;
+    Some((postgres_spec::fresh_schema(&tls, prefix), certs))
 }
 
 #[test]
