@@ -839,6 +839,12 @@ fn rewrite_request(id: &Value, params: Map<String, Value>) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Whether a task `status` is one a task ends in (MCP's tasks: a task
+/// `completed`, `failed` or `cancelled` does not change again).
+fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}
+
 /// Whether a JSON text may hold `needle` (a key or string written without
 /// escapes) as a JSON reader reads it: its bytes are there, or the text has
 /// an escape, and a string spelt another way (`sampling\/createMessage`,

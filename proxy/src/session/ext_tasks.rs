@@ -171,7 +171,7 @@ impl Session {
         bytes: usize,
     ) -> Result<bool, Vec<u8>> {
         let status = body.get("status").and_then(Value::as_str).unwrap_or("");
-        if matches!(status, "completed" | "failed" | "cancelled") {
+        if is_terminal(status) {
             self.end_ext_task(task_id);
             return Ok(false);
         }
@@ -448,17 +448,17 @@ impl Session {
 /// whose `method` is `sampling/createMessage`, in an object of entries or,
 /// should a server send one, an array.
 fn undecided_sampling(response: &Value) -> bool {
-    let terminal = matches!(
-        response.pointer("/result/status").and_then(Value::as_str),
-        Some("completed" | "failed" | "cancelled")
-    );
-    let entries: Vec<&Value> = match response.pointer("/result/inputRequests") {
-        Some(Value::Object(entries)) => entries.values().collect(),
-        Some(Value::Array(entries)) => entries.iter().collect(),
-        _ => Vec::new(),
+    let terminal = response
+        .pointer("/result/status")
+        .and_then(Value::as_str)
+        .is_some_and(is_terminal);
+    let sampling = |entry: &Value| {
+        entry.get("method").and_then(Value::as_str) == Some(jsonrpc::SAMPLING_METHOD)
     };
-    !terminal
-        && entries.iter().any(|entry| {
-            entry.get("method").and_then(Value::as_str) == Some(jsonrpc::SAMPLING_METHOD)
-        })
+    let asks = match response.pointer("/result/inputRequests") {
+        Some(Value::Object(entries)) => entries.values().any(sampling),
+        Some(Value::Array(entries)) => entries.iter().any(sampling),
+        _ => false,
+    };
+    !terminal && asks
 }

@@ -351,7 +351,7 @@ impl Session {
         let Some(status) = report.get("status").and_then(Value::as_str) else {
             return;
         };
-        if !matches!(status, "completed" | "failed" | "cancelled") {
+        if !is_terminal(status) {
             return;
         }
         let rejected = report.get("statusMessage").and_then(Value::as_str)
