@@ -1451,7 +1451,7 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
 }
 
 #[inline]
-fn needs_escape(byte: u8) -> bool {
+pub(crate) fn needs_escape(byte: u8) -> bool {
     (byte < 0x20) | (byte == b'"') | (byte == b'\\')
 }
 

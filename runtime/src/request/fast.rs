@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
-use crate::identity::{CHUNK, dirty_mask, nfc};
+use crate::identity::{CHUNK, dirty_mask, needs_escape, nfc};
 
 /// The document `text` as a [`Value`], if it is one JSON value (with white
 /// space around it) that nests at most `max_depth` containers deep, holds
@@ -208,9 +208,10 @@ impl<'a> Reader<'a> {
             }
             at += CHUNK;
         }
+        // The tail shorter than a chunk: the same bytes, one at a time.
         let rest = self.bytes.get(at..)?;
         rest.iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .position(|&b| needs_escape(b))
             .map(|offset| at + offset)
     }
 
