@@ -971,7 +971,7 @@ fn object_order<'a>(
 /// Whether [`Map`] iterates in key order (serde_json's default `BTreeMap`)
 /// rather than insertion order (its `preserve_order` feature, which any
 /// crate in the build can turn on). Asked once, of a map built to tell.
-fn maps_iterate_sorted() -> bool {
+pub(crate) fn maps_iterate_sorted() -> bool {
     static SORTED: OnceLock<bool> = OnceLock::new();
     *SORTED.get_or_init(|| {
         let mut probe = Map::new();

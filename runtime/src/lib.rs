@@ -7,6 +7,7 @@ pub mod engine;
 mod error;
 pub mod frame;
 mod glob;
+mod json;
 pub mod identity;
 pub mod jsonrpc;
 mod policy;
