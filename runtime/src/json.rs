@@ -1,4 +1,7 @@
-#![allow(dead_code, reason = "the view's users arrive in the commits that follow")]
+#![allow(
+    dead_code,
+    reason = "the view's users arrive in the commits that follow"
+)]
 //! A read-only view of a JSON value ([`Json`]), implemented by serde_json's
 //! [`Value`] and by the strict reader's borrowed tree, [`Node`].
 //!

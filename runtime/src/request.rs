@@ -420,6 +420,17 @@ pub fn parse_strict_serde(bytes: &[u8], limits: &Limits) -> Result<Value, Reques
     serde_path(text_within(bytes, limits)?, limits)
 }
 
+/// What the fast path reads into its borrowed tree ([`crate::json::Node`],
+/// which a decision from bytes is made from), as a [`Value`]; `None` where
+/// it hands the text to the serde_json path. Public only with the `bench`
+/// feature, for the tests that hold the tree to [`parse_strict_serde`].
+#[cfg(feature = "bench")]
+pub fn parse_strict_tree(bytes: &[u8], limits: &Limits) -> Option<Value> {
+    let text = text_within(bytes, limits).ok()?;
+    fast::parse_node(text, limits.max_depth.min(SERDE_JSON_DEPTH))
+        .map(|node| crate::json::Json::to_value(&node))
+}
+
 /// `bytes` as text, if they are within the size limit and UTF-8.
 fn text_within<'b>(bytes: &'b [u8], limits: &Limits) -> Result<&'b str, RequestError> {
     if bytes.len() > limits.max_bytes {

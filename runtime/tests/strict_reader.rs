@@ -1,5 +1,5 @@
 //! The strict reader's fast path against serde_json's (`parse_strict_with`
-//! against `parse_strict_serde`, `runtime/src/request/fast.rs`): on every
+//! and `parse_strict_tree` against `parse_strict_serde`, `runtime/src/request/fast.rs`): on every
 //! input both accept the same documents, read them as the same value, and
 //! refuse the rest with the same error. serde_json is the reader we did not
 //! write; the fast path may only decide sooner.
@@ -10,7 +10,7 @@
 //! allows and some ways it does not. Each is then also cut and mutated
 //! byte by byte.
 
-use mcpolicy_runtime::request::{Limits, parse_strict_serde, parse_strict_with};
+use mcpolicy_runtime::request::{Limits, parse_strict_serde, parse_strict_tree, parse_strict_with};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -129,8 +129,19 @@ fn doc() -> impl Strategy<Value = Doc> {
     ];
     leaf.prop_recursive(6, 48, 6, |inner| {
         prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Doc::Array),
-            prop::collection::vec((key(), inner), 0..6).prop_map(Doc::Object),
+            3 => prop::collection::vec(inner.clone(), 0..6).prop_map(Doc::Array),
+            3 => prop::collection::vec((key(), inner.clone()), 0..6).prop_map(Doc::Object),
+            // Wide enough that the reader keeps the keys hashed, with
+            // keys that may clash only after that.
+            1 => (14usize..24, prop::collection::vec((key(), inner), 2..4)).prop_map(
+                |(wide, tail)| {
+                    let mut members: Vec<(String, Doc)> = (0..wide)
+                        .map(|i| (format!("\"w{i}\""), Doc::Literal("null")))
+                        .collect();
+                    members.extend(tail);
+                    Doc::Object(members)
+                }
+            ),
         ]
     })
 }
@@ -190,6 +201,18 @@ fn agree(bytes: &[u8], limits: &Limits) -> Result<(), TestCaseError> {
     prop_assert_eq!(&fast, &serde, "input {:?}", String::from_utf8_lossy(bytes));
     if let (Ok(fast), Ok(serde)) = (&fast, &serde) {
         prop_assert!(same_bits(fast, serde), "{fast} vs {serde}");
+    }
+    // The borrowed tree a decision is made from accepts exactly what
+    // serde_json does, and holds the same value.
+    let tree = parse_strict_tree(bytes, limits);
+    prop_assert_eq!(
+        tree.as_ref(),
+        serde.as_ref().ok(),
+        "input {:?}",
+        String::from_utf8_lossy(bytes)
+    );
+    if let (Some(tree), Ok(serde)) = (&tree, &serde) {
+        prop_assert!(same_bits(tree, serde), "{tree} vs {serde}");
     }
     Ok(())
 }
@@ -254,6 +277,12 @@ fn the_fast_path_nests_as_deep_as_serde_json() {
                 let fast = parse_strict_with(text.as_bytes(), &limits);
                 let serde = parse_strict_serde(text.as_bytes(), &limits);
                 assert_eq!(fast, serde, "depth {depth}, limit {max_depth}, {open}");
+                let tree = parse_strict_tree(text.as_bytes(), &limits);
+                assert_eq!(
+                    tree.as_ref(),
+                    serde.as_ref().ok(),
+                    "the tree at depth {depth}, limit {max_depth}"
+                );
             }
         }
     }

@@ -1,6 +1,8 @@
 //! The strict reader's fast path: one hand-written pass from the text to
-//! the [`Value`] tree, with every check of [`super::parse_strict_with`]
-//! made on the way (`docs/spec/evaluation.md`, "Step 1: Validation").
+//! a tree, with every check of [`super::parse_strict_with`] made on the
+//! way (`docs/spec/evaluation.md`, "Step 1: Validation"). The tree is a
+//! [`Value`], or the borrowed [`Node`] a decision from bytes is made from:
+//! one reader builds both, so they accept the same texts.
 //!
 //! It decides acceptance only. Whatever it does not accept (a syntax error,
 //! a lone surrogate, a duplicate key, nesting too deep, a number out of
@@ -20,26 +22,111 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
 use crate::identity::{CHUNK, dirty_mask, needs_escape, nfc};
+use crate::json::{Members, Node};
 
 /// The document `text` as a [`Value`], if it is one JSON value (with white
 /// space around it) that nests at most `max_depth` containers deep, holds
 /// no object with two keys equal after NFC, no lone surrogate and no
 /// number a double cannot hold. `None` for anything else.
 pub(super) fn parse(text: &str, max_depth: usize) -> Option<Value> {
+    read(text, max_depth)
+}
+
+/// [`parse`] into the borrowed tree: the same acceptance and the same
+/// values (`Json::to_value` of it is [`parse`]'s `Value`), with strings
+/// borrowed from `text` unless an escape was decoded, and objects in
+/// document order.
+#[allow(
+    dead_code,
+    reason = "the engine's decision from bytes arrives in the next commit"
+)]
+pub(crate) fn parse_node(text: &str, max_depth: usize) -> Option<Node<'_>> {
+    read(text, max_depth)
+}
+
+fn read<'a, T: Tree<'a>>(text: &'a str, max_depth: usize) -> Option<T> {
     let mut reader = Reader {
         text,
         bytes: text.as_bytes(),
         at: 0,
         max_depth,
+        keys: Vec::new(),
     };
     let value = reader.value(0)?;
     reader.space();
     (reader.at == reader.bytes.len()).then_some(value)
 }
+
+/// What the reader builds: a [`Value`], or a [`Node`] that borrows the text.
+trait Tree<'a>: Sized {
+    type Members: Default;
+    fn null() -> Self;
+    fn boolean(b: bool) -> Self;
+    fn number(n: Number) -> Self;
+    fn string(text: Cow<'a, str>) -> Self;
+    fn array(items: Vec<Self>) -> Self;
+    fn object(members: Self::Members) -> Self;
+    /// Adds a member whose key equals no earlier member's, even after NFC.
+    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self);
+}
+
+impl<'a> Tree<'a> for Value {
+    type Members = Map<String, Value>;
+    fn null() -> Self {
+        Value::Null
+    }
+    fn boolean(b: bool) -> Self {
+        Value::Bool(b)
+    }
+    fn number(n: Number) -> Self {
+        Value::Number(n)
+    }
+    fn string(text: Cow<'a, str>) -> Self {
+        Value::String(text.into_owned())
+    }
+    fn array(items: Vec<Self>) -> Self {
+        Value::Array(items)
+    }
+    fn object(members: Self::Members) -> Self {
+        Value::Object(members)
+    }
+    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) {
+        members.insert(key.into_owned(), value);
+    }
+}
+
+impl<'a> Tree<'a> for Node<'a> {
+    type Members = Members<'a>;
+    fn null() -> Self {
+        Node::Null
+    }
+    fn boolean(b: bool) -> Self {
+        Node::Bool(b)
+    }
+    fn number(n: Number) -> Self {
+        Node::Number(n)
+    }
+    fn string(text: Cow<'a, str>) -> Self {
+        Node::String(text)
+    }
+    fn array(items: Vec<Self>) -> Self {
+        Node::Array(items)
+    }
+    fn object(members: Self::Members) -> Self {
+        Node::Object(members)
+    }
+    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) {
+        members.0.push((key, value));
+    }
+}
+
+/// Keys an object may have before they are also kept hashed: compared one
+/// by one up to here, looked up beyond, so an object of many keys costs
+/// linear time.
+const FEW_KEYS: usize = 16;
 
 struct Reader<'a> {
     text: &'a str,
@@ -47,6 +134,9 @@ struct Reader<'a> {
     /// The next byte to read.
     at: usize,
     max_depth: usize,
+    /// The NFC forms of the keys of the objects being read, the innermost
+    /// object's last.
+    keys: Vec<Cow<'a, str>>,
 }
 
 impl<'a> Reader<'a> {
@@ -68,21 +158,21 @@ impl<'a> Reader<'a> {
 
     /// The value starting after white space at `self.at`, inside `depth`
     /// containers.
-    fn value(&mut self, depth: usize) -> Option<Value> {
+    fn value<T: Tree<'a>>(&mut self, depth: usize) -> Option<T> {
         self.space();
         match self.peek()? {
             b'{' => self.object(depth + 1),
             b'[' => self.array(depth + 1),
-            b'"' => Some(Value::String(self.string()?.into_owned())),
-            b't' => self.word(b"true", Value::Bool(true)),
-            b'f' => self.word(b"false", Value::Bool(false)),
-            b'n' => self.word(b"null", Value::Null),
-            b'-' | b'0'..=b'9' => self.number(),
+            b'"' => Some(T::string(self.string()?)),
+            b't' => self.word(b"true", T::boolean(true)),
+            b'f' => self.word(b"false", T::boolean(false)),
+            b'n' => self.word(b"null", T::null()),
+            b'-' | b'0'..=b'9' => self.number().map(T::number),
             _ => None,
         }
     }
 
-    fn word(&mut self, word: &[u8], value: Value) -> Option<Value> {
+    fn word<T>(&mut self, word: &[u8], value: T) -> Option<T> {
         let end = self.at + word.len();
         (self.bytes.get(self.at..end)? == word).then(|| {
             self.at = end;
@@ -90,7 +180,7 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn array(&mut self, depth: usize) -> Option<Value> {
+    fn array<T: Tree<'a>>(&mut self, depth: usize) -> Option<T> {
         if depth > self.max_depth {
             return None;
         }
@@ -99,30 +189,31 @@ impl<'a> Reader<'a> {
         self.space();
         if self.peek()? == b']' {
             self.at += 1;
-            return Some(Value::Array(items));
+            return Some(T::array(items));
         }
         loop {
             items.push(self.value(depth)?);
             if !self.another(b']')? {
-                return Some(Value::Array(items));
+                return Some(T::array(items));
             }
         }
     }
 
-    fn object(&mut self, depth: usize) -> Option<Value> {
+    fn object<T: Tree<'a>>(&mut self, depth: usize) -> Option<T> {
         if depth > self.max_depth {
             return None;
         }
         self.at += 1;
-        let mut map = Map::new();
-        // The NFC forms of the keys that were not NFC as written, as in
-        // the serde path: hashed, so many of them cost linear time.
-        let mut renormalised: HashSet<String> = HashSet::new();
+        let mut members = T::Members::default();
         self.space();
         if self.peek()? == b'}' {
             self.at += 1;
-            return Some(Value::Object(map));
+            return Some(T::object(members));
         }
+        // This object's keys are `self.keys[base..]`, in NFC: two keys
+        // clash when their NFC forms are equal, as in the serde path.
+        let base = self.keys.len();
+        let mut hashed: Option<HashSet<Cow<'a, str>>> = None;
         loop {
             self.space();
             if self.peek()? != b'"' {
@@ -130,22 +221,26 @@ impl<'a> Reader<'a> {
             }
             let key = self.string()?;
             self.expect(b':')?;
-            // A key clashes with an earlier one written as its NFC form
-            // (the map holds it), or with one whose NFC form it is or
-            // shares (recorded below).
-            if let Cow::Owned(normal) = nfc(&key) {
-                if map.contains_key(&normal) || !renormalised.insert(normal) {
-                    return None;
-                }
-            } else if renormalised.contains(key.as_ref()) {
+            let normal = match &key {
+                Cow::Borrowed(text) => nfc(text),
+                Cow::Owned(text) => Cow::Owned(nfc(text).into_owned()),
+            };
+            let clash = match &mut hashed {
+                Some(set) => !set.insert(normal.clone()),
+                None => self.keys[base..].contains(&normal),
+            };
+            if clash {
                 return None;
             }
-            let Entry::Vacant(slot) = map.entry(key.into_owned()) else {
-                return None;
-            };
-            slot.insert(self.value(depth)?);
+            self.keys.push(normal);
+            if hashed.is_none() && self.keys.len() - base > FEW_KEYS {
+                hashed = Some(self.keys[base..].iter().cloned().collect());
+            }
+            let value = self.value(depth)?;
+            T::insert(&mut members, key, value);
             if !self.another(b'}')? {
-                return Some(Value::Object(map));
+                self.keys.truncate(base);
+                return Some(T::object(members));
             }
         }
     }
@@ -267,7 +362,7 @@ impl<'a> Reader<'a> {
     /// fraction or exponent that fits is a `u64` (or, negative and not
     /// zero, an `i64`); every other number the double nearest its literal
     /// (`-0` is the double −0), refused when that is infinite.
-    fn number(&mut self) -> Option<Value> {
+    fn number(&mut self) -> Option<Number> {
         let start = self.at;
         let negative = self.peek() == Some(b'-');
         if negative {
@@ -309,16 +404,14 @@ impl<'a> Reader<'a> {
                 if let Ok(n) = literal.parse::<i64>()
                     && n != 0
                 {
-                    return Some(Value::Number(Number::from(n)));
+                    return Some(Number::from(n));
                 }
             } else if let Ok(n) = literal.parse::<u64>() {
-                return Some(Value::Number(Number::from(n)));
+                return Some(Number::from(n));
             }
         }
         let double = literal.parse::<f64>().ok()?;
-        Number::from_f64(double)
-            .filter(|_| double.is_finite())
-            .map(Value::Number)
+        Number::from_f64(double).filter(|_| double.is_finite())
     }
 
     fn digits(&mut self) {
