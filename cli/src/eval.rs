@@ -212,9 +212,10 @@ pub fn run(args: Args) -> ExitCode {
     };
     // The trims applied to the params in place, and the params moved into
     // the envelope, never copied (a request of a million hints is held once).
-    let mut params = request.params;
+    let id = request.id.clone();
+    let mut params = request.into_params();
     grant.lowered().apply(&mut params);
-    let out = match &request.id {
+    let out = match &id {
         Some(id) => {
             let mut envelope = Map::new();
             envelope.insert("jsonrpc".to_owned(), Value::from("2.0"));

@@ -91,7 +91,7 @@ pub fn run(args: Args) -> ExitCode {
         Ok(sampling) => {
             emit(&format!(
                 "{}\n",
-                identity::refusal_key(&args.server, &sampling.params, &fields)
+                identity::refusal_key(&args.server, sampling.params(), &fields)
             ));
             ExitCode::SUCCESS
         }

@@ -243,13 +243,13 @@ fn engine_step(
     };
     let key = DecisionKey::new(
         server,
-        engine.identity(server, &request.params).into_string(),
+        engine.identity(server, request.params()).into_string(),
     );
     // Where an approval of it is stored (`consent first`): the approval key.
     let approval = DecisionKey::new(
         server,
         engine
-            .approval_key(server, &request.params, ctx)
+            .approval_key(server, request.params(), ctx)
             .into_string(),
     );
     let table = engine.policy().table();
@@ -263,7 +263,7 @@ fn engine_step(
                     ..GrantView::default()
                 };
                 trims(&mut view, pending.annotations());
-                view.params = Value::Object(pending.params(&request.params));
+                view.params = Value::Object(pending.params(request.params()));
                 return (Observed::Grant(view), None, Some(key), Some(approval));
             }
             Answer::Approve => (
@@ -289,7 +289,7 @@ fn engine_step(
             Some(approval),
         ),
         Ok(grant) => {
-            let view = grant_view(table, &grant, &request.params, asked);
+            let view = grant_view(table, &grant, request.params(), asked);
             (
                 Observed::Grant(view),
                 Some(grant),

@@ -115,7 +115,7 @@ pub fn run(data: &[u8]) {
             if let (Some(id), Some(got)) = (&id, &sampling.id) {
                 assert_eq!(id, got);
             }
-            let first = identities(&sampling.params, &sets);
+            let first = identities(sampling.params(), &sets);
             for identity in &first {
                 let text = identity.as_str();
                 let hex = text.strip_prefix("fuzz:").unwrap_or_default();
@@ -129,7 +129,7 @@ pub fn run(data: &[u8]) {
             let text = value.to_string();
             match accept(text.as_bytes()) {
                 Ok(again) => assert!(
-                    identities(&again.params, &sets) == first,
+                    identities(again.params(), &sets) == first,
                     "the identity changed when the request was re-serialised: {text}"
                 ),
                 Err(e) => panic!("the re-serialised request is refused ({e}): {text}"),
@@ -137,7 +137,7 @@ pub fn run(data: &[u8]) {
             // The canonical form reads back (as JSON: it need not be a
             // valid request, RFC 8785 writes 2^64-1 as 18446744073709552000),
             // with the same identity, and is its own canonical form.
-            let params = Value::Object(sampling.params.clone());
+            let params = Value::Object(sampling.params().clone());
             let canonical = identity::canonical_bytes(&params);
             let shown = String::from_utf8_lossy(&canonical).into_owned();
             match request::parse_strict(&canonical) {

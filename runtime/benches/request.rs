@@ -138,7 +138,7 @@ fn shapes(size: usize) -> Vec<(&'static str, Vec<u8>)> {
 
 fn decide(bytes: &[u8], fields: &[String]) -> usize {
     match request::parse_sampling(bytes) {
-        Ok(request) => request_identity("srv", &request.params, fields)
+        Ok(request) => request_identity("srv", request.params(), fields)
             .as_str()
             .len(),
         Err(rejection) => panic!("{}", rejection.error),

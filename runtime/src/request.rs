@@ -12,12 +12,14 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use crate::frame;
 use crate::identity::nfc;
+use crate::json::{Json, Kind, Node, Object};
 use crate::jsonrpc;
 use crate::table::ProtocolRevision;
 
@@ -180,18 +182,63 @@ fn duplicate_message(key: &str, earlier: &str, path: &str) -> String {
 }
 
 /// A validated sampling request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct SamplingRequest {
     /// The JSON-RPC id (a string or a number), or `None` for bare params.
     pub id: Option<Value>,
-    /// The params object, valid under the revision it was validated for:
-    /// `messages` is an array and `maxTokens` a positive integer.
-    pub params: Map<String, Value>,
+    params: Params,
     /// Set by the parser alone ([`SamplingRequest::rewritten`]).
     rewritten: bool,
 }
 
+/// A request's params: a `Map`, or, for a request decided from its bytes
+/// (which never builds one to decide), the request's text, read into a
+/// `Map` the first time a caller asks for it.
+#[derive(Clone)]
+enum Params {
+    Map(Map<String, Value>),
+    Text {
+        text: Box<str>,
+        map: OnceLock<Map<String, Value>>,
+    },
+}
+
 impl SamplingRequest {
+    /// A request the engine decided from `text`, which the strict reader
+    /// accepted and [`valid`] found valid, its id `id`.
+    pub(crate) fn from_text(id: Option<Value>, text: &str, rewritten: bool) -> Self {
+        SamplingRequest {
+            id,
+            params: Params::Text {
+                text: text.into(),
+                map: OnceLock::new(),
+            },
+            rewritten,
+        }
+    }
+
+    /// The params object, valid under the revision it was validated for:
+    /// `messages` is an array and `maxTokens` a positive integer (held as
+    /// one however it was spelt, see [`SamplingRequest::rewritten`]).
+    pub fn params(&self) -> &Map<String, Value> {
+        match &self.params {
+            Params::Map(map) => map,
+            Params::Text { text, map } => {
+                map.get_or_init(|| params_of_text(text, self.id.is_some(), self.rewritten))
+            }
+        }
+    }
+
+    /// The params, owned.
+    pub fn into_params(self) -> Map<String, Value> {
+        match self.params {
+            Params::Map(map) => map,
+            Params::Text { text, map } => map
+                .into_inner()
+                .unwrap_or_else(|| params_of_text(&text, self.id.is_some(), self.rewritten)),
+        }
+    }
+
     /// Whether `params` is not what the bytes said: an integral
     /// `maxTokens` spelt `9e2`, `-0` or `100.0` is held as the integer. A
     /// forwarder (the proxy) then passes the request on re-serialised, not
@@ -204,7 +251,7 @@ impl SamplingRequest {
 
     /// `params.maxTokens`, validated as a positive integer.
     pub fn max_tokens(&self) -> u64 {
-        self.params
+        self.params()
             .get("maxTokens")
             .and_then(as_non_negative_integer)
             .unwrap_or(0)
@@ -212,11 +259,50 @@ impl SamplingRequest {
 
     /// `params.messages`, validated as an array.
     pub fn messages(&self) -> &[Value] {
-        match self.params.get("messages") {
+        match self.params().get("messages") {
             Some(Value::Array(items)) => items,
             _ => &[],
         }
     }
+}
+
+impl PartialEq for SamplingRequest {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.rewritten == other.rewritten && self.params() == other.params()
+    }
+}
+
+impl fmt::Debug for SamplingRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SamplingRequest")
+            .field("id", &self.id)
+            .field("params", self.params())
+            .field("rewritten", &self.rewritten)
+            .finish()
+    }
+}
+
+/// The params of a request's `text`, which the strict reader accepted and
+/// [`valid`] found valid (an `envelope`, or bare params): as
+/// [`validate_sampling_for`] would hold them. Read by the reader that
+/// accepted the text, so it cannot refuse it now; should it ever, the
+/// params are empty.
+fn params_of_text(text: &str, envelope: bool, rewritten: bool) -> Map<String, Value> {
+    let Some(Value::Object(mut object)) = fast::parse(text, SERDE_JSON_DEPTH) else {
+        return Map::new();
+    };
+    let mut params = if envelope {
+        match object.remove("params") {
+            Some(Value::Object(params)) => params,
+            _ => Map::new(),
+        }
+    } else {
+        object
+    };
+    if rewritten {
+        respell_max_tokens(&mut params);
+    }
+    params
 }
 
 /// A request refused before it reached the policy: why, and the envelope's
@@ -427,8 +513,16 @@ pub fn parse_strict_serde(bytes: &[u8], limits: &Limits) -> Result<Value, Reques
 #[cfg(feature = "bench")]
 pub fn parse_strict_tree(bytes: &[u8], limits: &Limits) -> Option<Value> {
     let text = text_within(bytes, limits).ok()?;
-    fast::parse_node(text, limits.max_depth.min(SERDE_JSON_DEPTH))
-        .map(|node| crate::json::Json::to_value(&node))
+    fast::parse_node(text, limits.max_depth.min(SERDE_JSON_DEPTH)).map(|node| node.to_value())
+}
+
+/// `bytes` as text and read into the borrowed tree, if the fast path
+/// accepts them under `limits` (as [`parse_strict_with`] would, with the
+/// same value): what a decision from bytes is made from.
+pub(crate) fn read_tree<'b>(bytes: &'b [u8], limits: &Limits) -> Option<(&'b str, Node<'b>)> {
+    let text = text_within(bytes, limits).ok()?;
+    let tree = fast::parse_node(text, limits.max_depth.min(SERDE_JSON_DEPTH))?;
+    Some((text, tree))
 }
 
 /// `bytes` as text, if they are within the size limit and UTF-8.
@@ -504,36 +598,77 @@ pub fn validate_sampling_for(
     value: Value,
     revision: ProtocolRevision,
 ) -> Result<SamplingRequest, RequestError> {
+    let Valid { id, rewritten, .. } = valid(&value, revision)?;
+    let id = id.cloned();
     let Value::Object(mut object) = value else {
+        // `valid` refused anything else.
         return Err(RequestError::NotAnObject {
             found: describe(&value),
         });
     };
+    let mut params = match id {
+        Some(_) => match object.remove("params") {
+            Some(Value::Object(params)) => params,
+            // `valid` refused anything else.
+            _ => Map::new(),
+        },
+        None => object,
+    };
+    if rewritten {
+        respell_max_tokens(&mut params);
+    }
+    Ok(SamplingRequest {
+        id,
+        params: Params::Map(params),
+        rewritten,
+    })
+}
+
+/// What [`valid`] found in a valid request.
+pub(crate) struct Valid<'v, J: Json> {
+    /// The envelope's id; `None` for bare params.
+    pub(crate) id: Option<&'v J>,
+    /// The params object.
+    pub(crate) params: &'v J::Object,
+    /// `maxTokens` is integral but not written as an integer.
+    pub(crate) rewritten: bool,
+}
+
+/// The checks of [`validate_sampling_for`] on a request in either tree
+/// (`docs/spec/evaluation.md`, "Step 1: Validation"): a decision from
+/// bytes makes them on the borrowed tree.
+pub(crate) fn valid<J: Json>(
+    value: &J,
+    revision: ProtocolRevision,
+) -> Result<Valid<'_, J>, RequestError> {
+    let Some(object) = value.as_object() else {
+        return Err(RequestError::NotAnObject {
+            found: describe(value),
+        });
+    };
     let is_envelope = ["jsonrpc", "method", "params", "id"]
         .iter()
-        .any(|member| object.contains_key(*member));
+        .any(|member| object.get(member).is_some());
     if !is_envelope {
-        let rewritten = check_params(&mut object, revision, "$")?;
-        return Ok(SamplingRequest {
+        let rewritten = check_params(object, revision, "$")?;
+        return Ok(Valid {
             id: None,
             params: object,
             rewritten,
         });
     }
 
-    match object.get("jsonrpc") {
-        Some(Value::String(version)) if version == "2.0" => {}
-        other => {
-            return Err(RequestError::InvalidEnvelope {
-                path: "$.jsonrpc".into(),
-                expected: "\"2.0\"",
-                found: describe_option(other),
-            });
-        }
+    let jsonrpc = object.get("jsonrpc");
+    if jsonrpc.and_then(J::as_str) != Some("2.0") {
+        return Err(RequestError::InvalidEnvelope {
+            path: "$.jsonrpc".into(),
+            expected: "\"2.0\"",
+            found: describe_option(jsonrpc),
+        });
     }
     match object.get("method") {
-        Some(Value::String(method)) if method == jsonrpc::SAMPLING_METHOD => {}
-        Some(method @ Value::String(_)) => {
+        Some(method) if method.as_str() == Some(jsonrpc::SAMPLING_METHOD) => {}
+        Some(method) if method.as_str().is_some() => {
             return Err(RequestError::WrongMethod {
                 found: describe(method),
             });
@@ -547,7 +682,7 @@ pub fn validate_sampling_for(
         }
     }
     let id = match object.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        Some(id) if matches!(id.kind(), Kind::String(_) | Kind::Number(_)) => id,
         other => {
             return Err(RequestError::InvalidEnvelope {
                 path: "$.id".into(),
@@ -556,18 +691,16 @@ pub fn validate_sampling_for(
             });
         }
     };
-    let mut params = match object.remove("params") {
-        Some(Value::Object(params)) => params,
-        other => {
-            return Err(RequestError::InvalidParams {
-                path: "$.params".into(),
-                expected: "an object",
-                found: describe_option(other.as_ref()),
-            });
-        }
+    let given = object.get("params");
+    let Some(params) = given.and_then(J::as_object) else {
+        return Err(RequestError::InvalidParams {
+            path: "$.params".into(),
+            expected: "an object",
+            found: describe_option(given),
+        });
     };
-    let rewritten = check_params(&mut params, revision, "$.params")?;
-    Ok(SamplingRequest {
+    let rewritten = check_params(params, revision, "$.params")?;
+    Ok(Valid {
         id: Some(id),
         params,
         rewritten,
@@ -586,10 +719,13 @@ pub fn validate_params_for(
     mut params: Map<String, Value>,
     revision: ProtocolRevision,
 ) -> Result<SamplingRequest, RequestError> {
-    let rewritten = check_params(&mut params, revision, "$.params")?;
+    let rewritten = check_params(&params, revision, "$.params")?;
+    if rewritten {
+        respell_max_tokens(&mut params);
+    }
     Ok(SamplingRequest {
         id: None,
-        params,
+        params: Params::Map(params),
         rewritten,
     })
 }
@@ -624,34 +760,37 @@ pub fn check_params_for(
 /// another type is refused, never read past: a `hints` that is a string is
 /// no list the `models` trim could narrow, and the client would refuse what
 /// the policy let through.
-fn check_params(
-    params: &mut Map<String, Value>,
+fn check_params<O: Object>(
+    params: &O,
     revision: ProtocolRevision,
     at: &str,
 ) -> Result<bool, RequestError> {
     schema::check_params(params, revision, at)?;
     // The schema checked it; refused again rather than assumed.
-    let max_tokens = params
-        .get("maxTokens")
-        .and_then(as_non_negative_integer)
-        .ok_or_else(|| RequestError::InvalidParams {
+    let given = params.get("maxTokens");
+    if given.and_then(as_non_negative_integer).is_none() {
+        return Err(RequestError::InvalidParams {
             path: format!("{at}.maxTokens"),
             expected: "a positive integer",
-            found: describe_option(params.get("maxTokens")),
-        })?;
-    let respelt = !matches!(params.get("maxTokens"), Some(Value::Number(n)) if n.is_u64());
-    if respelt {
+            found: describe_option(given),
+        });
+    }
+    Ok(!given
+        .and_then(Json::as_number)
+        .is_some_and(serde_json::Number::is_u64))
+}
+
+/// `maxTokens` held as the integer it is (see [`check_params`]).
+fn respell_max_tokens(params: &mut Map<String, Value>) {
+    if let Some(max_tokens) = params.get("maxTokens").and_then(as_non_negative_integer) {
         params.insert("maxTokens".to_owned(), Value::from(max_tokens));
     }
-    Ok(respelt)
 }
 
 /// A non-negative integer, written as `5`, `5.0` or `5e0` (JSON does not tell
 /// them apart, and neither does the canonical form).
-pub(crate) fn as_non_negative_integer(value: &Value) -> Option<u64> {
-    let Value::Number(number) = value else {
-        return None;
-    };
+pub(crate) fn as_non_negative_integer<J: Json>(value: &J) -> Option<u64> {
+    let number = value.as_number()?;
     if let Some(n) = number.as_u64() {
         return Some(n);
     }
@@ -663,18 +802,18 @@ pub(crate) fn as_non_negative_integer(value: &Value) -> Option<u64> {
 /// A short description of a JSON value for messages. Numbers are written
 /// exactly: an integral double (such as 2^64, which serde_json reads as a
 /// double) in full decimal, never in exponent form.
-fn describe(value: &Value) -> String {
-    match value {
-        Value::Array(_) => "an array".into(),
-        Value::Object(_) => "an object".into(),
-        Value::String(s) => {
+fn describe<J: Json>(value: &J) -> String {
+    match value.kind() {
+        Kind::Array(_) => "an array".into(),
+        Kind::Object(_) => "an object".into(),
+        Kind::String(s) => {
             let mut shown: String = s.chars().take(40).collect();
             if shown.len() < s.len() {
                 shown.push('…');
             }
             quote(&shown)
         }
-        Value::Number(n) => match n.as_f64() {
+        Kind::Number(n) => match n.as_f64() {
             Some(f) if !n.is_u64() && !n.is_i64() && f.is_finite() && f.fract() == 0.0 => {
                 // `{:.0}` prints a double's exact value; `-0` keeps its sign.
                 let digits = format!("{f:.0}");
@@ -686,11 +825,12 @@ fn describe(value: &Value) -> String {
             }
             _ => n.to_string(),
         },
-        scalar => scalar.to_string(),
+        Kind::Bool(b) => b.to_string(),
+        Kind::Null => "null".into(),
     }
 }
 
-fn describe_option(value: Option<&Value>) -> Option<String> {
+fn describe_option<J: Json>(value: Option<&J>) -> Option<String> {
     value.map(describe)
 }
 

@@ -124,7 +124,7 @@ fn retry_cannot_bypass_denial(store: Arc<dyn DecisionStore>) {
     );
     let identity = mcpolicy_runtime::identity::request_identity(
         "release-notes",
-        &seed_request("M").params,
+        seed_request("M").params(),
         &client.h.engine.policy().table().identity,
     );
     let stored = client
@@ -324,7 +324,7 @@ fn trims_lower_the_request_and_annotate_the_result() {
         "modelPreferences": {"hints": [{"name": "gpt-5"}, {"name": "claude-3-sonnet"}, {"name": "gpt-4o"}], "speedPriority": 0.5},
     }));
     let grant = trimmed(h.decide("s", &request));
-    let lowered = grant.params(&request.params);
+    let lowered = grant.params(request.params());
     assert_eq!(lowered["includeContext"], "thisServer");
     assert_eq!(lowered["maxTokens"], 4096);
     assert_eq!(
@@ -366,7 +366,7 @@ fn trims_lower_the_request_and_annotate_the_result() {
     );
     let grant = trimmed(h.decide("s", &outside));
     assert_eq!(
-        grant.params(&outside.params)["modelPreferences"]["hints"],
+        grant.params(outside.params())["modelPreferences"]["hints"],
         json!([])
     );
 }
@@ -415,7 +415,7 @@ fn context_capability_rule_of_2026_07_28() {
         Decision::Trim(g) => g,
         other => panic!("{other:?}"),
     };
-    assert_eq!(grant.params(&request.params)["includeContext"], "none");
+    assert_eq!(grant.params(request.params())["includeContext"], "none");
     let with = mcpolicy_runtime::engine::ClientContext::with_sampling_context(true);
     assert!(matches!(
         h.engine
@@ -604,7 +604,7 @@ fn tokens_in(store: Arc<dyn DecisionStore>) {
     // A float spelling is clamped like any other.
     let float = params(json!({"messages": [], "maxTokens": 9e3}));
     let grant = trimmed(h.decide("s", &float));
-    assert_eq!(grant.params(&float.params)["maxTokens"], 600);
+    assert_eq!(grant.params(float.params())["maxTokens"], 600);
     grant.complete(0).expect("settle");
     // 9000 is clamped to 600 and 600 is reserved.
     let first = trimmed(h.decide("s", &ask("1", 9000)));

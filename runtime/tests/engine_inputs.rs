@@ -216,7 +216,7 @@ fn input_requests_are_decided_entry_by_entry() {
                     decision: Decision::Trim(grant),
                 },
             ) => {
-                assert_eq!(grant.params(&request.params)["includeContext"], "none");
+                assert_eq!(grant.params(request.params())["includeContext"], "none");
             }
             (
                 "wide",
@@ -327,7 +327,7 @@ fn float_spelled_max_tokens_is_allowed_or_lowered() {
             panic!("{spelled}: {answer:?}");
         };
         let grant = grant_of(decision).unwrap_or_else(|| panic!("{spelled}: {decision:?}"));
-        let lowered = grant.params(&request.params);
+        let lowered = grant.params(request.params());
         assert_eq!(lowered.get("maxTokens"), Some(&forwarded), "{spelled}");
         assert!(integral_at_most(&forwarded, 5));
     }
@@ -372,7 +372,7 @@ proptest! {
         match &answer {
             Answer::Decided { request, decision } => {
                 if let Some(grant) = grant_of(decision) {
-                    let lowered = grant.params(&request.params);
+                    let lowered = grant.params(request.params());
                     prop_assert!(lowered.get("maxTokens").is_some_and(|t| integral_at_most(t, 5)));
                     let mut result = json!({"model": "y"});
                     prop_assert!(grant.annotate(&mut result));

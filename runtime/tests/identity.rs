@@ -129,8 +129,8 @@ fn whole_request_and_bare_params_have_one_identity() {
     let bare = validate_sampling(parse_strict(params.as_bytes()).expect("json")).expect("valid");
     let whole = validate_sampling(parse_strict(request.as_bytes()).expect("json")).expect("valid");
     assert_eq!(
-        request_identity("s", &bare.params, &fields),
-        request_identity("s", &whole.params, &fields)
+        request_identity("s", bare.params(), &fields),
+        request_identity("s", whole.params(), &fields)
     );
 }
 

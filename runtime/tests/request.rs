@@ -49,7 +49,7 @@ fn a_whole_request_is_accepted() {
 fn bare_params_are_accepted() {
     let request = validate_sampling(parse_strict(PARAMS.as_bytes()).expect("parses")).expect("ok");
     assert_eq!(request.id, None);
-    assert_eq!(request.params["maxTokens"], json!(100));
+    assert_eq!(request.params()["maxTokens"], json!(100));
 }
 
 /// Params an SDK already read are validated as they are: the same request
@@ -75,7 +75,7 @@ fn params_read_by_an_sdk_validate_as_params() {
             );
             match (typed, framed) {
                 (Ok(typed), Ok(framed)) => {
-                    assert_eq!(typed.params, framed.params, "{params}");
+                    assert_eq!(typed.params(), framed.params(), "{params}");
                     assert_eq!(typed.rewritten(), framed.rewritten(), "{params}");
                     assert_eq!(typed.id, None);
                 }
@@ -89,7 +89,7 @@ fn params_read_by_an_sdk_validate_as_params() {
         unreachable!()
     };
     let request = validate_params_for(params.clone(), ProtocolRevision::default()).expect("valid");
-    assert_eq!(request.params, params);
+    assert_eq!(request.params(), &params);
     assert!(
         validate_sampling(Value::Object(params)).is_err(),
         "sniffed as an envelope"
@@ -487,7 +487,7 @@ fn unknown_include_context_is_invalid_params() {
             parse_strict(with_context(&json!(scope)).as_bytes()).expect("parses"),
         )
         .expect("a schema value is valid");
-        assert_eq!(request.params["includeContext"], json!(scope));
+        assert_eq!(request.params()["includeContext"], json!(scope));
     }
 }
 
@@ -535,7 +535,7 @@ proptest! {
         match outcome {
             Ok(request) => {
                 prop_assert!(known, "{} was accepted", scope);
-                prop_assert_eq!(&request.params["includeContext"], &scope);
+                prop_assert_eq!(&request.params()["includeContext"], &scope);
             }
             Err(error) => {
                 prop_assert!(!known, "{} was refused: {}", scope, error);
@@ -635,7 +635,7 @@ fn integral_max_tokens_are_handed_on_as_integers() {
         assert_eq!(request.max_tokens(), integer, "{written}");
         // Written back out (as for forwarding), it is an integer.
         assert_eq!(
-            serde_json::to_string(&request.params["maxTokens"]).expect("serialise"),
+            serde_json::to_string(&request.params()["maxTokens"]).expect("serialise"),
             integer.to_string(),
             "{written}"
         );

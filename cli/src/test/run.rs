@@ -233,7 +233,7 @@ fn decide_step(
                     trims_hits(
                         table,
                         entry,
-                        &request.params,
+                        request.params(),
                         &annotations,
                         step.sampling_context,
                         exercised,
@@ -243,7 +243,7 @@ fn decide_step(
                     observed.insert("meta".into(), Value::Object(annotations.to_meta()));
                     observed.insert(
                         "params".into(),
-                        Value::Object(pending.params(&request.params)),
+                        Value::Object(pending.params(request.params())),
                     );
                     let reasons = trim_reasons(&annotations);
                     result.reasons.extend(reasons.iter().cloned());
@@ -298,12 +298,12 @@ fn decide_step(
     trims_hits(
         table,
         entry,
-        &request.params,
+        request.params(),
         grant.annotations(),
         step.sampling_context,
         exercised,
     );
-    grant_fields(&grant, &request.params, request.id.as_ref(), &mut observed);
+    grant_fields(&grant, request.params(), request.id.as_ref(), &mut observed);
     let reasons = trim_reasons(grant.annotations());
     result.reasons.extend(reasons.iter().cloned());
     let consented = approved || (grant.replayed() && block.consent != Consent::Never);

@@ -338,8 +338,8 @@ impl Session {
         decision: Decision,
     ) {
         let rewritten = request.rewritten();
-        let SamplingRequest { id, params, .. } = request;
-        let id = id.unwrap_or(Value::Null);
+        let id = request.id.clone().unwrap_or(Value::Null);
+        let params = request.into_params();
         // Written after the decision's own line, which it is about.
         let alert = decision.alert().cloned();
         self.decided_outcome(raw, key, id, params, rewritten, decision);

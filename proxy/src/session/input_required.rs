@@ -158,7 +158,7 @@ impl Session {
                     refusal.get_or_insert_with(|| error.reply(call_id));
                 }
                 InputOutcome::Decided { request, decision } => {
-                    let params = request.params;
+                    let params = request.into_params();
                     let alert = decision.alert().cloned();
                     match decision {
                         Decision::Deny(denial) => {

@@ -436,7 +436,7 @@ impl Decision {
                 Some("runtime.store_unavailable".to_owned()),
             ),
             Answer::Decided { request, decision } => {
-                Decision::from_verdict(decision, request.id, request.params)
+                Decision::from_verdict(decision, request.id.clone(), request.into_params())
             }
         }
     }

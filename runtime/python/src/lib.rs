@@ -502,8 +502,8 @@ impl Engine {
                 Answer::Invalid(rejection) => Err(Failure::rejection(&rejection)),
                 Answer::Failed { error, .. } => Err(Failure::engine(&error, None)),
             })?;
-        let params = Arc::new(request.params);
-        let id = request.id.filter(|_| id_given);
+        let id = request.id.clone().filter(|_| id_given);
+        let params = Arc::new(request.into_params());
         match decision {
             Decision::Allow(grant) | Decision::Trim(grant) => {
                 Ok(Bound::new(py, Grant::new(grant, &params, id))?.into_any())

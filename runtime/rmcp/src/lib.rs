@@ -313,7 +313,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
                 let prompt = ConsentRequest {
                     server_id: pending.server_id().to_owned(),
                     identity: pending.identity().to_owned(),
-                    params: to_rmcp_params(pending.params(&request.params), &self.server_id)?,
+                    params: to_rmcp_params(pending.params(request.params()), &self.server_id)?,
                     annotations: pending.annotations().clone(),
                 };
                 bump(&self.counters.consent_prompts);
@@ -335,7 +335,7 @@ impl<P: Provider, C: ConsentPrompt> PolicyClient<P, C> {
         } else {
             &self.counters.allowed
         });
-        self.run(grant, &request.params, cancelled).await
+        self.run(grant, request.params(), cancelled).await
     }
 
     fn deny(&self, denial: &Denial) -> ErrorData {

@@ -104,12 +104,12 @@ mod tests {
             .with_model_preferences(ModelPreferences::new().with_cost_priority(0.7));
         let request = typed_request(&params, ProtocolRevision::default()).unwrap();
         let wire: Value = serde_json::from_slice(&serde_json::to_vec(&params).unwrap()).unwrap();
-        assert_eq!(request.params["temperature"], json!(0.3));
+        assert_eq!(request.params()["temperature"], json!(0.3));
         assert_eq!(
-            request.params["modelPreferences"]["costPriority"],
+            request.params()["modelPreferences"]["costPriority"],
             json!(0.7)
         );
-        assert_eq!(Value::Object(request.params), wire);
+        assert_eq!(Value::Object(request.into_params()), wire);
     }
 
     #[test]

@@ -81,20 +81,20 @@ fn both_paths_agree(server: &str, params_text: &str) -> Result<(), TestCaseError
     else {
         return Err(TestCaseError::fail(format!("not decided: {frame}")));
     };
-    let bytes_side = summary(&decision, &request.params);
+    let bytes_side = summary(&decision, request.params());
 
     // What rmcp's client reads from the same frame, then the typed path.
     let typed: CreateMessageRequestParams = serde_json::from_str(params_text).unwrap();
     let typed_engine = engine();
     let typed_request = typed_request(&typed, typed_engine.policy().table().protocol).unwrap();
     prop_assert_eq!(
-        typed_engine.identity(server, &typed_request.params),
-        bytes_engine.identity(server, &request.params)
+        typed_engine.identity(server, typed_request.params()),
+        bytes_engine.identity(server, request.params())
     );
     let decision = typed_engine
         .decide_request(server, &typed_request, &ctx)
         .unwrap();
-    prop_assert_eq!(bytes_side, summary(&decision, &typed_request.params));
+    prop_assert_eq!(bytes_side, summary(&decision, typed_request.params()));
     Ok(())
 }
 
@@ -184,7 +184,7 @@ fn frozen_identity_vectors_through_the_typed_path() {
             continue;
         };
         let request = typed_request(&typed, Default::default()).unwrap();
-        if Value::Object(request.params.clone()) != *params {
+        if Value::Object(request.params().clone()) != *params {
             continue;
         }
         let fields: Vec<&str> = vector["fields"]
@@ -195,7 +195,7 @@ fn frozen_identity_vectors_through_the_typed_path() {
             .collect();
         let server = vector["server"].as_str().unwrap();
         assert_eq!(
-            request_identity(server, &request.params, &fields).as_str(),
+            request_identity(server, request.params(), &fields).as_str(),
             vector["identity"],
             "{}",
             vector["name"]

@@ -200,12 +200,12 @@ impl Engine {
 
     /// A stored denial, answered again: same `data` bytes; the message and
     /// the cause are derived when asked ([`Origin::Replayed`]).
-    pub(super) fn replayed_denial(
+    pub(super) fn replayed_denial<P: Object>(
         &self,
         key: DecisionKey,
         entry: usize,
         stored: StoredDecision,
-        params: &Map<String, Value>,
+        params: &P,
     ) -> Denial {
         let rt = self.reason(&stored.reason);
         let block = self.block(entry);
@@ -542,17 +542,17 @@ pub(super) fn replay_limit_window(
 /// block's input limits naming it, the first this request exceeds, else the
 /// last. The request is measured only when two limits share the reason
 /// (only the limits before the last are).
-pub(super) fn replay_input_limit(
+pub(super) fn replay_input_limit<P: Object>(
     block: &EffectiveBlock,
     reason: &str,
-    params: &Map<String, Value>,
+    params: &P,
 ) -> Option<Statement> {
     let mut naming = INPUT_LIMITS
         .iter()
         .filter_map(|input| Some((input, (input.of)(block).filter(|l| l.reason == reason)?)))
         .peekable();
     while let Some((input, limit)) = naming.next() {
-        if naming.peek().is_none() || (input.exceeded)(params, limit.max) {
+        if naming.peek().is_none() || input.measure.exceeded(params, limit.max) {
             return Some(input.statement);
         }
     }

@@ -35,10 +35,12 @@ impl Engine {
                         self.table().protocol,
                     ) {
                         Err(error) => InputOutcome::Invalid(error.into()),
-                        Ok(request) => match self.decide_validated(server_id, &request, ctx) {
-                            Ok(decision) => InputOutcome::Decided { request, decision },
-                            Err(error) => InputOutcome::Failed(error),
-                        },
+                        Ok(request) => {
+                            match self.decide_validated(server_id, request.params(), ctx) {
+                                Ok(decision) => InputOutcome::Decided { request, decision },
+                                Err(error) => InputOutcome::Failed(error),
+                            }
+                        }
                     }
                 };
                 InputDecision {

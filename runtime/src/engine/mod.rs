@@ -40,6 +40,7 @@ use crate::frame::{
 };
 use crate::glob;
 use crate::identity::{self, RequestIdentity};
+use crate::json::{Json, Kind, Object};
 use crate::jsonrpc;
 use crate::policy::Policy;
 use crate::request::{self, Rejection, SamplingRequest, as_non_negative_integer};
@@ -303,6 +304,17 @@ pub enum Answer {
         /// The underlying error.
         error: Error,
     },
+}
+
+/// What a valid `request` decided as `decided` is answered.
+fn answer(request: SamplingRequest, decided: Result<Decision, Error>) -> Answer {
+    match decided {
+        Ok(decision) => Answer::Decided { request, decision },
+        Err(error) => Answer::Failed {
+            reply: error.reply(request.id.as_ref()),
+            error,
+        },
+    }
 }
 
 /// The outcome of a decision.
@@ -857,18 +869,25 @@ impl Engine {
     /// something to send, never a panic.
     pub fn decide(&self, server_id: &str, bytes: &[u8], ctx: &ClientContext) -> Answer {
         let protocol = self.table().protocol;
-        let request =
-            match request::parse_sampling_for(bytes, &request::Limits::default(), protocol) {
-                Ok(request) => request,
-                Err(rejection) => return Answer::Invalid(rejection),
-            };
-        match self.decide_validated(server_id, &request, ctx) {
-            Ok(decision) => Answer::Decided { request, decision },
-            Err(error) => Answer::Failed {
-                reply: error.reply(request.id.as_ref()),
-                error,
-            },
+        let limits = request::Limits::default();
+        // Read into the borrowed tree and decided from it: no `Value` is
+        // built unless a caller asks for the params. A request the tree
+        // refuses, or that is not valid, is read again by the path below,
+        // for its exact error.
+        if let Some((text, tree)) = request::read_tree(bytes, &limits)
+            && let Ok(valid) = request::valid(&tree, protocol)
+        {
+            let decided = self.decide_validated(server_id, valid.params, ctx);
+            let request =
+                SamplingRequest::from_text(valid.id.map(Json::to_value), text, valid.rewritten);
+            return answer(request, decided);
         }
+        let request = match request::parse_sampling_for(bytes, &limits, protocol) {
+            Ok(request) => request,
+            Err(rejection) => return Answer::Invalid(rejection),
+        };
+        let decided = self.decide_validated(server_id, request.params(), ctx);
+        answer(request, decided)
     }
 
     /// Decides a request already validated by
@@ -882,21 +901,22 @@ impl Engine {
         request: &SamplingRequest,
         ctx: &ClientContext,
     ) -> Result<Decision, Error> {
-        request::check_params_for(&request.params, self.table().protocol)?;
-        self.decide_validated(server_id, request, ctx)
+        request::check_params_for(request.params(), self.table().protocol)?;
+        self.decide_validated(server_id, request.params(), ctx)
     }
 
-    /// Steps 2–10 of a request valid under the table's revision.
-    fn decide_validated(
+    /// Steps 2–10 of params valid under the table's revision, in either
+    /// tree.
+    fn decide_validated<P: Object>(
         &self,
         server_id: &str,
-        request: &SamplingRequest,
+        params: &P,
         ctx: &ClientContext,
     ) -> Result<Decision, Error> {
         // NFC once, here: the id matches, keys the store and is reported in this form.
         let nfc_id = glob::nfc(server_id);
-        let identity = identity::refusal_key(&nfc_id, &request.params, &self.table().identity);
-        self.decide_known_identity(&nfc_id, identity.into_string(), &request.params, ctx)
+        let identity = identity::refusal_key_of(&nfc_id, params, &self.table().identity);
+        self.decide_known_identity(&nfc_id, identity.into_string(), params, ctx)
             .map_err(|error| match error {
                 // The fail-closed reply names the server as the caller did.
                 Error::Store { source, .. } => Error::store(server_id, source),
@@ -924,11 +944,11 @@ impl Engine {
 
     /// Steps 3–10 for a request whose identity, [`identity::refusal_key`]
     /// of these params, is already known.
-    fn decide_known_identity(
+    fn decide_known_identity<P: Object>(
         &self,
         server_id: &str,
         identity: String,
-        params: &Map<String, Value>,
+        params: &P,
         ctx: &ClientContext,
     ) -> Result<Decision, Error> {
         let server_id = &*glob::nfc(server_id);
@@ -1054,21 +1074,40 @@ pub const CONSENT_COOLDOWN_WINDOW_MS: i64 = 60 * 60 * 1000;
 struct InputLimit {
     statement: Statement,
     of: fn(&EffectiveBlock) -> Option<&Limit>,
-    exceeded: fn(&Map<String, Value>, u64) -> bool,
+    measure: Measure,
     label: fn(u64) -> String,
+}
+
+/// What an input limit measures of a request.
+#[derive(Clone, Copy)]
+enum Measure {
+    /// The entries of `messages`.
+    Messages,
+    /// The canonical bytes of `systemPrompt` and `messages`.
+    Input,
+}
+
+impl Measure {
+    /// Whether `params` measure more than `max`.
+    fn exceeded<P: Object>(self, params: &P, max: u64) -> bool {
+        match self {
+            Measure::Messages => message_count(params) > max,
+            Measure::Input => !input_fits(params, max),
+        }
+    }
 }
 
 const INPUT_LIMITS: [InputLimit; 2] = [
     InputLimit {
         statement: Statement::MaxMessages,
         of: |block| block.max_messages.as_ref(),
-        exceeded: |params, max| message_count(params) > max,
+        measure: Measure::Messages,
         label: |max| format!("{max} messages"),
     },
     InputLimit {
         statement: Statement::MaxInput,
         of: |block| block.max_input.as_ref(),
-        exceeded: |params, max| !input_fits(params, max),
+        measure: Measure::Input,
         label: frame::format_size,
     },
 ];

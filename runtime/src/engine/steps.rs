@@ -11,12 +11,12 @@ impl Engine {
     // Inlined: it returns a large `Decision`, which a call would copy.
     #[inline(always)]
     #[allow(clippy::too_many_arguments, reason = "the steps' inputs, passed once")]
-    pub(super) fn decide_steps(
+    pub(super) fn decide_steps<P: Object>(
         &self,
         server_id: &str,
         entry: usize,
         identity: String,
-        params: &Map<String, Value>,
+        params: &P,
         ctx: &ClientContext,
         now: Millis,
         represented: &mut Option<u64>,
@@ -165,12 +165,12 @@ impl Engine {
     /// it found (step 3), the block (steps 4–5) and the trimmed request
     /// (the checks of steps 7–8, and step 9's consent cooldown check).
     #[allow(clippy::too_many_arguments, reason = "the steps' inputs, passed once")]
-    pub(super) fn evaluate<'b>(
+    pub(super) fn evaluate<'b, P: Object>(
         &self,
         block: &'b EffectiveBlock,
         plan: &Plan,
         lowered: &Lowered,
-        params: &Map<String, Value>,
+        params: &P,
         now: Millis,
         stored: Option<&StoredDecision>,
         checks: &mut Vec<LimitCheck>,
@@ -203,10 +203,10 @@ impl Engine {
         }
     }
 
-    pub(super) fn trims(
+    pub(super) fn trims<P: Object>(
         &self,
         block: &EffectiveBlock,
-        params: &Map<String, Value>,
+        params: &P,
         ctx: &ClientContext,
     ) -> (Lowered, Annotations) {
         let mut lowered = Lowered::default();
@@ -215,9 +215,9 @@ impl Engine {
         // includeContext. Absent means `none`. Validation refuses any other
         // value (-32602); a caller that built params without it still never
         // gets an unknown value widened past the block's maximum.
-        let (requested, recognised) = match params.get("includeContext") {
-            None | Some(Value::Null) => (ContextScope::None, true),
-            Some(Value::String(s)) => match ContextScope::parse(s) {
+        let (requested, recognised) = match params.get("includeContext").map(Json::kind) {
+            None | Some(Kind::Null) => (ContextScope::None, true),
+            Some(Kind::String(s)) => match ContextScope::parse(s) {
                 Some(scope) => (scope, true),
                 None => (ContextScope::AllServers, false),
             },
@@ -250,15 +250,15 @@ impl Engine {
             && let Some(hints) = params
                 .get("modelPreferences")
                 .and_then(|p| p.get("hints"))
-                .and_then(Value::as_array)
+                .and_then(Json::as_array)
         {
-            let name = |hint: &Value| hint.get("name").and_then(Value::as_str).map(str::to_owned);
+            let name = |hint: &P::Value| hint.get("name").and_then(Json::as_str).map(str::to_owned);
             // Each hint is normalised once and matched once, whatever the
             // number of patterns: a server chooses how large its hints are.
             let allowed: Vec<bool> = hints
                 .iter()
                 .map(|hint| {
-                    hint.get("name").and_then(Value::as_str).is_some_and(|n| {
+                    hint.get("name").and_then(Json::as_str).is_some_and(|n| {
                         let n = glob::nfc(n);
                         models.iter().any(|m| glob::matches(m, &n))
                     })
@@ -269,11 +269,16 @@ impl Engine {
                     .iter()
                     .zip(&allowed)
                     .filter(|(_, a)| **a)
-                    .map(|(h, _)| h.clone())
+                    .map(|(h, _)| h.to_value())
                     .collect();
                 annotations.model = Some(ModelTrim {
                     requested: hints.iter().map(name).collect(),
-                    applied: kept.iter().filter_map(name).collect(),
+                    applied: kept
+                        .iter()
+                        .filter_map(|hint| {
+                            hint.get("name").and_then(Value::as_str).map(str::to_owned)
+                        })
+                        .collect(),
                     allowed: models.clone(),
                 });
                 lowered.model_hints = Some(kept);
@@ -328,12 +333,12 @@ impl Engine {
     /// Steps 7–8's checks for a request after its trims: `maxTokens` as
     /// lowered (else as asked, else the block's cap) is what a token budget
     /// reserves. Empty when the block has neither rate nor budgets.
-    pub(super) fn admission_checks(
+    pub(super) fn admission_checks<P: Object>(
         &self,
         block: &EffectiveBlock,
         plan: &Plan,
         lowered: &Lowered,
-        params: &Map<String, Value>,
+        params: &P,
         now: Millis,
     ) -> Vec<LimitCheck> {
         if plan.checks.is_empty() {
@@ -372,23 +377,23 @@ pub(super) fn consent_check() -> LimitCheck {
 }
 
 /// The approval key of `params` as forwarded: with `lowered` applied.
-pub(super) fn forwarded_approval_key(
+pub(super) fn forwarded_approval_key<P: Object>(
     server_id: &str,
-    params: &Map<String, Value>,
+    params: &P,
     lowered: &Lowered,
 ) -> RequestIdentity {
     if lowered.is_empty() {
-        return identity::approval_key(server_id, params);
+        return identity::approval_key_of(server_id, params);
     }
-    let mut forwarded = params.clone();
+    let mut forwarded = params.to_map();
     lowered.apply(&mut forwarded);
     identity::approval_key(server_id, &forwarded)
 }
 
 /// Steps 4–5: the denial a switch or an input limit gives this request, if any.
-pub(super) fn switch_or_input_denial<'b>(
+pub(super) fn switch_or_input_denial<'b, P: Object>(
     block: &'b EffectiveBlock,
-    params: &Map<String, Value>,
+    params: &P,
 ) -> Option<(&'b str, Produced)> {
     // 4. Switches.
     if !block.sampling.enabled {
@@ -401,7 +406,7 @@ pub(super) fn switch_or_input_denial<'b>(
     }
     // 5. Input limits.
     INPUT_LIMITS.iter().find_map(|input| {
-        let limit = (input.of)(block).filter(|l| (input.exceeded)(params, l.max))?;
+        let limit = (input.of)(block).filter(|l| input.measure.exceeded(params, l.max))?;
         let produced = Produced {
             limit: Some((input.label)(limit.max)),
             ..Produced::new(input.statement, Step::InputLimits).recomputable()
@@ -411,11 +416,11 @@ pub(super) fn switch_or_input_denial<'b>(
 }
 
 /// The entries of `messages` (0 when absent).
-pub(super) fn message_count(params: &Map<String, Value>) -> u64 {
+pub(super) fn message_count<P: Object>(params: &P) -> u64 {
     params
         .get("messages")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len) as u64
+        .and_then(Json::as_array)
+        .map_or(0, <[P::Value]>::len) as u64
 }
 
 /// What `replay_or_admit`'s callback found, with what each answer needs.
@@ -458,17 +463,17 @@ pub(super) fn limit_window(window: Window, now: Millis) -> LimitWindow {
 /// `maxTokens` as validation accepts it: an integer, also when written
 /// `9000.0` or `9e3` (a float must not slip past the clamp or the
 /// reservation). The same reader as validation's.
-pub(super) fn max_tokens_of(params: &Map<String, Value>) -> Option<u64> {
+pub(super) fn max_tokens_of<P: Object>(params: &P) -> Option<u64> {
     params.get("maxTokens").and_then(as_non_negative_integer)
 }
 
 /// Whether a stored denial answers this request again (step 3). `tools` is
 /// not part of the identity: after a `tools off` denial, the same request
 /// without tools is asking something new.
-pub(super) fn stored_denial_answers(
+pub(super) fn stored_denial_answers<P: Object>(
     block: &EffectiveBlock,
     stored: &StoredDecision,
-    params: &Map<String, Value>,
+    params: &P,
 ) -> bool {
     let tools_only = !block.tools.enabled
         && *stored.reason == *block.tools.reason
@@ -478,10 +483,10 @@ pub(super) fn stored_denial_answers(
 
 /// Whether the request offers tools to the model (`tools` non-empty, or a
 /// `toolChoice`): what `tools off` refuses.
-pub(super) fn carries_tools(params: &Map<String, Value>) -> bool {
-    let tools = match params.get("tools") {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(list)) => !list.is_empty(),
+pub(super) fn carries_tools<P: Object>(params: &P) -> bool {
+    let tools = match params.get("tools").map(Json::kind) {
+        None | Some(Kind::Null) => false,
+        Some(Kind::Array(list)) => !list.is_empty(),
         Some(_) => true,
     };
     tools || params.get("toolChoice").is_some_and(|c| !c.is_null())
@@ -490,10 +495,10 @@ pub(super) fn carries_tools(params: &Map<String, Value>) -> bool {
 /// Whether the canonical bytes of `systemPrompt` + `messages` are at most
 /// `max`. A cheap upper bound settles the common case without writing the
 /// canonical form; only requests near the limit are counted exactly.
-pub(super) fn input_fits(params: &Map<String, Value>, max: u64) -> bool {
+pub(super) fn input_fits<P: Object>(params: &P, max: u64) -> bool {
     let bound = ["systemPrompt", "messages"]
         .iter()
-        .filter_map(|field| params.get(*field))
+        .filter_map(|field| params.get(field))
         .fold(0u64, |sum, value| {
             sum.saturating_add(canonical_bound(value))
         });
@@ -503,15 +508,15 @@ pub(super) fn input_fits(params: &Map<String, Value>, max: u64) -> bool {
 /// An upper bound of the canonical length of `value`: every byte of a
 /// string becomes at most 6 (`\u001f`; NFC at most triples a non-ASCII
 /// character's bytes), a number at most 32 characters.
-pub(super) fn canonical_bound(value: &Value) -> u64 {
-    match value {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => 32,
-        Value::String(s) => 6 * s.len() as u64 + 2,
-        Value::Array(items) => items.iter().fold(2 + items.len() as u64, |sum, v| {
+pub(super) fn canonical_bound<J: Json>(value: &J) -> u64 {
+    match value.kind() {
+        Kind::Null | Kind::Bool(_) => 5,
+        Kind::Number(_) => 32,
+        Kind::String(s) => 6 * s.len() as u64 + 2,
+        Kind::Array(items) => items.iter().fold(2 + items.len() as u64, |sum, v| {
             sum.saturating_add(canonical_bound(v))
         }),
-        Value::Object(map) => map.iter().fold(2 + 2 * map.len() as u64, |sum, (k, v)| {
+        Kind::Object(map) => map.members().fold(2 + 2 * map.len() as u64, |sum, (k, v)| {
             sum.saturating_add(6 * k.len() as u64 + 2)
                 .saturating_add(canonical_bound(v))
         }),
@@ -519,11 +524,11 @@ pub(super) fn canonical_bound(value: &Value) -> u64 {
 }
 
 /// Canonical bytes of `systemPrompt` + `messages` (absent members count 0).
-pub(super) fn input_bytes(params: &Map<String, Value>) -> u64 {
+pub(super) fn input_bytes<P: Object>(params: &P) -> u64 {
     let mut count = identity::ByteCount::default();
     for field in ["systemPrompt", "messages"] {
         if let Some(value) = params.get(field) {
-            identity::write_canonical(value, &mut count);
+            identity::write_canonical_of(value, &mut count);
         }
     }
     count.0

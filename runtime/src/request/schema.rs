@@ -12,9 +12,8 @@
 //! the published schema with Python's `jsonschema`) holds exactly those
 //! differences.
 
-use serde_json::{Map, Value};
-
 use super::{RequestError, describe, quote};
+use crate::json::{Json, Kind, Object};
 use crate::table::ProtocolRevision;
 
 /// What a JSON value must be.
@@ -120,7 +119,7 @@ impl At<'_> {
 
 /// Checks `value` against `shape`; the error names the innermost member
 /// that is wrong, by its JSON path.
-fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> {
+fn check<J: Json>(shape: &Shape, value: &J, at: &At<'_>) -> Result<(), RequestError> {
     let wrong = || {
         Err(RequestError::InvalidParams {
             path: at.path(),
@@ -130,17 +129,20 @@ fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> 
     };
     let ok = match shape {
         Shape::Any => true,
-        Shape::String => value.is_string(),
-        Shape::Boolean => value.is_boolean(),
-        Shape::Number => value.is_number(),
+        Shape::String => value.as_str().is_some(),
+        Shape::Boolean => matches!(value.kind(), Kind::Bool(_)),
+        Shape::Number => value.as_number().is_some(),
         Shape::Integer => is_integer(value),
         Shape::PositiveInteger => super::as_non_negative_integer(value).is_some_and(|n| n > 0),
-        Shape::StringOrInteger => value.is_string() || is_integer(value),
-        Shape::UnitInterval => value.as_f64().is_some_and(|p| (0.0..=1.0).contains(&p)),
+        Shape::StringOrInteger => value.as_str().is_some() || is_integer(value),
+        Shape::UnitInterval => value
+            .as_number()
+            .and_then(serde_json::Number::as_f64)
+            .is_some_and(|p| (0.0..=1.0).contains(&p)),
         Shape::Const(constant, _) => value.as_str() == Some(constant),
         Shape::Enum(values, _) => value.as_str().is_some_and(|s| values.contains(&s)),
         Shape::Array(item, _) => {
-            let Value::Array(items) = value else {
+            let Some(items) = value.as_array() else {
                 return wrong();
             };
             for (index, element) in items.iter().enumerate() {
@@ -149,21 +151,21 @@ fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> 
             true
         }
         Shape::Object(object) => {
-            let Value::Object(members) = value else {
+            let Some(members) = value.as_object() else {
                 return wrong();
             };
             return check_object(object, members, at);
         }
         Shape::Tagged(branches, _) => {
-            let Value::Object(members) = value else {
+            let Some(members) = value.as_object() else {
                 return wrong();
             };
-            let tag = members.get("type").and_then(Value::as_str);
+            let tag = members.get("type").and_then(J::as_str);
             let Some(branch) = branches.iter().find(|b| b.tag.is_some() && b.tag == tag) else {
                 return Err(RequestError::InvalidParams {
                     path: At::Member(at, "type").path(),
                     expected: shape.expected(),
-                    found: members.get("type").map(describe),
+                    found: members.get("type").map(|tag| describe(tag)),
                 });
             };
             return check_object(branch, members, at);
@@ -172,12 +174,12 @@ fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> 
             .iter()
             .any(|branch| check(branch, value, at).is_ok()),
         Shape::OneOrMany(item, _) => {
-            if let Value::Array(items) = value {
+            if let Some(items) = value.as_array() {
                 for (index, element) in items.iter().enumerate() {
                     check(item, element, &At::Index(at, index))?;
                 }
                 true
-            } else if value.is_object() {
+            } else if value.as_object().is_some() {
                 return check(item, value, at);
             } else {
                 false
@@ -192,9 +194,9 @@ fn check(shape: &Shape, value: &Value, at: &At<'_>) -> Result<(), RequestError> 
 /// so a shape with more does not compile.
 const MAX_MEMBERS: usize = 24;
 
-fn check_object(
+fn check_object<O: Object>(
     object: &ObjectShape,
-    members: &Map<String, Value>,
+    members: &O,
     at: &At<'_>,
 ) -> Result<(), RequestError> {
     // One walk of the object's members finds the known ones (an object
@@ -202,10 +204,10 @@ fn check_object(
     // comparisons end at once), instead of a lookup in the map for every
     // member the shape names. The checks then run in the shape's order, so
     // the error reported is the same.
-    let mut present: [Option<&Value>; MAX_MEMBERS] = [None; MAX_MEMBERS];
+    let mut present: [Option<&O::Value>; MAX_MEMBERS] = [None; MAX_MEMBERS];
     let mut others = false;
-    for (name, value) in members {
-        match object.members.iter().position(|(known, _)| known == name) {
+    for (name, value) in members.members() {
+        match object.members.iter().position(|(known, _)| *known == name) {
             Some(index) => present[index] = Some(value),
             None => others = true,
         }
@@ -224,32 +226,37 @@ fn check_object(
         }
     }
     if let (Some(shape), true) = (object.others, others) {
-        for (name, value) in members {
-            if !object.members.iter().any(|(known, _)| known == name) {
-                check(shape, value, &At::Member(at, name))?;
-            }
+        // In byte order, as a `Map` holds them: the first wrong member
+        // reported is the same whichever tree the request was read into.
+        let mut unknown: Vec<(&str, &O::Value)> = members
+            .members()
+            .filter(|(name, _)| !object.members.iter().any(|(known, _)| known == name))
+            .collect();
+        if !members.in_byte_order() {
+            unknown.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        }
+        for (name, value) in unknown {
+            check(shape, value, &At::Member(at, name))?;
         }
     }
     Ok(())
 }
 
 /// JSON Schema's `integer`: any number whose value has no fraction.
-fn is_integer(value: &Value) -> bool {
-    match value {
-        Value::Number(n) => {
-            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
+fn is_integer<J: Json>(value: &J) -> bool {
+    match value.kind() {
+        Kind::Number(n) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
         _ => false,
     }
 }
 
-fn json_value(value: &Value) -> bool {
-    match value {
-        Value::String(_) | Value::Bool(_) => true,
-        Value::Number(_) => is_integer(value),
-        Value::Array(items) => items.iter().all(json_value),
-        Value::Object(members) => members.values().all(json_value),
-        Value::Null => false,
+fn json_value<J: Json>(value: &J) -> bool {
+    match value.kind() {
+        Kind::String(_) | Kind::Bool(_) => true,
+        Kind::Number(_) => is_integer(value),
+        Kind::Array(items) => items.iter().all(json_value),
+        Kind::Object(members) => members.members().all(|(_, value)| json_value(value)),
+        Kind::Null => false,
     }
 }
 
@@ -755,8 +762,8 @@ static PARAMS_2026_07_28: ObjectShape = object(
 );
 
 /// Checks a params object under `revision`.
-pub(super) fn check_params(
-    params: &Map<String, Value>,
+pub(super) fn check_params<O: Object>(
+    params: &O,
     revision: ProtocolRevision,
     at: &str,
 ) -> Result<(), RequestError> {

@@ -80,7 +80,7 @@ fn main() {
         black_box(parsed[i % REQUESTS].clone());
     });
     time("refusal key (Engine::identity)", &mut |i| {
-        black_box(engine.identity(server(i), &parsed[i % REQUESTS].params));
+        black_box(engine.identity(server(i), parsed[i % REQUESTS].params()));
     });
     time("decide a parsed request (decide_request)", &mut |i| {
         black_box(
