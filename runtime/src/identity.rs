@@ -35,6 +35,8 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 use crate::json::{Json, Kind, Object};
 
 mod normal;
+#[cfg(test)]
+mod view_tests;
 
 use normal::normal_fields;
 pub use normal::{is_default_ignorable, presentation_normal, presentation_text};
