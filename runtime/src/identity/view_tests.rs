@@ -597,6 +597,35 @@ fn keys_out_of_order_with_keys_not_ascii_take_the_entries() {
 }
 
 #[test]
+fn keys_not_ascii_before_ascii_keys_out_of_order_take_the_entries() {
+    // In order as far as a key that is not ASCII, then ASCII keys out of
+    // order: sorting the members by bytes would write the NFD key as it is
+    // and put U+E000 before U+1F600 (UTF-16 puts the surrogates first).
+    let orders: [&[&str]; 4] = [
+        &["\u{1f600}", "\u{e000}", "b", "a"],
+        &["e\u{301}", "b", "a"],
+        &["a", "\u{1f600}", "\u{e000}", "c", "b"],
+        &["\u{e9}", "z", "y"],
+    ];
+    for keys in orders {
+        let node = Node::Object(Members(
+            keys.iter()
+                .enumerate()
+                .map(|(i, key)| (Cow::Borrowed(*key), Node::Number(Number::from(i))))
+                .collect(),
+        ));
+        let value = node.to_value();
+        assert_eq!(canonical_of(&node), canonical_bytes(&value), "{keys:?}");
+        for recursion in [0, RECURSION] {
+            assert_eq!(
+                canonical_with(&node, true, recursion),
+                canonical_bytes(&value)
+            );
+        }
+    }
+}
+
+#[test]
 fn frozen_vectors_hold_for_a_node() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
