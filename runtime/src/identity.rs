@@ -32,7 +32,11 @@ use serde_json::{Map, Number, Value};
 use sha2::{Digest, Sha256};
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
+use crate::json::{Json, Kind, Object};
+
 mod normal;
+#[cfg(test)]
+mod view_tests;
 
 use normal::normal_fields;
 pub use normal::{is_default_ignorable, presentation_normal, presentation_text};
@@ -84,6 +88,13 @@ impl Sink for ByteCount {
 /// would take them. A non-finite number (possible only with serde_json's
 /// `arbitrary_precision`) is written as `null`, as `JSON.stringify` does.
 pub fn write_canonical(value: &Value, out: &mut impl Sink) {
+    write_canonical_of(value, out);
+}
+
+/// [`write_canonical`] of any view of a JSON value: a [`Value`], or the
+/// strict reader's borrowed tree, whose objects are in document order.
+/// Both give the same bytes (`identity::view_tests`).
+pub(crate) fn write_canonical_of<J: Json>(value: &J, out: &mut impl Sink) {
     let mut writer = Writer::new(out);
     writer.value(value);
     writer.flush();
@@ -113,33 +124,38 @@ pub fn write_identity_payload<F: AsRef<str>>(
     fields: &[F],
     out: &mut impl Sink,
 ) {
-    write_payload_of(fields, |field| params.get(field), out);
+    write_payload_of(looked_up(params, fields), out);
 }
 
-/// [`write_identity_payload`] with each field's value as `value_of` gives
-/// it (`None`: `null`).
-fn write_payload_of<'a, F: AsRef<str>>(
+/// Each of `fields` with its value in `params` (`None`: absent).
+fn looked_up<'a, O: Object, F: AsRef<str>>(
+    params: &'a O,
     fields: &'a [F],
-    value_of: impl Fn(&str) -> Option<&'a Value>,
+) -> impl Iterator<Item = (&'a str, Option<&'a O::Value>)> {
+    fields.iter().map(|field| {
+        let field = field.as_ref();
+        (field, params.get(field))
+    })
+}
+
+/// Writes the canonical object of `members` (a `None` value: `null`), in
+/// any order; a key given twice is written once.
+fn write_payload_of<'a, J: Json + 'a>(
+    members: impl Iterator<Item = (&'a str, Option<&'a J>)>,
     out: &mut impl Sink,
 ) {
-    static NULL: Value = Value::Null;
-    let mut entries: Vec<Entry<'_>> = fields
-        .iter()
-        .map(|field| {
-            let field = field.as_ref();
-            Entry {
-                key: nfc(field),
-                raw: field,
-                value: value_of(field).unwrap_or(&NULL),
-            }
+    let mut entries: Vec<Entry<'a, Option<&'a J>>> = members
+        .map(|(raw, value)| Entry {
+            key: nfc(raw),
+            raw,
+            value,
         })
         .collect();
     entries.sort_by(Entry::cmp);
     entries.dedup_by(|later, earlier| later.raw == earlier.raw);
 
     let mut writer = Writer::new(out);
-    writer.object_entries(&entries);
+    writer.payload(&entries);
     writer.flush();
 }
 
@@ -184,18 +200,17 @@ pub fn request_identity<F: AsRef<str>>(
     fields: &[F],
 ) -> RequestIdentity {
     // Server ids key stored decisions in NFC, like every string of the payload.
-    identity_of(server_id, fields, |field| params.get(field))
+    identity_of(server_id, looked_up(params, fields))
 }
 
-/// [`request_identity`] with each field's value as `value_of` gives it.
-fn identity_of<'a, F: AsRef<str>>(
+/// [`request_identity`] of the payload of `members` (see [`write_payload_of`]).
+fn identity_of<'a, J: Json + 'a>(
     server_id: &str,
-    fields: &'a [F],
-    value_of: impl Fn(&str) -> Option<&'a Value>,
+    members: impl Iterator<Item = (&'a str, Option<&'a J>)>,
 ) -> RequestIdentity {
     let server_id = &*crate::glob::nfc(server_id);
     let mut hasher = Sha256::new();
-    write_payload_of(fields, value_of, &mut hasher);
+    write_payload_of(members, &mut hasher);
     let digest = hasher.finalize();
 
     let mut text = String::with_capacity(server_id.len() + 33);
@@ -219,15 +234,31 @@ pub fn refusal_key<F: AsRef<str>>(
     params: &Map<String, Value>,
     fields: &[F],
 ) -> RequestIdentity {
+    refusal_key_of(server_id, params, fields)
+}
+
+/// [`refusal_key`] of params read through any view (`docs/spec/identity.md`,
+/// "The refusal key"): a request decided from the strict reader's tree
+/// has the key it would have as a [`Value`].
+pub(crate) fn refusal_key_of<O: Object, F: AsRef<str>>(
+    server_id: &str,
+    params: &O,
+    fields: &[F],
+) -> RequestIdentity {
     // The normal form borrows every part of `params` already normal: a
     // request as most clients write it is hashed without a copy.
     let normal = normal_fields(params, fields);
-    identity_of(server_id, fields, |field| {
-        normal
-            .iter()
-            .find(|(name, _)| *name == field)
-            .map(|(_, value)| &**value)
-    })
+    identity_of(
+        server_id,
+        fields.iter().map(|field| {
+            let field = field.as_ref();
+            let value = normal
+                .iter()
+                .find(|(name, _)| *name == field)
+                .map(|(_, value)| &**value);
+            (field, value)
+        }),
+    )
 }
 
 /// Domain tag of the approval key's hash: no refusal payload (a canonical
@@ -248,17 +279,23 @@ pub const APPROVAL_KEY_MARK: &str = "approval:";
 /// and every member of the prompt as written. A stored `user.approved` is
 /// keyed by it, so an approval covers exactly what the user was shown.
 pub fn approval_key(server_id: &str, forwarded: &Map<String, Value>) -> RequestIdentity {
+    approval_key_of(server_id, forwarded)
+}
+
+/// [`approval_key`] of forwarded params read through any view
+/// (`docs/spec/identity.md`, "The approval key"): the same key for the
+/// strict reader's tree as for a [`Value`].
+pub(crate) fn approval_key_of<O: Object>(server_id: &str, forwarded: &O) -> RequestIdentity {
     let server_id = &*crate::glob::nfc(server_id);
     let mut hasher = Sha256::new();
     Digest::update(&mut hasher, APPROVAL_TAG);
     // The covered members written in place: a request of a million hints
     // is not copied to be hashed.
-    let covered: Vec<&str> = forwarded
-        .keys()
-        .map(String::as_str)
-        .filter(|key| !matches!(*key, "_meta" | "task"))
-        .collect();
-    write_payload_of(&covered, |key| forwarded.get(key), &mut hasher);
+    let covered = forwarded
+        .members()
+        .filter(|(key, _)| !matches!(*key, "_meta" | "task"))
+        .map(|(key, value)| (key, Some(value)));
+    write_payload_of(covered, &mut hasher);
     let digest = hasher.finalize();
     let mut text = String::with_capacity(server_id.len() + 1 + APPROVAL_KEY_MARK.len() + 32);
     text.push_str(server_id);
@@ -276,39 +313,49 @@ fn push_hex(text: &mut String, bytes: &[u8]) {
     }
 }
 
-/// One member of an object being written: its NFC key, original key, value.
-struct Entry<'a> {
+/// One member of an object being written: its NFC key, original key, and
+/// value `V` (a `&J`; for the identity payload an `Option<&J>`, `None`
+/// being `null`).
+struct Entry<'a, V> {
     key: Cow<'a, str>,
     raw: &'a str,
-    value: &'a Value,
+    value: V,
 }
 
-impl Entry<'_> {
+impl<V> Entry<'_, V> {
     fn cmp(a: &Self, b: &Self) -> Ordering {
         cmp_utf16(&a.key, &b.key).then_with(|| cmp_utf16(a.raw, b.raw))
     }
 }
 
 /// A container being written.
-enum Frame<'a> {
-    Array(std::slice::Iter<'a, Value>),
-    /// An object whose keys are already NFC and in canonical order: its
-    /// members are `members[start..end]` of [`Open`], `next` the one to write.
+enum Frame<'a, J> {
+    Array(std::slice::Iter<'a, J>),
+    /// An object whose keys are already NFC, its members in canonical order
+    /// as `members[start..end]` of [`Open`], `next` the one to write.
     InOrder {
         start: usize,
         next: usize,
         end: usize,
     },
-    Sorted(Box<std::vec::IntoIter<Entry<'a>>>),
+    Sorted(Box<std::vec::IntoIter<Entry<'a, &'a J>>>),
 }
 
 /// The containers being written, innermost last, and the members of the
-/// objects among them written in map order, innermost last: one B-tree walk
+/// objects among them written from `members`, innermost last: one walk
 /// per object both checks its order and collects them.
-#[derive(Default)]
-struct Open<'a> {
-    frames: Vec<Frame<'a>>,
-    members: Vec<(&'a str, &'a Value)>,
+struct Open<'a, J> {
+    frames: Vec<Frame<'a, J>>,
+    members: Vec<(&'a str, &'a J)>,
+}
+
+impl<J> Default for Open<'_, J> {
+    fn default() -> Self {
+        Open {
+            frames: Vec::new(),
+            members: Vec::new(),
+        }
+    }
 }
 
 /// The writer's buffer: a flush's worth and the most written between checks.
@@ -337,8 +384,10 @@ struct Writer<'s, S: Sink + ?Sized> {
     sink: &'s mut S,
     buf: [u8; BUFFER],
     len: usize,
-    /// Whether [`Map`] iterates in key order (see [`maps_iterate_sorted`]).
-    sorted_maps: bool,
+    /// Whether an object that says it iterates in byte order
+    /// ([`Object::in_byte_order`]) is taken at its word; off only in tests,
+    /// to write such objects as if they did not.
+    trust_order: bool,
     /// The depth from which containers go to [`Writer::deep`].
     recursion: u32,
 }
@@ -349,7 +398,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
             sink,
             buf: [0; BUFFER],
             len: 0,
-            sorted_maps: maps_iterate_sorted(),
+            trust_order: true,
             recursion: RECURSION,
         }
     }
@@ -393,21 +442,21 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 
     /// Writes `root`.
-    fn value(&mut self, root: &Value) {
+    fn value<J: Json>(&mut self, root: &J) {
         self.nested(root, 0, &mut Vec::new());
     }
 
     /// Writes `value`, found `depth` containers deep: by recursion, until
     /// [`Writer::deep`] takes over. `members` is [`Open::members`], shared
     /// down the recursion.
-    fn nested<'a>(
+    fn nested<'a, J: Json>(
         &mut self,
-        value: &'a Value,
+        value: &'a J,
         depth: u32,
-        members: &mut Vec<(&'a str, &'a Value)>,
+        members: &mut Vec<(&'a str, &'a J)>,
     ) {
-        match value {
-            Value::Array(items) if depth < self.recursion => {
+        match value.kind() {
+            Kind::Array(items) if depth < self.recursion => {
                 self.byte(b'[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
@@ -417,9 +466,9 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 }
                 self.byte(b']');
             }
-            Value::Object(map) if depth < self.recursion => {
+            Kind::Object(map) if depth < self.recursion => {
                 self.byte(b'{');
-                match object_order(map, members, self.sorted_maps) {
+                match object_order(map, members, self.trust_order) {
                     Order::InOrder { start, end, plain } => {
                         for i in start..end {
                             let (key, item) = members[i];
@@ -437,29 +486,33 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
                 }
                 self.byte(b'}');
             }
-            Value::Array(_) | Value::Object(_) => self.deep(value),
-            Value::Null => self.bytes(b"null"),
-            Value::Bool(true) => self.bytes(b"true"),
-            Value::Bool(false) => self.bytes(b"false"),
-            Value::Number(number) => self.number(number),
-            Value::String(text) => self.string(text),
+            Kind::Array(_) | Kind::Object(_) => self.deep(value),
+            Kind::Null => self.bytes(b"null"),
+            Kind::Bool(true) => self.bytes(b"true"),
+            Kind::Bool(false) => self.bytes(b"false"),
+            Kind::Number(number) => self.number(number),
+            Kind::String(text) => self.string(text),
         }
     }
 
     /// Writes `root` without recursion: nesting depth costs heap, not stack.
-    fn deep(&mut self, root: &Value) {
+    fn deep<J: Json>(&mut self, root: &J) {
         let mut stack = Open::default();
         self.open(root, &mut stack);
         self.drain(&mut stack);
     }
 
-    /// Writes an object from entries already sorted.
-    fn object_entries(&mut self, entries: &[Entry<'_>]) {
+    /// Writes the identity payload's object from entries already sorted,
+    /// a `None` value as `null`.
+    fn payload<J: Json>(&mut self, entries: &[Entry<'_, Option<&J>>]) {
         let mut members = Vec::new();
         self.byte(b'{');
         for (i, entry) in entries.iter().enumerate() {
             self.member(i > 0, &entry.key, false);
-            self.nested(entry.value, 1, &mut members);
+            match entry.value {
+                Some(value) => self.nested(value, 1, &mut members),
+                None => self.bytes(b"null"),
+            }
         }
         self.byte(b'}');
     }
@@ -496,20 +549,20 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 
     /// Writes a scalar, or the opening of a container (pushed on `stack`).
-    fn open<'a>(&mut self, value: &'a Value, stack: &mut Open<'a>) {
-        match value {
-            Value::Null => self.bytes(b"null"),
-            Value::Bool(true) => self.bytes(b"true"),
-            Value::Bool(false) => self.bytes(b"false"),
-            Value::Number(number) => self.number(number),
-            Value::String(text) => self.string(text),
-            Value::Array(items) => {
+    fn open<'a, J: Json>(&mut self, value: &'a J, stack: &mut Open<'a, J>) {
+        match value.kind() {
+            Kind::Null => self.bytes(b"null"),
+            Kind::Bool(true) => self.bytes(b"true"),
+            Kind::Bool(false) => self.bytes(b"false"),
+            Kind::Number(number) => self.number(number),
+            Kind::String(text) => self.string(text),
+            Kind::Array(items) => {
                 self.byte(b'[');
                 stack.frames.push(Frame::Array(items.iter()));
             }
-            Value::Object(map) => {
+            Kind::Object(map) => {
                 self.byte(b'{');
-                let frame = match object_order(map, &mut stack.members, self.sorted_maps) {
+                let frame = match object_order(map, &mut stack.members, self.trust_order) {
                     Order::InOrder { start, end, .. } => Frame::InOrder {
                         start,
                         next: start,
@@ -523,7 +576,7 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
     }
 
     /// Writes the remaining members of every open container.
-    fn drain<'a>(&mut self, stack: &mut Open<'a>) {
+    fn drain<'a, J: Json>(&mut self, stack: &mut Open<'a, J>) {
         // Whether the next member of the innermost container is its first.
         let mut first = true;
         while let Some(frame) = stack.frames.last_mut() {
@@ -905,8 +958,8 @@ impl<'s, S: Sink + ?Sized> Writer<'s, S> {
 }
 
 /// The order to write an object's members in.
-enum Order<'a> {
-    /// Map order is canonical: the members are `members[start..end]`;
+enum Order<'a, J> {
+    /// The members, keys NFC, in canonical order are `members[start..end]`;
     /// `plain` when every key [`is_plain`].
     InOrder {
         start: usize,
@@ -914,50 +967,74 @@ enum Order<'a> {
         plain: bool,
     },
     /// Keys NFC-normalised and sorted.
-    Sorted(Vec<Entry<'a>>),
+    Sorted(Vec<Entry<'a, &'a J>>),
 }
 
-/// The canonical order of `map`'s members: map order when that already is,
-/// the members then appended to `members`. `sorted` says the map iterates
-/// in byte order (see [`maps_iterate_sorted`]), which for ASCII keys is
-/// canonical order.
-fn object_order<'a>(
-    map: &'a Map<String, Value>,
-    members: &mut Vec<(&'a str, &'a Value)>,
-    sorted: bool,
-) -> Order<'a> {
+/// The canonical order of `object`'s members (`docs/spec/identity.md`:
+/// keys by the UTF-16 code units of their NFC form), in one of three ways.
+///
+/// - The object's own order, when that already is canonical: the members
+///   are appended to `members`. An object [`Object::in_byte_order`] (a
+///   [`Map`]) is, between ASCII keys, taken at its word when `trust` is on.
+/// - Keys all ASCII but out of order (a [`crate::json::Node`]'s members are
+///   in document order: `{"role":…,"content":…}`): the members appended to
+///   `members` and that range sorted in place by key bytes. ASCII is its own
+///   NFC, and for it byte order is UTF-16 order; the keys are distinct, so
+///   an unstable sort orders them one way only. No allocation.
+/// - Otherwise, [`Entry`]s: NFC keys in UTF-16 order, two keys equal only
+///   after NFC ordered by their original form.
+fn object_order<'a, O: Object>(
+    object: &'a O,
+    members: &mut Vec<(&'a str, &'a O::Value)>,
+    trust: bool,
+) -> Order<'a, O::Value> {
     let start = members.len();
+    let sorted = trust && object.in_byte_order();
     // The previous key, and whether it is ASCII.
     let mut previous: Option<(&str, bool)> = None;
     let mut canonical = true;
+    let mut all_ascii = true;
     let mut plain = true;
-    for (key, value) in map {
+    for (key, value) in object.members() {
         let key_plain = is_plain(key);
         // ASCII keys (nearly all) are NFC without a look.
         let ascii = key_plain || key.is_ascii();
-        // Between two ASCII keys of a sorted map, map order is canonical.
-        let in_order = (ascii || matches!(nfc(key), Cow::Borrowed(_)))
-            && previous.is_none_or(|(p, p_ascii)| {
-                (sorted && ascii && p_ascii) || cmp_utf16(p, key) == Ordering::Less
-            });
-        if !in_order {
-            canonical = false;
-            break;
+        all_ascii &= ascii;
+        if canonical {
+            // Between two ASCII keys of a sorted map, map order is canonical.
+            canonical = (ascii || matches!(nfc(key), Cow::Borrowed(_)))
+                && previous.is_none_or(|(p, p_ascii)| {
+                    (sorted && ascii && p_ascii) || cmp_utf16(p, key) == Ordering::Less
+                });
+            previous = Some((key, ascii));
+        }
+        if !canonical && !all_ascii {
+            return sorted_entries(object, members, start);
         }
         plain &= key_plain;
-        previous = Some((key, ascii));
         members.push((key, value));
     }
-    if canonical {
-        return Order::InOrder {
-            start,
-            end: members.len(),
-            plain,
-        };
+    if !canonical {
+        members[start..].sort_unstable_by(|(a, _), (b, _)| a.as_bytes().cmp(b.as_bytes()));
     }
+    Order::InOrder {
+        start,
+        end: members.len(),
+        plain,
+    }
+}
+
+/// [`object_order`]'s last way: `members` back to `start`, and `object`'s
+/// members as [`Entry`]s in canonical order.
+#[cold]
+fn sorted_entries<'a, O: Object>(
+    object: &'a O,
+    members: &mut Vec<(&'a str, &'a O::Value)>,
+    start: usize,
+) -> Order<'a, O::Value> {
     members.truncate(start);
-    let mut entries: Vec<Entry<'_>> = map
-        .iter()
+    let mut entries: Vec<Entry<'a, &'a O::Value>> = object
+        .members()
         .map(|(key, value)| Entry {
             key: nfc(key),
             raw: key,
@@ -1546,7 +1623,7 @@ mod tests {
     fn canonical_with(value: &Value, sorted_maps: bool, recursion: u32) -> Vec<u8> {
         let mut out = Vec::new();
         let mut writer = Writer::new(&mut out);
-        writer.sorted_maps = sorted_maps;
+        writer.trust_order = sorted_maps;
         writer.recursion = recursion;
         writer.value(value);
         writer.flush();

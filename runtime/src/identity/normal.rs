@@ -1,11 +1,16 @@
 //! The presentation-normal form of a request's identity fields
 //! (`docs/spec/identity.md`, "The refusal key"): what a person is shown of
 //! it, each part borrowed from the request wherever it is already normal.
+//! It reads the request through the JSON view ([`Json`]), so a request
+//! read by the strict reader is normalised from its borrowed tree, with
+//! the same result as from a [`Value`] (`identity::view_tests`).
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use serde_json::{Map, Value};
+
+use crate::json::{Json, Kind, Object};
 
 /// The identity fields of `params` in presentation-normal form
 /// (`docs/spec/identity.md`, "The refusal key"); other members are
@@ -23,11 +28,11 @@ pub fn presentation_normal<F: AsRef<str>>(
 
 /// The fields of [`presentation_normal`], each borrowed from `params`
 /// wherever it is already normal; a field listed twice appears once.
-pub(super) fn normal_fields<'a, F: AsRef<str>>(
-    params: &'a Map<String, Value>,
+pub(super) fn normal_fields<'a, O: Object, F: AsRef<str>>(
+    params: &'a O,
     fields: &'a [F],
-) -> Vec<(&'a str, Cow<'a, Value>)> {
-    let mut out: Vec<(&str, Cow<'_, Value>)> = Vec::with_capacity(fields.len());
+) -> Vec<(&'a str, Cow<'a, O::Value>)> {
+    let mut out: Vec<(&str, Cow<'_, O::Value>)> = Vec::with_capacity(fields.len());
     for field in fields {
         let field = field.as_ref();
         if out.iter().any(|(name, _)| *name == field) {
@@ -39,10 +44,10 @@ pub(super) fn normal_fields<'a, F: AsRef<str>>(
         let normal = match field {
             "systemPrompt" => Some(normal_strings(value)),
             "messages" => Some(normal_messages(value)),
-            "includeContext" => match value {
+            "includeContext" => match value.kind() {
                 // `none` is what an absent `includeContext` means.
-                Value::String(scope) if scope == "none" => None,
-                other => Some(Cow::Borrowed(other)),
+                Kind::String("none") => None,
+                _ => Some(Cow::Borrowed(value)),
             },
             "modelPreferences" => normal_preferences(value),
             _ => Some(Cow::Borrowed(value)),
@@ -55,12 +60,12 @@ pub(super) fn normal_fields<'a, F: AsRef<str>>(
 }
 
 /// `items` normalised by `normal`: borrowed when every item is.
-fn normal_items<'a>(
-    whole: &'a Value,
-    items: &'a [Value],
-    normal: impl Fn(&'a Value) -> Cow<'a, Value>,
-) -> Cow<'a, Value> {
-    let mut changed: Option<Vec<Value>> = None;
+fn normal_items<'a, J: Json>(
+    whole: &'a J,
+    items: &'a [J],
+    normal: impl Fn(&'a J) -> Cow<'a, J>,
+) -> Cow<'a, J> {
+    let mut changed: Option<Vec<J>> = None;
     for (at, item) in items.iter().enumerate() {
         let normal = normal(item);
         let same = unchanged(&normal, item);
@@ -77,7 +82,7 @@ fn normal_items<'a>(
     }
     match changed {
         None => Cow::Borrowed(whole),
-        Some(out) => Cow::Owned(Value::Array(out)),
+        Some(out) => Cow::Owned(J::from_items(out)),
     }
 }
 
@@ -184,32 +189,34 @@ pub fn is_default_ignorable(c: char) -> bool {
 
 /// Every string in `value` as [`presentation_text`] (keys kept as
 /// written); borrowed when every string already is.
-fn normal_strings(value: &Value) -> Cow<'_, Value> {
-    match value {
-        Value::String(text) => match presentation_text(text) {
+fn normal_strings<J: Json>(value: &J) -> Cow<'_, J> {
+    match value.kind() {
+        Kind::String(text) => match presentation_text(text) {
             Cow::Borrowed(same) if same.len() == text.len() => Cow::Borrowed(value),
-            other => Cow::Owned(Value::String(other.into_owned())),
+            other => Cow::Owned(J::from_string(other.into_owned())),
         },
-        Value::Array(items) => normal_items(value, items, normal_strings),
-        Value::Object(map) => {
+        Kind::Array(items) => normal_items(value, items, normal_strings),
+        Kind::Object(map) => {
             normal_members(value, map, |_| true, |_, item| Some(normal_strings(item)))
         }
-        other => Cow::Borrowed(other),
+        _ => Cow::Borrowed(value),
     }
 }
 
 /// The members of `map` that `keep` keeps, each normalised by `normal`
 /// (`None`: left out): borrowed when every member is kept and unchanged.
-fn normal_members<'a>(
-    whole: &'a Value,
-    map: &'a Map<String, Value>,
+/// A changed copy keeps the object's own member order: the canonical
+/// writer orders members itself, so no order is imposed here.
+fn normal_members<'a, J: Json>(
+    whole: &'a J,
+    map: &'a J::Object,
     keep: impl Fn(&str) -> bool,
-    normal: impl Fn(&str, &'a Value) -> Option<Cow<'a, Value>>,
-) -> Cow<'a, Value> {
+    normal: impl Fn(&str, &'a J) -> Option<Cow<'a, J>>,
+) -> Cow<'a, J> {
     // Collected only from the first change on: a member already normal,
     // nearly all of them, costs no allocation.
-    let mut changed: Option<Map<String, Value>> = None;
-    for (at, (key, item)) in map.iter().enumerate() {
+    let mut changed: Option<Vec<(String, J)>> = None;
+    for (at, (key, item)) in map.members().enumerate() {
         let normal = if keep(key) { normal(key, item) } else { None };
         let same = normal
             .as_ref()
@@ -217,20 +224,20 @@ fn normal_members<'a>(
         let out = match &mut changed {
             None if same => continue,
             None => changed.insert(
-                map.iter()
+                map.members()
                     .take(at)
-                    .map(|(key, item)| (key.clone(), item.clone()))
+                    .map(|(key, item)| (key.to_owned(), item.clone()))
                     .collect(),
             ),
             Some(out) => out,
         };
         if let Some(normal) = normal {
-            out.insert(key.clone(), normal.into_owned());
+            out.push((key.to_owned(), normal.into_owned()));
         }
     }
     match changed {
         None => Cow::Borrowed(whole),
-        Some(out) => Cow::Owned(Value::Object(out)),
+        Some(out) => Cow::Owned(J::from_members(out)),
     }
 }
 
@@ -240,19 +247,19 @@ fn normal_members<'a>(
     clippy::ptr_arg,
     reason = "whether the Cow borrows is the question asked"
 )]
-fn unchanged(normal: &Cow<'_, Value>, original: &Value) -> bool {
+fn unchanged<J: Json>(normal: &Cow<'_, J>, original: &J) -> bool {
     matches!(normal, Cow::Borrowed(same) if std::ptr::eq(*same, original))
 }
 
 /// `messages`: each message's `role` and `content` (its `_meta` and any
 /// member the schema does not define left out); a content list of one
 /// block is that block.
-fn normal_messages(value: &Value) -> Cow<'_, Value> {
-    let Value::Array(messages) = value else {
+fn normal_messages<J: Json>(value: &J) -> Cow<'_, J> {
+    let Kind::Array(messages) = value.kind() else {
         return normal_strings(value);
     };
-    normal_items(value, messages, |message| match message {
-        Value::Object(map) => normal_members(
+    normal_items(value, messages, |message| match message.kind() {
+        Kind::Object(map) => normal_members(
             message,
             map,
             |key| matches!(key, "role" | "content"),
@@ -263,16 +270,16 @@ fn normal_messages(value: &Value) -> Cow<'_, Value> {
                 })
             },
         ),
-        other => normal_strings(other),
+        _ => normal_strings(message),
     })
 }
 
 /// A message's `content`: one block, or a list of blocks.
-fn normal_content(value: &Value) -> Cow<'_, Value> {
-    match value {
-        Value::Array(blocks) if blocks.len() == 1 => normal_block(&blocks[0]),
-        Value::Array(blocks) => normal_items(value, blocks, normal_block),
-        other => normal_block(other),
+fn normal_content<J: Json>(value: &J) -> Cow<'_, J> {
+    match value.kind() {
+        Kind::Array([block]) => normal_block(block),
+        Kind::Array(blocks) => normal_items(value, blocks, normal_block),
+        _ => normal_block(value),
     }
 }
 
@@ -284,11 +291,11 @@ fn normal_content(value: &Value) -> Cow<'_, Value> {
 /// does not define are left out; `isError: false` is the default. A block
 /// of a type this runtime does not know keeps every member but `_meta` and
 /// `annotations`.
-fn normal_block(value: &Value) -> Cow<'_, Value> {
-    let Value::Object(block) = value else {
+fn normal_block<J: Json>(value: &J) -> Cow<'_, J> {
+    let Kind::Object(block) = value.kind() else {
         return normal_strings(value);
     };
-    let kept: &[&str] = match block.get("type").and_then(Value::as_str) {
+    let kept: &[&str] = match block.get("type").and_then(J::as_str) {
         Some("text") => &["type", "text"],
         Some("image" | "audio") => &["type", "data", "mimeType"],
         Some("tool_use") => &["type", "name", "input"],
@@ -308,19 +315,19 @@ fn normal_block(value: &Value) -> Cow<'_, Value> {
             }
         },
         |key, item| match key {
-            "content" if kept.contains(&"isError") => Some(match item {
-                Value::Array(blocks) => normal_items(item, blocks, normal_block),
-                other => normal_block(other),
+            "content" if kept.contains(&"isError") => Some(match item.kind() {
+                Kind::Array(blocks) => normal_items(item, blocks, normal_block),
+                _ => normal_block(item),
             }),
-            "isError" if *item == Value::Bool(false) => None,
-            "resource" => Some(match item {
-                Value::Object(resource) => normal_members(
+            "isError" if matches!(item.kind(), Kind::Bool(false)) => None,
+            "resource" => Some(match item.kind() {
+                Kind::Object(resource) => normal_members(
                     item,
                     resource,
                     |k| matches!(k, "uri" | "mimeType" | "text" | "blob"),
                     |_, v| Some(normal_strings(v)),
                 ),
-                other => normal_strings(other),
+                _ => normal_strings(item),
             }),
             _ => Some(normal_strings(item)),
         },
@@ -332,28 +339,29 @@ fn normal_block(value: &Value) -> Cow<'_, Value> {
 /// apart would otherwise be two requests), and so are `_meta` and members
 /// the schema does not define. `hints: []` and `{}` are what an absent
 /// field means: `None`.
-fn normal_preferences(value: &Value) -> Option<Cow<'_, Value>> {
-    let Value::Object(preferences) = value else {
+fn normal_preferences<J: Json>(value: &J) -> Option<Cow<'_, J>> {
+    let Kind::Object(preferences) = value.kind() else {
         return Some(normal_strings(value));
     };
     let given = preferences.get("hints")?;
-    let hints = match given {
-        Value::Array(hints) if hints.is_empty() => return None,
-        Value::Array(hints) => normal_items(given, hints, |hint| match hint {
-            Value::Object(map) => normal_members(
+    let hints = match given.kind() {
+        Kind::Array([]) => return None,
+        Kind::Array(hints) => normal_items(given, hints, |hint| match hint.kind() {
+            Kind::Object(map) => normal_members(
                 hint,
                 map,
                 |key| key == "name",
                 |_, name| Some(normal_strings(name)),
             ),
-            other => normal_strings(other),
+            _ => normal_strings(hint),
         }),
-        other => normal_strings(other),
+        _ => normal_strings(given),
     };
     if preferences.len() == 1 && unchanged(&hints, given) {
         return Some(Cow::Borrowed(value));
     }
-    let mut out = Map::new();
-    out.insert("hints".to_owned(), hints.into_owned());
-    Some(Cow::Owned(Value::Object(out)))
+    Some(Cow::Owned(J::from_members(vec![(
+        "hints".to_owned(),
+        hints.into_owned(),
+    )])))
 }
