@@ -1,7 +1,3 @@
-#![allow(
-    dead_code,
-    reason = "the view's users arrive in the commits that follow"
-)]
 //! A read-only view of a JSON value ([`Json`]), implemented by serde_json's
 //! [`Value`] and by the strict reader's borrowed tree, [`Node`].
 //!
@@ -11,9 +7,10 @@
 //! bytes and whose objects are vectors in document order, and never
 //! becomes a `Value` tree unless a caller asks for its params as a `Map`
 //! (`docs/spec/evaluation.md`, "Step 1: Validation"). A request an SDK
-//! already read is decided from its `Value`. Both are held to give the
-//! same checks, normal forms and canonical bytes (the `json` tests below,
-//! `identity`'s, and `runtime/tests/strict_reader.rs`).
+//! already read is decided from its `Value`. Both are held to read the
+//! same documents (`runtime/tests/strict_reader.rs`), to give the same
+//! canonical bytes, normal forms and keys (`identity/view_tests.rs`), and
+//! the same decisions (`runtime/tests/tree_path.rs`).
 
 use std::borrow::Cow;
 
@@ -97,10 +94,6 @@ pub(crate) trait Object {
     fn get(&self, key: &str) -> Option<&Self::Value>;
 
     fn len(&self) -> usize;
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 
     /// The members, in the object's own order (see [`Object::in_byte_order`]).
     fn members(&self) -> impl Iterator<Item = (&str, &Self::Value)>;
