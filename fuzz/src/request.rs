@@ -90,6 +90,13 @@ pub fn run(data: &[u8]) {
         request::parse_strict_serde(data, &limits),
         "the strict reader's two paths differ"
     );
+    // The borrowed tree a decision from bytes is made on accepts the same
+    // documents, read as the same values (`runtime/tests/tree_path.rs`).
+    assert_eq!(
+        request::parse_strict_tree(data, &limits).as_ref(),
+        parsed.as_ref().ok(),
+        "the tree reads other than the strict reader"
+    );
     let id = parsed.as_ref().ok().and_then(request::envelope_id).cloned();
     let validated = parsed.clone().and_then(request::validate_sampling);
     let sets = field_sets();
@@ -165,14 +172,28 @@ pub fn run(data: &[u8]) {
     decide(data, &id);
 }
 
+/// What a decision says: the key it is stored under, or a denial's reply.
+fn said(decision: &Decision) -> Vec<u8> {
+    match decision {
+        Decision::Allow(grant) | Decision::Trim(grant) => grant.identity().into(),
+        Decision::NeedsConsent(pending) => pending.identity().into(),
+        Decision::Deny(denial) => denial.reply(None),
+    }
+}
+
 /// The engine over the same bytes: an invalid request is answered with
-/// the same code the parser gives; a decided one has a well-formed answer.
+/// the same code the parser gives; a decided one has a well-formed answer,
+/// and is decided (on the borrowed tree) as the request the parser gives
+/// is decided on its `Value`: the same request, key and cause.
 fn decide(data: &[u8], id: &Option<Value>) {
-    let engine = Engine::new(
-        policy().clone(),
-        Arc::new(MemoryStore::new()),
-        Arc::new(FixedClock(1_773_144_000_000)),
-    );
+    let engine = || {
+        Engine::new(
+            policy().clone(),
+            Arc::new(MemoryStore::new()),
+            Arc::new(FixedClock(1_773_144_000_000)),
+        )
+    };
+    let (engine, on_value) = (engine(), engine());
     for server in ["fuzz", "off"] {
         match engine.decide(server, data, &ClientContext::default()) {
             Answer::Invalid(rejection) => {
@@ -184,10 +205,17 @@ fn decide(data: &[u8], id: &Option<Value>) {
             }
             Answer::Failed { error, .. } => panic!("a memory store failed: {error}"),
             Answer::Decided { decision, request } => {
-                assert!(
-                    accept(data).is_ok(),
-                    "the engine decided what the parser refuses"
-                );
+                let Ok(accepted) = accept(data) else {
+                    panic!("the engine decided what the parser refuses");
+                };
+                assert_eq!(request, accepted, "the tree's request differs");
+                match on_value.decide_request(server, &accepted, &ClientContext::default()) {
+                    Ok(again) => {
+                        assert_eq!(said(&decision), said(&again), "the decisions differ");
+                        assert_eq!(decision.cause(), again.cause(), "the causes differ");
+                    }
+                    Err(error) => panic!("a memory store failed: {error}"),
+                }
                 if let Decision::Deny(denial) = &decision {
                     assert!(!denial.reason().is_empty());
                     let frame = denial.reply(request.id.as_ref());
