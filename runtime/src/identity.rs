@@ -6,12 +6,13 @@
 //! accents, `1` versus `1.0` versus `1e0`. The canonical form is RFC 8785
 //! (JCS) applied after NFC-normalising every string, keys included.
 //!
-//! The canonicaliser streams: it walks the [`Value`] once (by recursion to a
-//! fixed depth, then from an explicit stack, so no depth can overflow the
-//! stack) and writes into a [`Sink`] through a small buffer, handing on whole
-//! 64-byte blocks a few at a time: a hasher's rounds over one piece (a chain
-//! of dependent instructions) then run beside the canonicalising of the
-//! next, on the same core. Strings that are ASCII or pass
+//! The canonicaliser streams: it walks the value (a [`Value`], or any
+//! [`Json`] view of one) once (by recursion to a fixed depth, then from an
+//! explicit stack, so no depth can overflow the stack) and writes into a
+//! [`Sink`] through a small buffer, handing on whole 64-byte blocks a few
+//! at a time: a hasher's rounds over one piece (a chain of dependent
+//! instructions) then run beside the canonicalising of the next, on the
+//! same core. Strings that are ASCII or pass
 //! Unicode's NFC quick check are written without allocating. One pass over
 //! each string both escapes it and checks it is NFC: a branch-free mask per
 //! 32 bytes (SSE2 compares on x86-64) finds the next byte that needs a look
