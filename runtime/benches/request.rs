@@ -15,13 +15,20 @@
 //! `perf stat -e task-clock` and subtract a run with `REQUEST_ITERS=0`
 //! (which only builds the input). `REQUEST_PHASE=parse` times the strict
 //! parse alone, `REQUEST_PHASE=serde` the same through serde_json's reader
-//! without the fast path.
+//! without the fast path, and `REQUEST_PHASE=engine` the whole decision
+//! from bytes (`Engine::decide`, which reads the request into the borrowed
+//! tree, never into a `Value`) under the adapters' policy, memory store.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use mcpolicy_runtime::clock;
+use mcpolicy_runtime::engine::{Answer, ClientContext};
 use mcpolicy_runtime::identity::request_identity;
 use mcpolicy_runtime::request::{self, Limits};
+use mcpolicy_runtime::store::MemoryStore;
+use mcpolicy_runtime::{Engine, Policy};
 
 const MIB: usize = 1024 * 1024;
 
@@ -136,6 +143,20 @@ fn shapes(size: usize) -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// An engine over the adapters' policy (`tests/cases/adapters/`), whose
+/// server `open` allows the shapes, and a memory store.
+fn engine() -> Engine {
+    let table = include_bytes!("../../tests/cases/adapters/policy.table.json");
+    let policy = Policy::from_json(table).expect("the adapters' table");
+    Engine::new(
+        policy,
+        Arc::new(MemoryStore::new()),
+        Arc::new(clock::ManualClock::new(clock::timestamp(
+            2026, 3, 10, 12, 0, 0,
+        ))),
+    )
+}
+
 fn decide(bytes: &[u8], fields: &[String]) -> usize {
     match request::parse_sampling(bytes) {
         Ok(request) => request_identity("srv", request.params(), fields)
@@ -165,8 +186,14 @@ fn main() {
         // A/B of the two in one binary.
         let phase = std::env::var("REQUEST_PHASE").unwrap_or_default();
         let limits = Limits::default();
+        let engine = engine();
+        let ctx = ClientContext::with_sampling_context(true);
         for _ in 0..iters {
-            if phase == "parse" {
+            if phase == "engine" {
+                let answer = engine.decide("open", black_box(&bytes), &ctx);
+                assert!(matches!(answer, Answer::Decided { .. }), "{answer:?}");
+                black_box(answer);
+            } else if phase == "parse" {
                 black_box(request::parse_strict(black_box(&bytes)).is_ok());
             } else if phase == "serde" {
                 black_box(request::parse_strict_serde(black_box(&bytes), &limits).is_ok());
