@@ -20,8 +20,9 @@
 //! 32 bytes at a time with the canonicaliser's byte classifier.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
+use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
 use crate::identity::{CHUNK, dirty_mask, needs_escape, nfc};
@@ -69,8 +70,15 @@ trait Tree<'a>: Sized {
     fn string(text: Cow<'a, str>) -> Self;
     fn array(items: Vec<Self>) -> Self;
     fn object(members: Self::Members) -> Self;
-    /// Adds a member whose key equals no earlier member's, even after NFC.
-    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self);
+    /// Whether [`Tree::insert`] finds a key written twice itself, as a
+    /// map does: the reader then records only the keys not in NFC, as the
+    /// serde path does. A vector does not, and the reader records all.
+    const FINDS_REPEATS: bool;
+    /// Adds a member whose key equals no earlier member's after NFC, or
+    /// (with [`Tree::FINDS_REPEATS`]) says `false` for a key written twice.
+    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) -> bool;
+    /// Whether `members` has a member `key`, as written.
+    fn holds(members: &Self::Members, key: &str) -> bool;
 }
 
 impl<'a> Tree<'a> for Value {
@@ -93,8 +101,18 @@ impl<'a> Tree<'a> for Value {
     fn object(members: Self::Members) -> Self {
         Value::Object(members)
     }
-    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) {
-        members.insert(key.into_owned(), value);
+    const FINDS_REPEATS: bool = true;
+    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) -> bool {
+        match members.entry(key.into_owned()) {
+            Entry::Vacant(slot) => {
+                slot.insert(value);
+                true
+            }
+            Entry::Occupied(_) => false,
+        }
+    }
+    fn holds(members: &Self::Members, key: &str) -> bool {
+        members.contains_key(key)
     }
 }
 
@@ -118,14 +136,18 @@ impl<'a> Tree<'a> for Node<'a> {
     fn object(members: Self::Members) -> Self {
         Node::Object(members)
     }
-    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) {
+    const FINDS_REPEATS: bool = false;
+    fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) -> bool {
         members.0.push((key, value));
+        true
+    }
+    fn holds(members: &Self::Members, key: &str) -> bool {
+        members.0.iter().any(|(name, _)| name == key)
     }
 }
 
-/// Keys an object may have before they are also kept hashed: compared one
-/// by one up to here, looked up beyond, so an object of many keys costs
-/// linear time.
+/// Keys a `Node`'s object may have before they are kept in an ordered set:
+/// compared one by one up to here.
 const FEW_KEYS: usize = 16;
 
 struct Reader<'a> {
@@ -134,8 +156,8 @@ struct Reader<'a> {
     /// The next byte to read.
     at: usize,
     max_depth: usize,
-    /// The NFC forms of the keys of the objects being read, the innermost
-    /// object's last.
+    /// The NFC forms of the keys of the `Node` objects being read that
+    /// have few, the innermost object's last.
     keys: Vec<Cow<'a, str>>,
 }
 
@@ -210,10 +232,17 @@ impl<'a> Reader<'a> {
             self.at += 1;
             return Some(T::object(members));
         }
-        // This object's keys are `self.keys[base..]`, in NFC: two keys
-        // clash when their NFC forms are equal, as in the serde path.
+        // Two keys clash when their NFC forms are equal, as in the serde
+        // path. A map finds a key written twice itself, so for a `Value`
+        // only the keys not in NFC are recorded (by their NFC form). For a
+        // `Node` every key is: on `self.keys[base..]` while the object has
+        // few, then in an ordered set (linearithmic whatever keys a
+        // sender chooses, and faster than hashing every key of a huge
+        // object: `docs/performance.md`, "Adversarial requests at the
+        // size cap").
         let base = self.keys.len();
-        let mut hashed: Option<HashSet<Cow<'a, str>>> = None;
+        let mut renormalised: HashSet<String> = HashSet::new();
+        let mut many: Option<BTreeSet<Cow<'a, str>>> = None;
         loop {
             self.space();
             if self.peek()? != b'"' {
@@ -221,23 +250,40 @@ impl<'a> Reader<'a> {
             }
             let key = self.string()?;
             self.expect(b':')?;
-            let normal = match &key {
-                Cow::Borrowed(text) => nfc(text),
-                Cow::Owned(text) => Cow::Owned(nfc(text).into_owned()),
-            };
-            let clash = match &mut hashed {
-                Some(set) => !set.insert(normal.clone()),
-                None => self.keys[base..].contains(&normal),
-            };
-            if clash {
-                return None;
-            }
-            self.keys.push(normal);
-            if hashed.is_none() && self.keys.len() - base > FEW_KEYS {
-                hashed = Some(self.keys[base..].iter().cloned().collect());
+            if T::FINDS_REPEATS {
+                if let Cow::Owned(normal) = nfc(&key) {
+                    if T::holds(&members, &normal) || !renormalised.insert(normal) {
+                        return None;
+                    }
+                } else if renormalised.contains(key.as_ref()) {
+                    return None;
+                }
+            } else {
+                let normal = match &key {
+                    Cow::Borrowed(text) => nfc(text),
+                    Cow::Owned(text) => Cow::Owned(nfc(text).into_owned()),
+                };
+                match &mut many {
+                    Some(set) => {
+                        if !set.insert(normal) {
+                            return None;
+                        }
+                    }
+                    None => {
+                        if self.keys[base..].contains(&normal) {
+                            return None;
+                        }
+                        self.keys.push(normal);
+                        if self.keys.len() - base > FEW_KEYS {
+                            many = Some(self.keys.drain(base..).collect());
+                        }
+                    }
+                }
             }
             let value = self.value(depth)?;
-            T::insert(&mut members, key, value);
+            if !T::insert(&mut members, key, value) {
+                return None;
+            }
             if !self.another(b'}')? {
                 self.keys.truncate(base);
                 return Some(T::object(members));
