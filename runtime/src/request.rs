@@ -199,20 +199,25 @@ enum Params {
     Map(Map<String, Value>),
     Text {
         text: Box<str>,
+        /// The text is a JSON-RPC envelope, not bare params (known from
+        /// validation, not from `id`, which a caller may change).
+        envelope: bool,
         map: OnceLock<Map<String, Value>>,
     },
 }
 
 impl SamplingRequest {
     /// A request the engine decided from `text`, which the strict reader
-    /// accepted and [`valid`] found valid, its id `id`.
+    /// accepted and [`valid`] found valid, its id `id` (`None`: the text
+    /// is bare params).
     pub(crate) fn from_text(id: Option<Value>, text: &str, rewritten: bool) -> Self {
         SamplingRequest {
-            id,
             params: Params::Text {
                 text: text.into(),
+                envelope: id.is_some(),
                 map: OnceLock::new(),
             },
+            id,
             rewritten,
         }
     }
@@ -223,9 +228,11 @@ impl SamplingRequest {
     pub fn params(&self) -> &Map<String, Value> {
         match &self.params {
             Params::Map(map) => map,
-            Params::Text { text, map } => {
-                map.get_or_init(|| params_of_text(text, self.id.is_some(), self.rewritten))
-            }
+            Params::Text {
+                text,
+                envelope,
+                map,
+            } => map.get_or_init(|| params_of_text(text, *envelope, self.rewritten)),
         }
     }
 
@@ -233,9 +240,13 @@ impl SamplingRequest {
     pub fn into_params(self) -> Map<String, Value> {
         match self.params {
             Params::Map(map) => map,
-            Params::Text { text, map } => map
+            Params::Text {
+                text,
+                envelope,
+                map,
+            } => map
                 .into_inner()
-                .unwrap_or_else(|| params_of_text(&text, self.id.is_some(), self.rewritten)),
+                .unwrap_or_else(|| params_of_text(&text, envelope, self.rewritten)),
         }
     }
 

@@ -349,3 +349,26 @@ proptest! {
         }
     }
 }
+
+/// A request decided from bytes keeps its text and reads its params when
+/// asked: what it reads does not depend on the public `id`, which a caller
+/// may change (a retry under a new envelope) or take.
+#[test]
+fn a_decided_request_reads_its_params_whatever_its_id_becomes() {
+    let h = Harness::new(policy_table());
+    let ctx = ClientContext::with_sampling_context(true);
+    let frame = br#"{"jsonrpc":"2.0","id":5,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":3e2}}"#;
+    let Answer::Decided { mut request, .. } = h.engine.decide("open", frame, &ctx) else {
+        panic!("decided");
+    };
+    request.id = None;
+    assert_eq!(request.params()["maxTokens"], json!(300));
+    assert_eq!(request.params()["messages"][0]["content"]["text"], "hi");
+    assert!(request.params().get("jsonrpc").is_none());
+    let mut again = match h.engine.decide("open", frame, &ctx) {
+        Answer::Decided { request, .. } => request,
+        other => panic!("decided: {other:?}"),
+    };
+    again.id = Some(json!("other"));
+    assert_eq!(again.into_params()["maxTokens"], json!(300));
+}
