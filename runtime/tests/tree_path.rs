@@ -236,7 +236,7 @@ fn params() -> impl Strategy<Value = Value> {
                 if let Some(extra) = extra {
                     params.insert("x-extra".into(), json!({"note": extra}));
                 }
-                // One request in twelve is invalid, in one of three ways.
+                // A quarter of the requests are invalid, each way one in twelve.
                 match spoil {
                     0 => {
                         params.insert("maxTokens".into(), json!(0));
