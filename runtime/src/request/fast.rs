@@ -40,10 +40,6 @@ pub(super) fn parse(text: &str, max_depth: usize) -> Option<Value> {
 /// values (`Json::to_value` of it is [`parse`]'s `Value`), with strings
 /// borrowed from `text` unless an escape was decoded, and objects in
 /// document order.
-#[allow(
-    dead_code,
-    reason = "the engine's decision from bytes arrives in the next commit"
-)]
 pub(crate) fn parse_node(text: &str, max_depth: usize) -> Option<Node<'_>> {
     read(text, max_depth)
 }
@@ -70,15 +66,19 @@ trait Tree<'a>: Sized {
     fn string(text: Cow<'a, str>) -> Self;
     fn array(items: Vec<Self>) -> Self;
     fn object(members: Self::Members) -> Self;
-    /// Whether [`Tree::insert`] finds a key written twice itself, as a
-    /// map does: the reader then records only the keys not in NFC, as the
-    /// serde path does. A vector does not, and the reader records all.
-    const FINDS_REPEATS: bool;
-    /// Adds a member whose key equals no earlier member's after NFC, or
-    /// (with [`Tree::FINDS_REPEATS`]) says `false` for a key written twice.
+    /// For a tree whose objects find a key written twice themselves (a
+    /// map, in [`Tree::insert`]): whether `key` clashes after NFC with a
+    /// key of `members` or one recorded in `renormalised`, where a key not
+    /// in NFC is recorded by its NFC form, as the serde path does. `None`
+    /// for a tree whose objects do not (a vector): the reader then checks
+    /// every key itself ([`Reader::first_of_its_form`]).
+    fn clashes_in_map(
+        members: &Self::Members,
+        key: &str,
+        renormalised: &mut HashSet<String>,
+    ) -> Option<bool>;
+    /// Adds a member; `false` when `members` has the key as written.
     fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) -> bool;
-    /// Whether `members` has a member `key`, as written.
-    fn holds(members: &Self::Members, key: &str) -> bool;
 }
 
 impl<'a> Tree<'a> for Value {
@@ -101,7 +101,16 @@ impl<'a> Tree<'a> for Value {
     fn object(members: Self::Members) -> Self {
         Value::Object(members)
     }
-    const FINDS_REPEATS: bool = true;
+    fn clashes_in_map(
+        members: &Self::Members,
+        key: &str,
+        renormalised: &mut HashSet<String>,
+    ) -> Option<bool> {
+        Some(match nfc(key) {
+            Cow::Owned(normal) => members.contains_key(&normal) || !renormalised.insert(normal),
+            Cow::Borrowed(_) => renormalised.contains(key),
+        })
+    }
     fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) -> bool {
         match members.entry(key.into_owned()) {
             Entry::Vacant(slot) => {
@@ -110,9 +119,6 @@ impl<'a> Tree<'a> for Value {
             }
             Entry::Occupied(_) => false,
         }
-    }
-    fn holds(members: &Self::Members, key: &str) -> bool {
-        members.contains_key(key)
     }
 }
 
@@ -136,13 +142,12 @@ impl<'a> Tree<'a> for Node<'a> {
     fn object(members: Self::Members) -> Self {
         Node::Object(members)
     }
-    const FINDS_REPEATS: bool = false;
+    fn clashes_in_map(_: &Self::Members, _: &str, _: &mut HashSet<String>) -> Option<bool> {
+        None
+    }
     fn insert(members: &mut Self::Members, key: Cow<'a, str>, value: Self) -> bool {
         members.0.push((key, value));
         true
-    }
-    fn holds(members: &Self::Members, key: &str) -> bool {
-        members.0.iter().any(|(name, _)| name == key)
     }
 }
 
@@ -233,13 +238,7 @@ impl<'a> Reader<'a> {
             return Some(T::object(members));
         }
         // Two keys clash when their NFC forms are equal, as in the serde
-        // path. A map finds a key written twice itself, so for a `Value`
-        // only the keys not in NFC are recorded (by their NFC form). For a
-        // `Node` every key is: on `self.keys[base..]` while the object has
-        // few, then in an ordered set (linearithmic whatever keys a
-        // sender chooses, and faster than hashing every key of a huge
-        // object: `docs/performance.md`, "Adversarial requests at the
-        // size cap").
+        // path: a map's own rule, else `first_of_its_form`.
         let base = self.keys.len();
         let mut renormalised: HashSet<String> = HashSet::new();
         let mut many: Option<BTreeSet<Cow<'a, str>>> = None;
@@ -250,35 +249,10 @@ impl<'a> Reader<'a> {
             }
             let key = self.string()?;
             self.expect(b':')?;
-            if T::FINDS_REPEATS {
-                if let Cow::Owned(normal) = nfc(&key) {
-                    if T::holds(&members, &normal) || !renormalised.insert(normal) {
-                        return None;
-                    }
-                } else if renormalised.contains(key.as_ref()) {
-                    return None;
-                }
-            } else {
-                let normal = match &key {
-                    Cow::Borrowed(text) => nfc(text),
-                    Cow::Owned(text) => Cow::Owned(nfc(text).into_owned()),
-                };
-                match &mut many {
-                    Some(set) => {
-                        if !set.insert(normal) {
-                            return None;
-                        }
-                    }
-                    None => {
-                        if self.keys[base..].contains(&normal) {
-                            return None;
-                        }
-                        self.keys.push(normal);
-                        if self.keys.len() - base > FEW_KEYS {
-                            many = Some(self.keys.drain(base..).collect());
-                        }
-                    }
-                }
+            let clash = T::clashes_in_map(&members, &key, &mut renormalised)
+                .unwrap_or_else(|| !self.first_of_its_form(&key, base, &mut many));
+            if clash {
+                return None;
             }
             let value = self.value(depth)?;
             if !T::insert(&mut members, key, value) {
@@ -289,6 +263,39 @@ impl<'a> Reader<'a> {
                 return Some(T::object(members));
             }
         }
+    }
+
+    /// Whether no earlier key of the object being read (its keys from
+    /// `base` on `self.keys`, or in `many` once it has more than
+    /// [`FEW_KEYS`]) has the NFC form of `key`, which is then recorded. An
+    /// ordered set is linearithmic whatever keys a sender chooses, and
+    /// faster than hashing every key of a huge object (`docs/performance.md`,
+    /// "Adversarial requests at the size cap").
+    #[allow(
+        clippy::ptr_arg,
+        reason = "a key borrowed from the text keeps its NFC form borrowed too"
+    )]
+    fn first_of_its_form(
+        &mut self,
+        key: &Cow<'a, str>,
+        base: usize,
+        many: &mut Option<BTreeSet<Cow<'a, str>>>,
+    ) -> bool {
+        let normal = match key {
+            Cow::Borrowed(text) => nfc(text),
+            Cow::Owned(text) => Cow::Owned(nfc(text).into_owned()),
+        };
+        if let Some(set) = many {
+            return set.insert(normal);
+        }
+        if self.keys[base..].contains(&normal) {
+            return false;
+        }
+        self.keys.push(normal);
+        if self.keys.len() - base > FEW_KEYS {
+            *many = Some(self.keys.drain(base..).collect());
+        }
+        true
     }
 
     /// After an item or a member, reads a `,` (`true`: another follows) or
