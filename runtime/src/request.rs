@@ -294,21 +294,26 @@ impl fmt::Debug for SamplingRequest {
 }
 
 /// The params of a request's `text`, which the strict reader accepted and
-/// [`valid`] found valid (an `envelope`, or bare params): as
-/// [`validate_sampling_for`] would hold them. Read by the reader that
+/// [`valid`] found valid: [`params_of`] its value. Read by the reader that
 /// accepted the text, so it cannot refuse it now; should it ever, the
 /// params are empty.
 fn params_of_text(text: &str, envelope: bool, rewritten: bool) -> Map<String, Value> {
-    let Some(Value::Object(mut object)) = fast::parse(text, SERDE_JSON_DEPTH) else {
-        return Map::new();
-    };
-    let mut params = if envelope {
-        match object.remove("params") {
+    fast::parse(text, SERDE_JSON_DEPTH)
+        .map_or_else(Map::new, |value| params_of(value, envelope, rewritten))
+}
+
+/// The params of a request `value` that [`valid`] found valid (an
+/// `envelope`, or bare params), `maxTokens` held as the integer it is when
+/// it was `rewritten`: as a [`SamplingRequest`] holds them. What `valid`
+/// refuses has none: empty.
+fn params_of(value: Value, envelope: bool, rewritten: bool) -> Map<String, Value> {
+    let mut params = match value {
+        Value::Object(mut object) if envelope => match object.remove("params") {
             Some(Value::Object(params)) => params,
             _ => Map::new(),
-        }
-    } else {
-        object
+        },
+        Value::Object(object) => object,
+        _ => Map::new(),
     };
     if rewritten {
         respell_max_tokens(&mut params);
@@ -523,8 +528,7 @@ pub fn parse_strict_serde(bytes: &[u8], limits: &Limits) -> Result<Value, Reques
 /// feature, for the tests that hold the tree to [`parse_strict_serde`].
 #[cfg(feature = "bench")]
 pub fn parse_strict_tree(bytes: &[u8], limits: &Limits) -> Option<Value> {
-    let text = text_within(bytes, limits).ok()?;
-    fast::parse_node(text, limits.max_depth.min(SERDE_JSON_DEPTH)).map(|node| node.to_value())
+    read_tree(bytes, limits).map(|(_, tree)| tree.to_value())
 }
 
 /// `bytes` as text and read into the borrowed tree, if the fast path
@@ -611,23 +615,7 @@ pub fn validate_sampling_for(
 ) -> Result<SamplingRequest, RequestError> {
     let Valid { id, rewritten, .. } = valid(&value, revision)?;
     let id = id.cloned();
-    let Value::Object(mut object) = value else {
-        // `valid` refused anything else.
-        return Err(RequestError::NotAnObject {
-            found: describe(&value),
-        });
-    };
-    let mut params = match id {
-        Some(_) => match object.remove("params") {
-            Some(Value::Object(params)) => params,
-            // `valid` refused anything else.
-            _ => Map::new(),
-        },
-        None => object,
-    };
-    if rewritten {
-        respell_max_tokens(&mut params);
-    }
+    let params = params_of(value, id.is_some(), rewritten);
     Ok(SamplingRequest {
         id,
         params: Params::Map(params),
@@ -727,16 +715,13 @@ pub(crate) fn valid<J: Json>(
 /// these params as over the same params read from bytes
 /// (`docs/spec/identity.md`), so both paths decide alike.
 pub fn validate_params_for(
-    mut params: Map<String, Value>,
+    params: Map<String, Value>,
     revision: ProtocolRevision,
 ) -> Result<SamplingRequest, RequestError> {
     let rewritten = check_params(&params, revision, "$.params")?;
-    if rewritten {
-        respell_max_tokens(&mut params);
-    }
     Ok(SamplingRequest {
         id: None,
-        params: Params::Map(params),
+        params: Params::Map(params_of(Value::Object(params), false, rewritten)),
         rewritten,
     })
 }
