@@ -265,23 +265,18 @@ impl Engine {
                 })
                 .collect();
             if !allowed.iter().all(|a| *a) {
-                let kept: Vec<Value> = hints
+                let kept: Vec<&P::Value> = hints
                     .iter()
                     .zip(&allowed)
                     .filter(|(_, a)| **a)
-                    .map(|(h, _)| h.to_value())
+                    .map(|(h, _)| h)
                     .collect();
                 annotations.model = Some(ModelTrim {
                     requested: hints.iter().map(name).collect(),
-                    applied: kept
-                        .iter()
-                        .filter_map(|hint| {
-                            hint.get("name").and_then(Value::as_str).map(str::to_owned)
-                        })
-                        .collect(),
+                    applied: kept.iter().copied().filter_map(name).collect(),
                     allowed: models.clone(),
                 });
-                lowered.model_hints = Some(kept);
+                lowered.model_hints = Some(kept.into_iter().map(Json::to_value).collect());
             }
         }
         (lowered, annotations)
