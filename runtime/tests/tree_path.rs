@@ -372,3 +372,32 @@ fn a_decided_request_reads_its_params_whatever_its_id_becomes() {
     again.id = Some(json!("other"));
     assert_eq!(again.into_params()["maxTokens"], json!(300));
 }
+
+/// A hang guard for the tree's key-clash check, not a speed target (those
+/// live in `benches/request.rs`, `REQUEST_PHASE=engine`): an object of
+/// 100,000 keys, plain or decomposed, is decided from bytes in well under
+/// a second here, and comparing each key with every earlier one (as the
+/// tree does only for its first 16) would take minutes in this debug
+/// build.
+#[test]
+fn a_hundred_thousand_keys_are_decided_from_bytes_in_linear_time() {
+    let h = Harness::new(policy_table());
+    let ctx = ClientContext::with_sampling_context(true);
+    for spelling in ["k{i}", "k{i}e\\u0301", "k{i}e\u{301}"] {
+        let members: Vec<String> = (0..100_000)
+            .map(|i| format!("\"{}\":{i}", spelling.replace("{i}", &i.to_string())))
+            .collect();
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{{"messages":[{{"role":"user","content":{{"type":"text","text":"hi"}}}}],"maxTokens":1,"_meta":{{{}}}}}}}"#,
+            members.join(",")
+        );
+        let start = std::time::Instant::now();
+        let answer = h.engine.decide("open", frame.as_bytes(), &ctx);
+        let elapsed = start.elapsed();
+        assert!(matches!(answer, Answer::Decided { .. }), "{spelling}: {answer:?}");
+        assert!(
+            elapsed < std::time::Duration::from_secs(20),
+            "100,000 keys spelt {spelling} took {elapsed:?}"
+        );
+    }
+}
