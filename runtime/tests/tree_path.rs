@@ -394,7 +394,10 @@ fn a_hundred_thousand_keys_are_decided_from_bytes_in_linear_time() {
         let start = std::time::Instant::now();
         let answer = h.engine.decide("open", frame.as_bytes(), &ctx);
         let elapsed = start.elapsed();
-        assert!(matches!(answer, Answer::Decided { .. }), "{spelling}: {answer:?}");
+        assert!(
+            matches!(answer, Answer::Decided { .. }),
+            "{spelling}: {answer:?}"
+        );
         assert!(
             elapsed < std::time::Duration::from_secs(20),
             "100,000 keys spelt {spelling} took {elapsed:?}"
